@@ -1,0 +1,97 @@
+"""The Device protocol: U-Net's endpoint, the boundary between packet I/O and the stack.
+
+A device lends memory, the stack never owns I/O buffers:
+
+- ``rx_burst(max)`` returns up to ``max`` received frames as memoryviews into
+  backend memory (ring slots, UMEM frames). They stay valid until
+  ``rx_release(frames)`` hands them back (fill ring / ring block release).
+  Every frame returned by ``rx_burst`` must be released exactly once, and
+  before the next ``rx_burst`` call.
+- ``tx_reserve(n)`` returns up to ``n`` writable memoryviews of
+  ``capabilities.frame_size`` bytes each (a TX slot; fewer when the ring is
+  full). The stack writes a whole Ethernet frame at offset 0 of each slot.
+  ``tx_commit(lengths)`` posts the first ``len(lengths)`` reserved slots with
+  those frame lengths, in order, with one kick for the burst; reserved slots
+  that were not committed are returned to the device.
+- ``fileno()`` is a file descriptor that becomes readable when frames are
+  waiting (epoll/select on it), or -1 when the device cannot be waited on.
+- ``capabilities`` describes the link (MTU, MAC, burst size, offloads, mode).
+
+Decorators (pcap capture, fault injection) wrap a device and implement the
+same protocol. ustack/ never imports a concrete backend: backends/ holds them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+
+class DeviceError(OSError):
+    """A backend could not be opened or used; the message says why in plain words."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a device offers. ``mtu`` is the IP MTU (Ethernet payload bytes)."""
+
+    mac: bytes
+    mtu: int = 1500
+    max_burst: int = 64
+    frame_size: int = 1514  # bytes available in one TX slot (>= mtu + 14)
+    rx_checksum_verified: bool = False  # device guarantees L3/L4 checksums were checked
+    tx_checksum_offload: bool = False  # device fills L4 checksums (never assumed by default)
+    zero_copy: bool = False  # frames are lent from memory the NIC DMA's into
+    mode: str = "copy"  # human-readable description of how the backend runs
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@runtime_checkable
+class Device(Protocol):
+    """The protocol every backend and every decorator implements."""
+
+    capabilities: Capabilities
+
+    def rx_burst(self, max_frames: int) -> list[memoryview]: ...
+
+    def rx_release(self, frames: Sequence[memoryview]) -> None: ...
+
+    def tx_reserve(self, n: int) -> list[memoryview]: ...
+
+    def tx_commit(self, lengths: Sequence[int]) -> None: ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class DeviceWrapper:
+    """Base for decorators: forwards everything to the wrapped device."""
+
+    def __init__(self, inner: Device):
+        self.inner = inner
+        self.capabilities = inner.capabilities
+
+    def rx_burst(self, max_frames: int) -> list[memoryview]:
+        return self.inner.rx_burst(max_frames)
+
+    def rx_release(self, frames: Sequence[memoryview]) -> None:
+        self.inner.rx_release(frames)
+
+    def tx_reserve(self, n: int) -> list[memoryview]:
+        return self.inner.tx_reserve(n)
+
+    def tx_commit(self, lengths: Sequence[int]) -> None:
+        self.inner.tx_commit(lengths)
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
