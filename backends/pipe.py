@@ -1,0 +1,189 @@
+"""The pipe backend: an in-memory Ethernet link between two stacks in one process.
+
+``PipeLink(clock, seed=...)`` has two ends, ``.a`` and ``.b``; each is a
+Device. Frames committed on one end arrive on the other after ``delay``
+(+ uniform ``jitter``) seconds of the given clock, subject to seeded
+impairments: loss, duplication, reordering (an extra delay for a fraction of
+frames), corruption (one byte flipped) — all drawn from one
+``random.Random(seed)`` so a run is reproducible. No privileges needed.
+
+A pipe end's ``fileno()`` is the read end of an os.pipe that becomes readable
+when a frame is committed toward it, so blocking waits and selectors work;
+``poll_at()`` tells when the next delayed frame becomes deliverable.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import random
+from typing import Callable, Optional, Sequence
+
+from ustack.device import Capabilities
+
+
+class PipeEnd:
+    """One end of a PipeLink: implements the Device protocol."""
+
+    def __init__(self, link: "PipeLink", mac: bytes, name: str):
+        self.link = link
+        self.name = name
+        mtu = link.mtu
+        self.capabilities = Capabilities(
+            mac=mac,
+            mtu=mtu,
+            max_burst=64,
+            frame_size=mtu + 18,
+            mode="pipe (in-memory, seeded impairment)",
+        )
+        self.peer: Optional[PipeEnd] = None
+        self._arrivals: list = []  # heap of (deliver_at, seq, frame bytes)
+        self._pool = [bytearray(mtu + 18) for _ in range(64)]
+        self._reserved: list[bytearray] = []
+        self._rfd, self._wfd = os.pipe()
+        os.set_blocking(self._rfd, False)
+        os.set_blocking(self._wfd, False)
+        self._signalled = False
+        self.closed = False
+        self.counters = {"tx": 0, "rx": 0, "lost": 0, "duplicated": 0, "reordered": 0, "corrupted": 0}
+
+    # -- Device protocol ---------------------------------------------------
+    def rx_burst(self, max_frames: int) -> list[memoryview]:
+        now = self.link.clock()
+        arrivals = self._arrivals
+        out = []
+        while arrivals and len(out) < max_frames and arrivals[0][0] <= now:
+            out.append(memoryview(heapq.heappop(arrivals)[2]))
+        if not arrivals or arrivals[0][0] > now:
+            self._drain_signal()
+        self.counters["rx"] += len(out)
+        return out
+
+    def rx_release(self, frames: Sequence[memoryview]) -> None:
+        for f in frames:
+            f.release()
+
+    def tx_reserve(self, n: int) -> list[memoryview]:
+        pool = self._pool
+        while len(pool) < n:
+            pool.append(bytearray(self.capabilities.frame_size))
+        self._reserved = [pool.pop() for _ in range(n)]
+        return [memoryview(b) for b in self._reserved]
+
+    def tx_commit(self, lengths: Sequence[int]) -> None:
+        if self.closed:
+            raise OSError("pipe end is closed")
+        reserved = self._reserved
+        if len(lengths) > len(reserved):
+            raise ValueError("committing more slots than were reserved")
+        for buf, length in zip(reserved, lengths):
+            if not 0 < length <= len(buf):
+                raise ValueError(f"bad frame length {length}")
+            self.link._carry(self, bytes(buf[:length]))
+        self.counters["tx"] += len(lengths)
+        self._pool.extend(reserved)
+        self._reserved = []
+
+    def fileno(self) -> int:
+        return self._rfd
+
+    def poll_at(self) -> Optional[float]:
+        """When the next queued frame becomes deliverable (None if none queued)."""
+        return self._arrivals[0][0] if self._arrivals else None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self._rfd)
+            os.close(self._wfd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- link side -----------------------------------------------------------
+    def _deliver(self, when: float, frame: bytes) -> None:
+        heapq.heappush(self._arrivals, (when, next(self.link._seq), frame))
+        if not self._signalled and not self.closed:
+            self._signalled = True
+            try:
+                os.write(self._wfd, b"\0")
+            except BlockingIOError:
+                pass
+
+    def _drain_signal(self) -> None:
+        if self._signalled and not self.closed:
+            self._signalled = False
+            try:
+                while os.read(self._rfd, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+
+class PipeLink:
+    """Two PipeEnds joined by a seeded, impairable in-memory wire."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        seed: int = 0,
+        mtu: int = 1500,
+        delay: float = 0.0,
+        jitter: float = 0.0,
+        loss: float = 0.0,
+        duplicate: float = 0.0,
+        reorder: float = 0.0,
+        reorder_delay: float = 0.005,
+        corrupt: float = 0.0,
+        mac_a: bytes = b"\x02\x00\x00\x00\x00\x0a",
+        mac_b: bytes = b"\x02\x00\x00\x00\x00\x0b",
+    ):
+        for name, p in (("loss", loss), ("duplicate", duplicate), ("reorder", reorder), ("corrupt", corrupt)):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1]")
+        if delay < 0 or jitter < 0 or reorder_delay < 0:
+            raise ValueError("delays must be >= 0")
+        self.clock = clock
+        self.mtu = mtu
+        self.delay, self.jitter = delay, jitter
+        self.loss, self.duplicate, self.reorder, self.corrupt = loss, duplicate, reorder, corrupt
+        self.reorder_delay = reorder_delay
+        self.random = random.Random(seed)
+        self._seq = itertools.count()
+        self.a = PipeEnd(self, mac_a, "a")
+        self.b = PipeEnd(self, mac_b, "b")
+        self.a.peer, self.b.peer = self.b, self.a
+
+    def _carry(self, sender: PipeEnd, frame: bytes) -> None:
+        rnd = self.random
+        dest = sender.peer
+        counters = sender.counters
+        if self.loss and rnd.random() < self.loss:
+            counters["lost"] += 1
+            return
+        copies = 1
+        if self.duplicate and rnd.random() < self.duplicate:
+            copies = 2
+            counters["duplicated"] += 1
+        for _ in range(copies):
+            data = frame
+            if self.corrupt and rnd.random() < self.corrupt:
+                pos = rnd.randrange(len(data))
+                data = data[:pos] + bytes((data[pos] ^ (1 << rnd.randrange(8)),)) + data[pos + 1 :]
+                counters["corrupted"] += 1
+            when = self.clock() + self.delay
+            if self.jitter:
+                when += rnd.uniform(0, self.jitter)
+            if self.reorder and rnd.random() < self.reorder:
+                when += self.reorder_delay
+                counters["reordered"] += 1
+            dest._deliver(when, data)
+
+    def close(self) -> None:
+        self.a.close()
+        self.b.close()

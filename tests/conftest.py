@@ -1,0 +1,43 @@
+"""Shared test plumbing: the privileged gate.
+
+Tests that need root and network namespaces are marked ``privileged``. They
+skip with a reason when unprivileged, and fail instead when
+``USTACK_REQUIRE_PRIVILEGED=1`` (CI sets it) so CI cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def privilege_problem() -> str | None:
+    """Why privileged tests cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth, TAP, AF_PACKET)"
+    if not os.path.exists("/dev/net/tun"):
+        return "no /dev/net/tun"
+    if not os.path.isdir("/var/run/netns") and shutil.which("ip") is None:
+        return "no network namespace support"
+    return None
+
+
+def require_privileged() -> None:
+    problem = privilege_problem()
+    if problem is None:
+        return
+    if os.environ.get("USTACK_REQUIRE_PRIVILEGED") == "1":
+        pytest.fail(f"privileged test cannot run: {problem} (USTACK_REQUIRE_PRIVILEGED=1)")
+    pytest.skip(problem)
+
+
+@pytest.fixture
+def privileged():
+    require_privileged()
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("privileged") is not None:
+        require_privileged()

@@ -1,0 +1,152 @@
+"""The driver: runs a Stack's poll loop for blocking callers and background threads.
+
+This is an adapter on top of the core, so it may read a clock, sleep and
+start a thread. The wait policy (DESIGN.md "How the stack runs"):
+
+- a blocking call polls the stack itself until its condition holds or its
+  timeout passes (the caller's thread becomes the poller);
+- it first spins on the RX ring for a short ``busy_poll`` budget (like
+  SO_BUSY_POLL), then sleeps in select() on the device's fd and a wake-up
+  pipe until the stack's next deadline;
+- one lock makes sure one thread touches the stack at a time; sleeping
+  happens outside the lock, so other threads can send meanwhile, and they
+  write to the wake-up pipe when they may have moved a deadline earlier;
+- ``start()`` runs a background thread that keeps timers, ACKs and
+  retransmissions going for programs that do not call into their sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+from typing import Callable, Optional
+
+from ustack.clock import MonotonicClock
+
+MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, stop requests)
+
+
+class Driver:
+    def __init__(self, stack, clock=None, *, busy_poll: float = 50e-6):
+        self.stack = stack
+        self.clock = clock or stack.clock or MonotonicClock()
+        stack.clock = self.clock
+        self.busy_poll = busy_poll
+        self.lock = threading.RLock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sleepers = 0
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self.deadline: Optional[float] = None
+        stack.driver = self
+
+    # -- one round ------------------------------------------------------------
+    def poll(self) -> Optional[float]:
+        with self.lock:
+            self.deadline = self.stack.poll(self.clock())
+            return self.deadline
+
+    def kick(self) -> None:
+        """Tell sleeping pollers that the stack's state changed (a new deadline, new data)."""
+        if self._sleepers:
+            try:
+                os.write(self._wake_w, b"\0")
+            except BlockingIOError:
+                pass
+
+    def _sleep(self, timeout: Optional[float]) -> None:
+        fds = [self._wake_r]
+        fd = self.stack.device.fileno()
+        if fd >= 0:
+            fds.append(fd)
+        if timeout is None or timeout > MAX_SLEEP:
+            timeout = MAX_SLEEP
+        self._sleepers += 1
+        try:
+            ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+        finally:
+            self._sleepers -= 1
+        if self._wake_r in ready:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    # -- blocking waits ---------------------------------------------------------
+    def wait_until(self, predicate: Callable[[], bool], timeout: Optional[float]) -> bool:
+        """Poll until ``predicate()`` holds (True) or ``timeout`` seconds pass (False)."""
+        clock = self.clock
+        start = clock()
+        end = None if timeout is None else start + timeout
+        spin_end = start + self.busy_poll
+        while True:
+            with self.lock:
+                if predicate():
+                    return True
+                now = clock()
+                deadline = self.deadline = self.stack.poll(now)
+                if predicate():
+                    return True
+            now = clock()
+            if end is not None and now >= end:
+                return False
+            if now < spin_end:
+                continue
+            wait = None
+            if deadline is not None:
+                wait = deadline - now
+            if end is not None:
+                wait = end - now if wait is None else min(wait, end - now)
+            if wait is None or wait > 0:
+                self._sleep(wait)
+
+    def run_for(self, seconds: float) -> None:
+        """Drive the stack for ``seconds`` (tools, demos)."""
+        self.wait_until(lambda: False, seconds)
+
+    # -- background thread --------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="ustack-driver", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            deadline = self.poll()
+            now = self.clock()
+            wait = None if deadline is None else deadline - now
+            if wait is None or wait > 0:
+                self._sleep(wait)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._sleepers += 1
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass
+        finally:
+            self._sleepers -= 1
+        self._thread.join(5)
+        self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def driver_for(stack) -> Driver:
+    """The stack's driver, created on first use."""
+    return stack.driver if stack.driver is not None else Driver(stack)

@@ -1,0 +1,216 @@
+"""Stack: one device, one interface, the layers above it, and the poll loop.
+
+``poll(now)`` is one run-to-completion round:
+
+1. RX burst from the device (views into backend memory);
+2. ``_fastpath.classify`` validates and parses the whole burst in one call;
+3. each record is delivered: UDP/TCP/ICMP/ARP/fragments to their layers,
+   drops counted under their named reason;
+4. the frames are released back to the device;
+5. due timers fire (ARP retries, reassembly timeouts, TCP timers);
+6. everything emitted during the round is posted with one ``tx_commit``.
+
+It returns the next deadline (absolute time, or None when idle) so the
+caller knows how long it may sleep. Nothing here reads a clock, sleeps,
+blocks or starts a thread: adapters (ustack.driver, ustack.socket) do that.
+
+Emission outside ``poll`` (an application's ``sendto``) is committed at once
+by ``flush()``, so a send does not wait for the next round.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Optional
+
+from ustack import _fastpath
+from ustack.device import Device
+from ustack.net.arp import ArpLayer
+from ustack.net.icmp import IcmpLayer
+from ustack.net.ipv4 import Ipv4Layer
+from ustack.net.route import Interface, ip_int
+from ustack.stats import Stats
+from ustack.timers import TimerHeap
+from ustack.udp import UdpLayer
+
+K_DROP, K_ARP, K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER = range(7)
+REASONS = _fastpath.REASONS
+
+
+class Stack:
+    """A user-space IPv4 host on one device.
+
+    ``addr`` is "A.B.C.D/N"; ``gateway`` an optional default router inside
+    the subnet. ``clock`` is only kept for the adapters (blocking sockets,
+    the driver thread); the core is driven through ``poll(now)``.
+    """
+
+    def __init__(self, device: Device, addr: str, *, gateway: Optional[str] = None, mac: Optional[bytes] = None,
+                 mtu: Optional[int] = None, clock=None, burst: Optional[int] = None, arp_ttl: float = 60.0,
+                 isn_secret: Optional[bytes] = None, announce: bool = True):
+        caps = device.capabilities
+        self.device = device
+        self.clock = clock
+        self.stats = Stats()
+        self.timers = TimerHeap()
+        self.iface = Interface(mac or caps.mac, addr, mtu or caps.mtu, gateway)
+        if self.iface.mtu + 14 > caps.frame_size:
+            raise ValueError(f"MTU {self.iface.mtu} does not fit the device's {caps.frame_size}-byte TX slots")
+        self.burst = burst or caps.max_burst
+        self.isn_secret = isn_secret if isn_secret is not None else os.urandom(16)
+        self.now = 0.0
+        self.arp = ArpLayer(self, ttl=arp_ttl)
+        self.ipv4 = Ipv4Layer(self)
+        self.icmp = IcmpLayer(self)
+        self.udp = UdpLayer(self)
+        self.tcp = None  # attached by ustack.tcp when available
+        self._tx_slots: list = []
+        self._tx_lens: list[int] = []
+        self._in_poll = False
+        self._verify_l4 = not caps.rx_checksum_verified
+        self._mac = self.iface.mac
+        self._started = False
+        self._announce = announce
+        self.driver = None  # set by ustack.driver.Driver
+        self.arp.on_unresolved = self._arp_failed
+
+    # -- TX slots -----------------------------------------------------------
+    def tx_slot(self) -> Optional[memoryview]:
+        """A writable TX slot for one frame, or None (counted) if the ring is full."""
+        lens = self._tx_lens
+        slots = self._tx_slots
+        if len(lens) >= len(slots):
+            if slots:
+                self._commit()
+            slots = self._tx_slots = self.device.tx_reserve(self.burst)
+            if not slots:
+                self.stats.drop("tx.ring_full")
+                return None
+        return slots[len(lens)]
+
+    def tx_done(self, length: int) -> None:
+        """The slot handed out by tx_slot() now holds a frame of ``length`` bytes."""
+        self._tx_lens.append(length)
+        self.stats.inc("eth.frames_sent")
+        if not self._in_poll:
+            self._commit()
+
+    def _commit(self) -> None:
+        lens = self._tx_lens
+        if self._tx_slots or lens:
+            self._tx_slots = []
+            self._tx_lens = []
+            self.device.tx_commit(lens)
+
+    def flush(self) -> None:
+        self._commit()
+
+    # -- the poll loop ------------------------------------------------------
+    def start(self, now: float) -> None:
+        """Bring the interface up: gratuitous ARP (RFC 5227)."""
+        self.now = now
+        if not self._started:
+            self._started = True
+            if self._announce:
+                self.arp.announce()
+            self._commit()
+
+    def poll(self, now: float) -> Optional[float]:
+        """One round: RX burst, deliver, timers, TX commit. Returns the next deadline."""
+        if not self._started:
+            self.start(now)
+        self.now = now
+        self._in_poll = True
+        try:
+            device = self.device
+            frames = device.rx_burst(self.burst)
+            if frames:
+                self.stats.inc("eth.frames_received", len(frames))
+                try:
+                    records = _fastpath.classify(frames, self._mac, self._verify_l4)
+                    deliver = self.deliver
+                    for frame, rec in zip(frames, records):
+                        deliver(frame, rec, now)
+                finally:
+                    device.rx_release(frames)
+            deadline = self.timers.run(now)
+        finally:
+            self._in_poll = False
+            self._commit()
+        poll_at = getattr(self.device, "poll_at", None)
+        if poll_at is not None:
+            t = poll_at()
+            if t is not None and (deadline is None or t < deadline):
+                deadline = t
+        if frames and len(frames) >= self.burst:
+            return now  # more may be waiting: poll again at once
+        return deadline
+
+    def deliver(self, frame: memoryview, rec: tuple, now: float, reassembled: bool = False) -> None:
+        kind = rec[0]
+        if kind == K_UDP:
+            self.udp.input(frame, rec, now)
+        elif kind == K_TCP:
+            if self.tcp is not None:
+                self.tcp.input_frame(frame, rec, now)
+            else:
+                self.stats.drop("tcp.no_tcp_layer")
+        elif kind == K_ICMP:
+            if self.iface.is_local_dest(rec[7]):
+                self.icmp.input(frame, rec, now)
+            else:
+                self.stats.drop("ipv4.not_for_us")
+        elif kind == K_ARP:
+            self.arp.input(frame, rec[2], now)
+        elif kind == K_FRAG:
+            self.ipv4.input_fragment(frame, rec, now)
+        elif kind == K_DROP:
+            self.stats.drop(REASONS[rec[1]])
+        else:  # K_IP_OTHER
+            self.stats.drop("ipv4.unknown_protocol")
+            if rec[7] == self.iface.addr:
+                l3, tot = rec[2], rec[4]
+                self.icmp.send_error(3, 2, frame[l3:l3 + tot], rec[6])  # protocol unreachable
+
+    # -- errors from below ----------------------------------------------------
+    def transport_error(self, proto: int, laddr: int, lport: int, raddr: int, rport: int, itype: int, code: int,
+                        extra: int) -> None:
+        """An ICMP error quoting one of our datagrams: surface it on the endpoint (RFC 1122 4.1.3.3)."""
+        if itype == 3 and code in (2, 3):
+            err = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        elif itype == 3 and code == 4:
+            err = OSError(errno.EMSGSIZE, "Message too long (fragmentation needed)")
+        elif itype == 3 and code in (0, 6, 9, 11):
+            err = OSError(errno.ENETUNREACH, "Network is unreachable")
+        elif itype == 3:
+            err = OSError(errno.EHOSTUNREACH, "No route to host")
+        else:
+            err = OSError(errno.EHOSTUNREACH, "No route to host (time exceeded)")
+        if proto == 17:
+            if not self.udp.icmp_error(laddr, lport, raddr, rport, err):
+                self.stats.drop("icmp.error_no_socket")
+        elif proto == 6 and self.tcp is not None:
+            self.tcp.icmp_error(laddr, lport, raddr, rport, itype, code, extra)
+
+    def _arp_failed(self, ip: int, sends: list) -> None:
+        self.stats.inc("arp.resolution_failures")
+
+    # -- conveniences ---------------------------------------------------------
+    @property
+    def addr(self) -> str:
+        from ustack.net.route import ip_str
+
+        return ip_str(self.iface.addr)
+
+    def resolve(self, host: str) -> int:
+        return ip_int(host)
+
+    def socket(self, family: int = 2, type: int = 2, proto: int = 0):
+        """A stdlib-shaped socket on this stack (needs a clock: see ustack.socket)."""
+        from ustack.socket import socket as usocket
+
+        return usocket(self, family, type, proto)
+
+    def close(self) -> None:
+        self.flush()
