@@ -33,6 +33,7 @@ REASONS = (
     "tcp.bad_checksum",
     "icmp.truncated",
     "icmp.bad_checksum",
+    "ipv4.bad_options",
 )
 cdef enum:
     RC_ETH_TRUNC = 1
@@ -51,6 +52,7 @@ cdef enum:
     RC_TCP_CSUM = 14
     RC_ICMP_TRUNC = 15
     RC_ICMP_CSUM = 16
+    RC_IP_OPTIONS = 17
 
 cdef enum:
     CK_DROP = 0
@@ -68,6 +70,26 @@ cdef inline uint16_t _be16(const uint8_t *p) noexcept nogil:
 
 cdef inline uint32_t _be32(const uint8_t *p) noexcept nogil:
     return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef inline bint _options_ok(const uint8_t *o, Py_ssize_t n) noexcept nogil:
+    """Walk an IPv4 option list (RFC 791 section 3.1): every option fits, lengths >= 2."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t kind, length
+    while i < n:
+        kind = o[i]
+        if kind == 0:  # End of Option List
+            return True
+        if kind == 1:  # No Operation
+            i += 1
+            continue
+        if i + 1 >= n:
+            return False
+        length = o[i + 1]
+        if length < 2 or i + length > n:
+            return False
+        i += length
+    return True
 
 
 cdef tuple _drop(int reason):
@@ -108,6 +130,8 @@ cdef tuple _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bin
         return _drop(RC_IP_TOTLEN)
     if c_ones_sum(f + l3, ihl, 0) != 0xffff:
         return _drop(RC_IP_CSUM)
+    if ihl > 20 and not _options_ok(f + l3 + 20, ihl - 20):
+        return _drop(RC_IP_OPTIONS)
     proto = f[l3 + 9]
     src = _be32(f + l3 + 12)
     dst = _be32(f + l3 + 16)

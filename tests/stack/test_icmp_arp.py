@@ -1,0 +1,120 @@
+"""ARP, ICMP echo and ICMP errors between two stacks over the pipe backend (manual clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ustack.net.route import ip_int
+from ustack.wire.icmp import IcmpMessage
+
+from .netsim import Net
+
+A = ip_int("198.18.0.1")
+B = ip_int("198.18.0.2")
+
+
+def ping(net, src_stack, dst, count=1, payload=b"x" * 56, ident=77, max_time=5.0):
+    got = []
+    src_stack.icmp.echo_handlers[ident] = lambda seq, i, data, frm, now: got.append((seq, data, frm, now))
+    for seq in range(count):
+        src_stack.icmp.ping(dst, ident, seq, payload)
+    net.run(lambda: len(got) >= count, max_time)
+    return got
+
+
+def test_ping_resolves_arp_then_replies_with_same_data():
+    net = Net()
+    got = ping(net, net.b, A, count=3, payload=b"0123456789")
+    assert [(s, d, f) for s, d, f, _ in got] == [(0, b"0123456789", A), (1, b"0123456789", A), (2, b"0123456789", A)]
+    assert net.b.stats["arp.requests_sent"] == 1
+    assert net.a.stats["icmp.echo_requests_received"] == 3
+    assert net.a.arp.lookup(B, net.clock.now) == net.link.b.capabilities.mac
+
+
+def test_gratuitous_arp_at_start_is_sent():
+    net = Net()
+    net.step()
+    assert net.a.stats["arp.announcements_sent"] == 1
+    assert net.b.stats["arp.announcements_sent"] == 1
+
+
+def test_arp_cache_entry_expires_and_is_re_resolved():
+    net = Net()
+    ping(net, net.b, A)
+    assert net.b.stats["arp.requests_sent"] == 1
+    net.clock.advance(61.0)
+    assert net.b.arp.lookup(A, net.clock.now) is None
+    ping(net, net.b, A)
+    assert net.b.stats["arp.requests_sent"] == 2
+
+
+def test_unresolvable_next_hop_retries_then_drops_the_queue():
+    net = Net()
+    ghost = ip_int("198.18.0.99")
+    for seq in range(3):
+        net.b.icmp.ping(ghost, 1, seq, b"")
+    net.run(max_time=10.0)
+    assert net.b.stats["arp.requests_sent"] == 1 + net.b.arp.max_retries
+    assert net.b.stats["drop.arp.unresolved"] == 3
+    assert net.b.arp.queued == 0
+
+
+def test_arp_queue_is_bounded():
+    net = Net()
+    ghost = ip_int("198.18.0.99")
+    for seq in range(net.b.arp.queue_per_host + 5):
+        net.b.icmp.ping(ghost, 1, seq, b"")
+    assert net.b.stats["drop.arp.queue_full"] == 5
+    assert net.b.arp.queued == net.b.arp.queue_per_host
+
+
+def test_udp_to_closed_port_gets_rate_limited_port_unreachable():
+    net = Net()
+    ping(net, net.b, A)  # resolve ARP first so all 20 datagrams leave at once
+    ep = net.b.udp.endpoint()
+    net.b.udp.connect(ep, A, 9)
+    for _ in range(20):
+        net.b.udp.send(ep, b"hi", A, 9, net.clock.now)
+    net.run(max_time=0.5)
+    assert net.a.stats["drop.udp.no_socket"] == 20
+    sent = net.a.stats["icmp.errors_sent.type3.code3"]
+    assert sent == 6  # burst of the per-destination token bucket
+    assert net.a.stats["icmp.errors_rate_limited"] == 14
+    assert isinstance(ep.error, ConnectionRefusedError)
+
+
+def test_broadcast_echo_is_ignored():
+    net = Net()
+    net.b.icmp.ping(ip_int("198.18.0.255"), 5, 1, b"")
+    net.run(max_time=1.0)
+    assert net.a.stats["drop.icmp.broadcast_echo_ignored"] == 1
+    assert net.a.stats["icmp.echo_replies_sent"] == 0
+
+
+def test_no_icmp_error_about_an_icmp_error():
+    net = Net()
+    net.step()
+    quoted = bytearray(28)
+    quoted[0] = 0x45
+    quoted[9] = 1
+    quoted[12:16] = B.to_bytes(4, "big")
+    quoted[16:20] = A.to_bytes(4, "big")
+    quoted[20] = 3  # the quoted datagram is itself an ICMP error
+    assert net.a.icmp.send_error(3, 3, bytes(quoted), B) is False
+
+
+def test_echo_reply_payload_is_exact_for_large_fragmented_ping():
+    net = Net()
+    payload = bytes(range(256)) * 20  # 5120 bytes: fragmented both ways
+    got = ping(net, net.b, A, payload=payload)
+    assert got and got[0][1] == payload
+    assert net.b.stats["ipv4.fragments_sent"] == 4
+    assert net.a.stats["ipv4.reassembled"] == 1
+    assert net.b.stats["ipv4.reassembled"] == 1
+
+
+def test_icmp_message_emitted_is_parsed_back():
+    msg = IcmpMessage.echo_request(1, 2, b"abc")
+    buf = bytearray(msg.length)
+    msg.emit(buf)
+    assert IcmpMessage.parse(buf).payload == b"abc"
