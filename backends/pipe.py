@@ -18,6 +18,7 @@ import heapq
 import itertools
 import os
 import random
+import threading
 from typing import Callable, Optional, Sequence
 
 from ustack.device import Capabilities
@@ -39,6 +40,7 @@ class PipeEnd:
         )
         self.peer: Optional[PipeEnd] = None
         self._arrivals: list = []  # heap of (deliver_at, seq, frame bytes)
+        self._lock = threading.Lock()  # the two ends may be driven from two threads
         self._pool = [bytearray(mtu + 18) for _ in range(64)]
         self._reserved: list[bytearray] = []
         self._rfd, self._wfd = os.pipe()
@@ -53,10 +55,11 @@ class PipeEnd:
         now = self.link.clock()
         arrivals = self._arrivals
         out = []
-        while arrivals and len(out) < max_frames and arrivals[0][0] <= now:
-            out.append(memoryview(heapq.heappop(arrivals)[2]))
-        if not arrivals or arrivals[0][0] > now:
-            self._drain_signal()
+        with self._lock:
+            while arrivals and len(out) < max_frames and arrivals[0][0] <= now:
+                out.append(memoryview(heapq.heappop(arrivals)[2]))
+            if not arrivals or arrivals[0][0] > now:
+                self._drain_signal()
         self.counters["rx"] += len(out)
         return out
 
@@ -106,8 +109,10 @@ class PipeEnd:
 
     # -- link side -----------------------------------------------------------
     def _deliver(self, when: float, frame: bytes) -> None:
-        heapq.heappush(self._arrivals, (when, next(self.link._seq), frame))
-        if not self._signalled and not self.closed:
+        with self._lock:
+            heapq.heappush(self._arrivals, (when, next(self.link._seq), frame))
+            signal = not self._signalled and not self.closed
+        if signal:
             self._signalled = True
             try:
                 os.write(self._wfd, b"\0")

@@ -56,6 +56,7 @@ OFFLOADS_OFF = (
     "tx-tcp-segmentation",
     "tx-tcp-ecn-segmentation",
     "tx-tcp-mangleid-segmentation",
+    "tx-tcp-accecn-segmentation",
     "tx-tcp6-segmentation",
     "tx-udp-segmentation",
     "tx-generic-segmentation",
@@ -358,13 +359,15 @@ class Topology:
         Feature names use underscores for dashes (``tx_checksum_ip_generic=True``).
         Returns the resulting state of the requested features.
         """
-        for nsname, ifname in self._ends() * 2:
-            if side in (ifname, "peer" if ifname == self.peer_ifname else "stack"):
-                break
-        else:
-            raise ValueError(f"unknown side {side!r}")
-        if side == "stack":
+        if side == "peer":
+            nsname, ifname = self.peer_ns, self.peer_ifname
+        elif side == "stack":
             nsname, ifname = self.stack_ns, self.stack_ifname
+        else:
+            ends = [end for end in self._ends() if end[1] == side]
+            if not ends:
+                raise ValueError(f"unknown side {side!r}")
+            nsname, ifname = ends[0]
         wanted = {name.replace("_", "-"): bool(value) for name, value in features.items()}
         with _inside(nsname):
             return _set_features(ifname, wanted)

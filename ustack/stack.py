@@ -20,6 +20,7 @@ by ``flush()``, so a send does not wait for the next round.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from typing import Optional
@@ -105,6 +106,19 @@ class Stack:
 
     def flush(self) -> None:
         self._commit()
+
+    @contextlib.contextmanager
+    def tx_batch(self):
+        """Batch the frames emitted inside the block into one tx_commit (as poll does)."""
+        if self._in_poll:
+            yield
+            return
+        self._in_poll = True
+        try:
+            yield
+        finally:
+            self._in_poll = False
+            self._commit()
 
     # -- the poll loop ------------------------------------------------------
     def start(self, now: float) -> None:

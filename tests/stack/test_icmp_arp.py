@@ -15,7 +15,7 @@ B = ip_int("198.18.0.2")
 
 def ping(net, src_stack, dst, count=1, payload=b"x" * 56, ident=77, max_time=5.0):
     got = []
-    src_stack.icmp.echo_handlers[ident] = lambda seq, i, data, frm, now: got.append((seq, data, frm, now))
+    src_stack.icmp.echo_handlers[ident] = lambda seq, i, data, frm, now, ttl: got.append((seq, data, frm, now))
     for seq in range(count):
         src_stack.icmp.ping(dst, ident, seq, payload)
     net.run(lambda: len(got) >= count, max_time)

@@ -43,10 +43,9 @@ def fix_ipv4_checksum(header: bytearray) -> bytearray:
 
 def golden_frames() -> dict[str, bytes]:
     """A set of valid frames covering every parser, keyed by a short name."""
-    udp = Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B, id=7, flags="DF") / UDP(
-        sport=40000, dport=7
-    ) / b"hello, world"
-    udp_opts = Ether(src=MAC_A, dst=MAC_B) / IP(
+    eth = Ether(src=MAC_A, dst=MAC_B)
+    ab = IP(src=IP_A, dst=IP_B)
+    udp_opts = eth / IP(
         src=IP_A,
         dst=IP_B,
         options=[
@@ -56,17 +55,22 @@ def golden_frames() -> dict[str, bytes]:
             IPOption_Router_Alert(),
         ],
     ) / UDP(sport=5353, dport=5353) / b"opts"
-    quoted = IP(src=IP_B, dst=IP_A, ttl=1) / UDP(sport=33434, dport=33435) / (b"q" * 20)
+    quoted = raw(IP(src=IP_B, dst=IP_A, ttl=1) / UDP(sport=33434, dport=33435) / (b"q" * 20))
+    from_c = eth / IP(src=IP_C, dst=IP_B)
     return {
-        "udp": raw(udp),
-        "udp_padded": pad60(raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B) / UDP(sport=1, dport=2) / b"x")),
+        "udp": raw(eth / IP(src=IP_A, dst=IP_B, id=7, flags="DF") / UDP(sport=40000, dport=7) / b"hello, world"),
+        "udp_padded": pad60(raw(eth / ab / UDP(sport=1, dport=2) / b"x")),
         "udp_options": raw(udp_opts),
-        "udp_nochecksum": raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B) / UDP(sport=9, dport=9, chksum=0) / b"abc"),
-        "vlan_udp": raw(Ether(src=MAC_A, dst=MAC_B) / Dot1Q(vlan=42, prio=5) / IP(src=IP_A, dst=IP_B) / UDP(sport=1000, dport=2000) / b"tagged"),
-        "icmp_echo": raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B) / ICMP(type=8, id=0x1234, seq=3) / b"ping data 0123456789"),
-        "icmp_unreach": raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_C, dst=IP_B) / ICMP(type=3, code=3) / raw(quoted)[:28]),
-        "icmp_ttl": raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_C, dst=IP_B) / ICMP(type=11, code=0) / raw(quoted)),
-        "fragment": raw(Ether(src=MAC_A, dst=MAC_B) / IP(src=IP_A, dst=IP_B, proto=17, flags="MF", frag=185) / (b"f" * 16)),
-        "arp_who_has": pad60(raw(Ether(src=MAC_A, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=MAC_A, psrc=IP_A, pdst=IP_B))),
-        "arp_is_at": pad60(raw(Ether(src=MAC_B, dst=MAC_A) / ARP(op=2, hwsrc=MAC_B, psrc=IP_B, hwdst=MAC_A, pdst=IP_A))),
+        "udp_nochecksum": raw(eth / ab / UDP(sport=9, dport=9, chksum=0) / b"abc"),
+        "vlan_udp": raw(eth / Dot1Q(vlan=42, prio=5) / ab / UDP(sport=1000, dport=2000) / b"tagged"),
+        "icmp_echo": raw(eth / ab / ICMP(type=8, id=0x1234, seq=3) / b"ping data 0123456789"),
+        "icmp_unreach": raw(from_c / ICMP(type=3, code=3) / quoted[:28]),
+        "icmp_ttl": raw(from_c / ICMP(type=11, code=0) / quoted),
+        "fragment": raw(eth / IP(src=IP_A, dst=IP_B, proto=17, flags="MF", frag=185) / (b"f" * 16)),
+        "arp_who_has": pad60(raw(
+            Ether(src=MAC_A, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=MAC_A, psrc=IP_A, pdst=IP_B)
+        )),
+        "arp_is_at": pad60(raw(
+            Ether(src=MAC_B, dst=MAC_A) / ARP(op=2, hwsrc=MAC_B, psrc=IP_B, hwdst=MAC_A, pdst=IP_A)
+        )),
     }

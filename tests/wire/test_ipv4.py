@@ -253,6 +253,9 @@ MALFORMED = [
     ("ipv4.bad_options", _header(ihl=7, options=bytes((IPOPT_TS, 8, 5, 1, 0, 0, 0, 0)))),  # TS addr+ts needs 8-byte slots
     ("ipv4.bad_options", _header(ihl=7, options=bytes((IPOPT_TS, 8, 4, 0, 0, 0, 0, 0)))),  # TS pointer < 5
     ("ipv4.bad_options", _header(ihl=7, options=bytes((IPOPT_TS, 3, 5, 0, 0, 0, 0, 0)))),  # TS without flag octet
+    ("ipv4.bad_options", _header(ihl=7, options=bytes((IPOPT_RR, 7, 5)) + PA + b"\0")),  # RR pointer splits a slot
+    # TS pointer 9 in a one-entry address+timestamp option (scapy's default) splits the slot.
+    ("ipv4.bad_options", _header(ihl=8, options=bytes((IPOPT_TS, 12, 9, 1)) + bytes(8))),
 ]
 
 
@@ -309,3 +312,13 @@ def test_full_frame_from_our_emitters_dissected_by_scapy():
     pkt = Ether(bytes(buf))
     assert pkt[IP].proto == 253 and bytes(pkt[IP].payload) == payload
     assert pkt[IP].chksum == scapy_checksum(bytes(buf[14:34]))
+
+
+def test_full_route_and_timestamp_are_accepted():
+    # A pointer just past the option means "full" (RFC 791), not an error.
+    opts = bytes((IPOPT_RR, 7, 8)) + PA + bytes((IPOPT_TS, 12, 13, 0x11)) + PB + bytes(4) + b"\0"
+    hdr = Ipv4Header.parse(_header(ihl=5 + len(opts) // 4, options=opts))
+    (rr_kind, rr_data), (ts_kind, ts_data) = hdr.parsed_options
+    assert RecordRoute.decode(rr_kind, rr_data).recorded == (PA,)
+    ts = Timestamp.decode(ts_data)
+    assert (ts.overflow, ts.flag, ts.recorded) == (1, TS_AND_ADDR, ((PB, 0),))

@@ -53,7 +53,8 @@ class IcmpLayer:
         self.error_burst = error_burst
         self.answer_broadcast_echo = answer_broadcast_echo
         self._buckets: dict[int, TokenBucket] = {}
-        self.echo_handlers: dict[int, Callable[[int, int, bytes, int, float], None]] = {}
+        # ident -> handler(seq, ident, payload, src, now, ttl)
+        self.echo_handlers: dict[int, Callable[[int, int, bytes, int, float, int], None]] = {}
 
     # -- input ----------------------------------------------------------------
     def input(self, frame: memoryview, rec: tuple, now: float) -> None:
@@ -81,7 +82,7 @@ class IcmpLayer:
             if handler is None:
                 stats.drop("icmp.unmatched_echo_reply")
                 return
-            handler(msg.seq, msg.ident, msg.payload, src, now)
+            handler(msg.seq, msg.ident, msg.payload, src, now, frame[l3 + 8])
         elif itype in (DEST_UNREACHABLE, TIME_EXCEEDED):
             stats.inc(f"icmp.errors_received.type{itype}.code{code}")
             self._error_in(msg, src)

@@ -90,9 +90,14 @@ class RecordRoute:
     def decode(cls, type: int, data) -> RecordRoute:
         """From an option's ``data`` (pointer octet and route data)."""
         # The route data is whole 4-byte slots and the pointer is at least 4
-        # (RFC 791: "the smallest legal value is 4").
+        # (RFC 791: "the smallest legal value is 4"). A pointer past the end
+        # means the route is full; one inside the option must leave room for
+        # a whole address (as Linux's ip_options_compile checks).
+        length = len(data) + 2
         if len(data) < 1 or (len(data) - 1) % 4 or data[0] < 4:
             raise _bad_options(f"route option type {type}, data {len(data)} bytes")
+        if data[0] <= length and data[0] + 3 > length:
+            raise _bad_options(f"route option pointer {data[0]} splits a slot")
         slots = tuple(bytes(data[i : i + 4]) for i in range(1, len(data), 4))
         return cls(type, data[0], slots)
 
@@ -145,6 +150,11 @@ class Timestamp:
             )
         else:
             raise _bad_options(f"timestamp flag {flag}")
+        # A pointer past the end means the option is full (the overflow count
+        # takes over); one inside it must leave room for a whole slot.
+        size = 4 if flag == TS_ONLY else 8
+        if pointer <= len(data) + 2 and pointer + size - 1 > len(data) + 2:
+            raise _bad_options(f"timestamp pointer {pointer} splits a slot")
         return cls(pointer, oflw_flg >> 4, flag, entries)
 
     def encode(self) -> bytes:

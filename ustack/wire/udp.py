@@ -58,7 +58,7 @@ class UdpHeader:
         if length < HEADER_LEN or length > n:
             raise WireError("udp.bad_length", f"length {length}, {n} bytes")
         if verify_checksum and checksum != 0:
-            if ones_sum(buf[:length], _pseudo_sum(src, dst, length)) != 0xFFFF:
+            if ones_sum(memoryview(buf)[:length], _pseudo_sum(src, dst, length)) != 0xFFFF:
                 raise WireError("udp.bad_checksum", f"checksum {checksum:#06x}")
         return cls(src_port, dst_port, length, checksum)
 

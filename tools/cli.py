@@ -1,0 +1,271 @@
+"""The ``ustack`` command line: serve and ping from the user-space stack.
+
+    ustack serve --backend {pipe,tap,packet,afxdp} --ifname IF --addr 198.18.0.2/24
+                 [--gateway IP] [--pcap FILE] [--udp-echo PORT]
+    ustack ping  --backend B --ifname IF --addr A/N [--gateway IP] DEST [-c N] [-i S] [-s SIZE] [-W S]
+
+``serve`` prints ``ready`` once the stack is up, answers ARP and ping (and
+UDP echo on --udp-echo), and on SIGINT/SIGTERM exits 0 after printing its
+counters, drops by reason included. ``--backend pipe`` needs no privileges:
+the served stack sits on one end of an in-memory link and a second stack on
+the other end checks it (ping and UDP echo) and reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import time
+
+from ustack.clock import MonotonicClock
+from ustack.device import DeviceError
+from ustack.driver import Driver
+from ustack.net.route import ip_int, ip_str
+from ustack.stack import Stack
+
+BACKENDS = ("pipe", "tap", "packet", "afxdp")
+
+
+def _device_opts(args) -> dict:
+    opts = {}
+    for name in ("queue", "xdp_mode", "zerocopy"):
+        value = getattr(args, name, None)
+        if value is not None:
+            opts[name] = value
+    return opts
+
+
+def open_stack(args, clock):
+    """Open the device named by the arguments and build a Stack on it. Returns (stack, extras)."""
+    extras = {}
+    if args.backend == "pipe":
+        from backends.pipe import PipeLink
+
+        link = PipeLink(clock, mtu=args.mtu or 1500)
+        device = link.a
+        extras["link"] = link
+    else:
+        if not args.ifname:
+            raise SystemExit(f"ustack: --ifname is required for the {args.backend} backend")
+        from backends.registry import open_device
+
+        device = open_device(args.backend, args.ifname, **_device_opts(args))
+    if getattr(args, "pcap", None):
+        from ustack.capture import PcapDevice
+
+        device = PcapDevice(device, args.pcap, clock)
+    stack = Stack(device, args.addr, gateway=args.gateway, mtu=args.mtu, clock=clock)
+    return stack, extras
+
+
+def _pipe_peer(stack, link, clock):
+    """For --backend pipe: a second stack on the other end of the link."""
+    net = stack.iface
+    peer_addr = ip_str(net.network | ((net.addr - net.network + 1) % (1 << (32 - net.prefixlen)) or 1))
+    peer = Stack(link.b, f"{peer_addr}/{net.prefixlen}", clock=clock)
+    return peer
+
+
+def cmd_serve(args) -> int:
+    clock = MonotonicClock()
+    try:
+        stack, extras = open_stack(args, clock)
+    except (DeviceError, OSError, ValueError) as e:
+        print(f"ustack serve: {e}", file=sys.stderr)
+        return 2
+    driver = Driver(stack, clock)
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+        driver.kick()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    echo = None
+    if args.udp_echo:
+        echo = stack.udp.endpoint()
+        stack.udp.bind(echo, 0, args.udp_echo)
+    stack.poll(clock())
+    caps = stack.device.capabilities
+    print(f"ustack: {stack.addr}/{stack.iface.prefixlen} mac {stack.iface.mac.hex(':')} mtu {stack.iface.mtu} "
+          f"on {args.backend}:{args.ifname or '-'} ({caps.mode})", flush=True)
+    print("ready", flush=True)
+    if args.backend == "pipe":
+        import threading
+
+        peer = _pipe_peer(stack, extras["link"], clock)
+        threading.Thread(target=_pipe_selftest, args=(stack, peer, clock, args), daemon=True).start()
+    try:
+        while not stop["flag"]:
+            driver.wait_until(lambda: stop["flag"] or (echo is not None and bool(echo.queue)), 0.25)
+            if echo is not None and echo.queue:
+                with driver.lock, stack.tx_batch():
+                    now = clock()
+                    while echo.queue:
+                        payload, src, sport = echo.pop()
+                        try:
+                            echo.sendto(payload, src, sport, now)
+                        except OSError as e:
+                            stack.stats.inc("udp.echo_send_errors")
+                            stack.stats.inc(f"udp.echo_send_error.{type(e).__name__}")
+    finally:
+        stack.close()
+        if hasattr(stack.device, "flush"):
+            stack.device.flush()
+        print("counters:")
+        print(stack.stats.format() or "(none)")
+        drops = stack.stats.drops()
+        print("drops by reason:")
+        for reason, count in drops.items():
+            print(f"  {reason:38s} {count}")
+        if not drops:
+            print("  (none)")
+        sys.stdout.flush()
+        stack.device.close()
+    return 0
+
+
+def _pipe_selftest(stack, peer, clock, args) -> None:
+    """For --backend pipe: the peer stack pings the served stack and tries its UDP echo (own thread)."""
+    from ustack.socket import socket as usocket
+
+    driver = Driver(peer, clock)
+    got = {}
+    peer_ident = 4242
+
+    def handler(seq, ident, data, src, now, ttl):
+        got.setdefault(seq, now)
+
+    with driver.lock:
+        peer.icmp.echo_handlers[peer_ident] = handler
+    for seq in range(1, 4):
+        t0 = clock()
+        with driver.lock:
+            peer.icmp.ping(stack.iface.addr, peer_ident, seq, b"u" * 56)
+        if driver.wait_until(lambda: seq in got, 2.0):
+            print(f"pipe peer {peer.addr}: 64 bytes from {stack.addr}: icmp_seq={seq} "
+                  f"time={(got[seq] - t0) * 1000:.3f} ms", flush=True)
+        else:
+            print(f"pipe peer {peer.addr}: no reply to icmp_seq={seq}", flush=True)
+    if args.udp_echo:
+        with usocket(peer) as s:
+            s.settimeout(2.0)
+            s.sendto(b"hello over the pipe", (stack.addr, args.udp_echo))
+            try:
+                data, addr = s.recvfrom(2048)
+                print(f"pipe peer {peer.addr}: udp echo from {addr[0]}:{addr[1]}: {data!r}", flush=True)
+            except TimeoutError:
+                print(f"pipe peer {peer.addr}: udp echo timed out", flush=True)
+    driver.start()  # keep answering ARP for the served stack afterwards
+
+
+def cmd_ping(args) -> int:
+    clock = MonotonicClock()
+    try:
+        stack, _ = open_stack(args, clock)
+    except (DeviceError, OSError, ValueError) as e:
+        print(f"ustack ping: {e}", file=sys.stderr)
+        return 2
+    driver = Driver(stack, clock)
+    try:
+        dst = ip_int(args.dest)
+    except ValueError:
+        print(f"ustack ping: {args.dest}: Name or service not known", file=sys.stderr)
+        return 2
+    ident = os.getpid() & 0xFFFF
+    size = args.size
+    payload = bytes((i & 0xFF) for i in range(size))
+    replies: dict[int, tuple[float, int]] = {}
+    stack.icmp.echo_handlers[ident] = lambda seq, i, data, src, now, ttl: (
+        replies.setdefault(seq, (now, ttl)) if data == payload and src == dst else None)
+    interrupted = {"flag": False}
+
+    def on_signal(signum, frame):
+        interrupted["flag"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print(f"PING {args.dest} ({args.dest}) {size}({size + 28}) bytes of data.", flush=True)
+    rtts = []
+    sent_at = {}
+    start = clock()
+    transmitted = 0
+    try:
+        driver.poll()
+        for seq in range(1, args.count + 1):
+            if interrupted["flag"]:
+                break
+            t0 = clock()
+            sent_at[seq] = t0
+            with driver.lock:
+                try:
+                    stack.icmp.ping(dst, ident, seq, payload)
+                except OSError as e:
+                    print(f"ping: sendmsg: {e.strerror}", flush=True)
+            transmitted += 1
+            ok = driver.wait_until(lambda: seq in replies or interrupted["flag"], args.timeout)
+            if ok and seq in replies:
+                when, ttl = replies[seq]
+                rtt = (when - t0) * 1000
+                rtts.append(rtt)
+                print(f"{size + 8} bytes from {args.dest}: icmp_seq={seq} ttl={ttl} time={rtt:.3f} ms", flush=True)
+            if seq < args.count and not interrupted["flag"]:
+                remaining = args.interval - (clock() - t0)
+                if remaining > 0:
+                    driver.wait_until(lambda: interrupted["flag"], remaining)
+    finally:
+        elapsed = (clock() - start) * 1000
+        received = len([s for s in replies if s in sent_at])
+        loss = 100.0 * (transmitted - received) / transmitted if transmitted else 0.0
+        print(f"\n--- {args.dest} ping statistics ---")
+        print(f"{transmitted} packets transmitted, {received} received, {loss:.0f}% packet loss, time {elapsed:.0f}ms")
+        if rtts:
+            mdev = statistics.pstdev(rtts)
+            print(f"rtt min/avg/max/mdev = {min(rtts):.3f}/{statistics.mean(rtts):.3f}/{max(rtts):.3f}/{mdev:.3f} ms")
+        sys.stdout.flush()
+        stack.close()
+        stack.device.close()
+    return 0 if received == transmitted and transmitted else 1
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=BACKENDS, default="packet")
+    p.add_argument("--ifname", help="interface (veth end or TAP device) to attach to")
+    p.add_argument("--addr", required=True, help="our address, A.B.C.D/N")
+    p.add_argument("--gateway", help="default gateway inside the subnet")
+    p.add_argument("--mtu", type=int, help="IP MTU (default: the device's)")
+    p.add_argument("--pcap", help="write every frame in and out to this pcap file")
+    p.add_argument("--queue", type=int, help="afxdp: NIC queue to bind")
+    p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), help="afxdp: XDP attach mode")
+    p.add_argument("--zerocopy", choices=("auto", "on", "off"), help="afxdp: zero-copy mode")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ustack", description="A user-space TCP/UDP/IPv4 stack for Python.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the stack: answer ARP and ping, optional UDP echo")
+    _common(serve)
+    serve.add_argument("--udp-echo", type=int, metavar="PORT", help="echo UDP datagrams on PORT")
+    serve.set_defaults(func=cmd_serve)
+    ping = sub.add_parser("ping", help="ping from the user-space stack, like ping(8)")
+    _common(ping)
+    ping.add_argument("dest")
+    ping.add_argument("-c", "--count", type=int, default=4)
+    ping.add_argument("-i", "--interval", type=float, default=1.0)
+    ping.add_argument("-s", "--size", type=int, default=56)
+    ping.add_argument("-W", "--timeout", type=float, default=2.0, help="seconds to wait for each reply")
+    ping.set_defaults(func=cmd_ping)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m ustack``: the same command line as the ``ustack`` console script."""
+
+import sys
+
+from tools.cli import main
+
+sys.exit(main())

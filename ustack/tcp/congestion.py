@@ -1,0 +1,130 @@
+"""Congestion control: a small hook interface and NewReno (RFC 5681, RFC 6582).
+
+The connection detects events and calls the hooks; the algorithm owns cwnd,
+ssthresh and, for NewReno, the fast-recovery state:
+
+- ``on_ack(ack, acked, flight, snd_max, now) -> bool``: SND.UNA advanced by
+  ``acked`` bytes to ``ack``; ``flight`` is FlightSize after the ACK. Returns
+  True when the first unacknowledged segment must be retransmitted now (a
+  NewReno partial ACK, RFC 6582 3.2 step 4).
+- ``on_dup_ack(ack, flight, snd_max, now) -> bool``: a duplicate ACK (RFC 5681
+  section 2). Returns True when fast retransmit must happen now.
+- ``on_rto(flight, snd_max, now)``: the retransmission timer expired.
+- ``on_loss(flight, now)``: another congestion signal (e.g. ECN); halve.
+- ``window``: the congestion window in bytes.
+
+``make(name, mss)`` builds one by name ("newreno"); connections take the
+name from their ``congestion`` knob.
+"""
+
+from __future__ import annotations
+
+from ustack.tcp.seq import seq_add, seq_gt
+
+INFINITE_SSTHRESH = 1 << 30
+
+
+def initial_window(mss: int) -> int:
+    """RFC 5681 3.1 equation (3): IW by segment size."""
+    if mss > 2190:
+        return 2 * mss
+    if mss > 1095:
+        return 3 * mss
+    return 4 * mss
+
+
+class NewReno:
+    """RFC 5681 slow start / congestion avoidance with RFC 6582 fast recovery."""
+
+    name = "newreno"
+    __slots__ = ("mss", "cwnd", "ssthresh", "dupacks", "in_recovery", "recover", "_bytes_acked")
+
+    def __init__(self, mss: int, iss: int = 0):
+        self.mss = mss
+        self.cwnd = initial_window(mss)
+        self.ssthresh = INFINITE_SSTHRESH  # 3.1: "arbitrarily high"
+        self.dupacks = 0
+        self.in_recovery = False
+        self.recover = iss  # RFC 6582 3.2 step 1: initialised to the ISS
+        self._bytes_acked = 0
+
+    @property
+    def window(self) -> int:
+        return self.cwnd
+
+    def set_mss(self, mss: int) -> None:
+        """The effective MSS became known (after the handshake): re-derive IW if nothing was acked yet."""
+        if self.ssthresh == INFINITE_SSTHRESH and self.cwnd == initial_window(self.mss):
+            self.cwnd = initial_window(mss)
+        self.mss = mss
+
+    def _halve(self, flight: int) -> None:
+        # RFC 5681 equation (4)
+        self.ssthresh = max(flight // 2, 2 * self.mss)
+
+    def on_ack(self, ack: int, acked: int, flight: int, snd_max: int, now: float) -> bool:
+        self.dupacks = 0
+        mss = self.mss
+        if self.in_recovery:
+            if seq_gt(ack, self.recover):
+                # 3.2 step 3, full acknowledgement: deflate, option (1) of RFC 6582.
+                self.in_recovery = False
+                self.cwnd = min(self.ssthresh, max(flight, mss) + mss)
+                self._bytes_acked = 0
+                return False
+            # 3.2 step 4, partial acknowledgement: deflate by the amount acked,
+            # add back one SMSS when at least one SMSS was acked, retransmit.
+            self.cwnd = max(mss, self.cwnd - acked + (mss if acked >= mss else 0))
+            return True
+        if self.cwnd < self.ssthresh:
+            # slow start, RFC 5681 equation (2) (bytes counted, at most SMSS per ACK)
+            self.cwnd += min(acked, mss)
+        else:
+            # congestion avoidance, 3.1: +SMSS once per cwnd of bytes acknowledged
+            self._bytes_acked += acked
+            if self._bytes_acked >= self.cwnd:
+                self._bytes_acked -= self.cwnd
+                self.cwnd += mss
+        return False
+
+    def on_dup_ack(self, ack: int, flight: int, snd_max: int, now: float) -> bool:
+        if self.in_recovery:
+            self.cwnd += self.mss  # RFC 5681 3.2 step 4: inflate per additional dup ACK
+            return False
+        self.dupacks += 1
+        if self.dupacks != 3:
+            return False
+        # RFC 6582 3.2 step 2: only when the ACK covers more than "recover"
+        # (no new fast retransmit for losses from before a timeout).
+        if not seq_gt(ack, self.recover):
+            return False
+        self.recover = seq_add(snd_max, -1)  # highest sequence number transmitted
+        self.in_recovery = True
+        self._halve(flight)
+        self.cwnd = self.ssthresh + 3 * self.mss
+        return True
+
+    def on_rto(self, flight: int, snd_max: int, now: float) -> None:
+        # RFC 5681 equation (4) and 3.1 "loss window"; RFC 6582 3.2 step 5.
+        self._halve(flight)
+        self.cwnd = self.mss
+        self.recover = seq_add(snd_max, -1)
+        self.in_recovery = False
+        self.dupacks = 0
+        self._bytes_acked = 0
+
+    def on_loss(self, flight: int, now: float) -> None:
+        self._halve(flight)
+        self.cwnd = self.ssthresh
+        self._bytes_acked = 0
+
+
+ALGORITHMS = {"newreno": NewReno, "reno": NewReno}
+
+
+def make(name: str, mss: int, iss: int = 0):
+    try:
+        cls = ALGORITHMS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown congestion control {name!r} (known: {', '.join(sorted(ALGORITHMS))})") from None
+    return cls(mss, iss)
