@@ -112,8 +112,9 @@ class PipeEnd:
         with self._lock:
             heapq.heappush(self._arrivals, (when, next(self.link._seq), frame))
             signal = not self._signalled and not self.closed
+            if signal:
+                self._signalled = True
         if signal:
-            self._signalled = True
             try:
                 os.write(self._wfd, b"\0")
             except BlockingIOError:

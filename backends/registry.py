@@ -1,0 +1,72 @@
+"""Open a backend by kind and interface name: the one place that knows every backend.
+
+``open_device("tap" | "packet" | "afxdp", ifname, **opts)`` opens the device in
+the calling thread's network namespace (wrap the call in
+``Topology.in_stack_ns()`` for a test topology). Backends are imported lazily
+so a missing or broken one only fails when it is asked for. The "pipe"
+backend has no interface name: its two ends come from ``backends.pipe.PipeLink``.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+import socket
+
+from ustack.device import Device, DeviceError
+
+KINDS = ("tap", "packet", "afxdp")
+# Names tried, in order, for the AF_XDP backend's entry point (a device class
+# or a factory taking (ifname, **opts)).
+AFXDP_ENTRY_POINTS = ("open_device", "AfXdpDevice", "AFXDPDevice", "XdpDevice", "XskDevice")
+
+
+def _afxdp_entry():
+    try:
+        module = importlib.import_module("backends.afxdp")
+    except Exception as exc:  # ImportError, or the module failing while it loads
+        raise DeviceError(errno.ENOSYS, f"the afxdp backend cannot be imported: {exc!r}") from exc
+    for name in AFXDP_ENTRY_POINTS:
+        entry = getattr(module, name, None)
+        if callable(entry):
+            return entry
+    raise DeviceError(
+        errno.ENOSYS,
+        "the afxdp backend is not available: backends.afxdp defines none of " + ", ".join(AFXDP_ENTRY_POINTS),
+    )
+
+
+def open_device(kind: str, ifname: str, **opts) -> Device:
+    """Open a ``kind`` device on ``ifname`` with backend-specific ``opts``."""
+    if kind == "tap":
+        from backends.tap import TapDevice
+
+        return TapDevice(ifname, **opts)
+    if kind == "packet":
+        from backends.packet_ring import PacketRingDevice
+
+        return PacketRingDevice(ifname, **opts)
+    if kind == "afxdp":
+        return _afxdp_entry()(ifname, **opts)
+    if kind == "pipe":
+        raise DeviceError(
+            errno.EINVAL, "pipe devices are not opened by interface name: create a backends.pipe.PipeLink and use its ends"
+        )
+    raise DeviceError(errno.EINVAL, f"unknown backend kind {kind!r} (known: {', '.join(KINDS)})")
+
+
+def available_backends() -> list[str]:
+    """The kinds ``open_device`` can open on this machine (privileges not checked)."""
+    kinds = []
+    if os.path.exists("/dev/net/tun"):
+        kinds.append("tap")
+    if hasattr(socket, "AF_PACKET"):
+        kinds.append("packet")
+    try:
+        _afxdp_entry()
+    except DeviceError:
+        pass
+    else:
+        kinds.append("afxdp")
+    return kinds

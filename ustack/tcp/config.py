@@ -1,0 +1,65 @@
+"""Per-connection knobs (socket options, sysctl-like defaults), one dataclass.
+
+``TcpLayer`` holds the defaults; ``connect``/``listen`` take keyword
+overrides (``nodelay=True``, ``rcvbuf=1 << 20``...), and a connection's
+knobs can be changed later with ``Connection.configure(**knobs)``.
+Times are seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class TcpConfig:
+    sndbuf: int = 256 * 1024  # send buffer capacity (bytes)
+    rcvbuf: int = 256 * 1024  # receive buffer capacity; the window scale is chosen to cover it
+    nodelay: bool = False  # TCP_NODELAY: no Nagle (RFC 896, RFC 1122 4.2.3.4)
+    delayed_ack: bool = True  # RFC 1122 4.2.3.2 / RFC 5681 4.2
+    delack_timeout: float = 0.04  # must stay below 0.5 s (RFC 1122)
+    initial_rto: float = 1.0  # RFC 6298 2.1
+    min_rto: float = 0.2  # RFC 6298 2.4 says 1 s; Linux uses 200 ms
+    max_rto: float = 60.0  # RFC 6298 2.5
+    syn_retries: int = 6  # SYN retransmissions before giving up (TimeoutError)
+    synack_retries: int = 5  # SYN-ACK retransmissions before dropping a half-open connection
+    max_retries: int = 15  # data retransmissions before giving up (RFC 1122 R2)
+    msl: float = 30.0  # maximum segment lifetime: TIME-WAIT lasts 2 * msl
+    fin_wait2_timeout: float = 60.0  # how long a closed (orphaned) connection waits in FIN-WAIT-2
+    keepalive: bool = False  # RFC 1122 4.2.3.6, off by default
+    keepidle: float = 7200.0
+    keepintvl: float = 75.0
+    keepcnt: int = 9
+    window_scaling: bool = True  # RFC 7323
+    timestamps: bool = True  # RFC 7323
+    sack: bool = True  # RFC 2018: offer SACK-permitted; send SACK blocks when both agree
+    congestion: str = "newreno"
+    mss: int = 0  # TCP_MAXSEG clamp; 0 = from the route MTU (MTU - 40)
+    challenge_ack_interval: float = 0.5  # RFC 5961 7: at most one challenge ACK per interval per connection
+    syncookies: bool = True  # RFC 4987 3.6, used when the SYN queue is full
+    syn_backlog: int = 0  # SYN queue bound; 0 = same as the listen backlog
+    send_low_water: int | None = None  # on_send_low_water fires when queued bytes fall to this (None: sndbuf/2)
+    recv_high_water: int | None = None  # on_recv_high_water fires when readable bytes reach this (None: rcvbuf/2)
+    persist_max: float = 60.0  # longest interval between zero-window probes
+    max_ooo_runs: int = 256  # bound on out-of-order runs held for reassembly
+
+    def derive(self, **knobs) -> TcpConfig:
+        """A copy with some knobs changed; unknown names raise TypeError."""
+        if not knobs:
+            return dataclasses.replace(self)
+        cfg = dataclasses.replace(self, **knobs)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.sndbuf <= 0 or self.rcvbuf <= 0:
+            raise ValueError("buffer sizes must be positive")
+        if not 0 < self.delack_timeout < 0.5:
+            raise ValueError("delack_timeout must be in (0, 0.5) seconds (RFC 1122 4.2.3.2)")
+        if self.min_rto <= 0 or self.max_rto < self.min_rto:
+            raise ValueError("need 0 < min_rto <= max_rto")
+        if self.msl < 0:
+            raise ValueError("msl must not be negative")
+        if self.mss and self.mss < 88:
+            raise ValueError("mss clamp below 88 bytes")
