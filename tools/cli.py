@@ -2,6 +2,7 @@
 
     ustack serve --backend {pipe,tap,packet,afxdp} --ifname IF --addr 198.18.0.2/24
                  [--gateway IP] [--pcap FILE] [--udp-echo PORT]
+    ustack demo  [--backend B] [--pipe] [--pcap FILE]
     ustack ping  --backend B --ifname IF --addr A/N [--gateway IP] DEST [-c N] [-i S] [-s SIZE] [-W S]
 
 ``serve`` prints ``ready`` once the stack is up, answers ARP and ping (and
@@ -232,6 +233,12 @@ def cmd_ping(args) -> int:
     return 0 if received == transmitted and transmitted else 1
 
 
+def cmd_demo(args) -> int:
+    from tools.demo import main as demo_main
+
+    return demo_main(args)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="packet")
     p.add_argument("--ifname", help="interface (veth end or TAP device) to attach to")
@@ -251,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(serve)
     serve.add_argument("--udp-echo", type=int, metavar="PORT", help="echo UDP datagrams on PORT")
     serve.set_defaults(func=cmd_serve)
+    demo = sub.add_parser("demo", help="a guided tour: the kernel and ustack talking (root), or two stacks (no root)")
+    demo.add_argument("--backend", choices=("afxdp", "packet", "tap"), help="default: the best available")
+    demo.add_argument("--pipe", action="store_true", help="tour over the pipe backend even as root")
+    demo.add_argument("--pcap", default="ustack-demo.pcap", help="capture file (default: %(default)s)")
+    demo.set_defaults(func=cmd_demo)
     ping = sub.add_parser("ping", help="ping from the user-space stack, like ping(8)")
     _common(ping)
     ping.add_argument("dest")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import select
 import struct
+import time
 
 import pytest
 
@@ -12,6 +14,27 @@ from tests.backends.link import KernelLink, collect, l4_checksum_ok, parse_ipv4_
 from ustack.device import DeviceError
 
 pytestmark = pytest.mark.privileged
+
+
+def hold_first(dev, want, timeout=5.0):
+    """Receive until a frame satisfies ``want``; keep it lent, release the rest.
+
+    Returns (frame view, its rx_status entry) or None at the deadline.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frames = dev.rx_burst(64)
+        statuses = list(dev.rx_status)
+        found = None
+        for f, st in zip(frames, statuses):
+            if found is None and want(f):
+                found = (f, st)
+        dev.rx_release([f for f in frames if found is None or f is not found[0]])
+        if found is not None:
+            return found
+        if not frames:
+            select.select([dev.fileno()], [], [], max(0.0, deadline - time.monotonic()))
+    return None
 
 
 @pytest.fixture
@@ -50,25 +73,12 @@ def test_checksum_flags_absent_with_offloads_off_and_counted_when_on(plink):
     assert state == {"tx-checksum-ip-generic": True}
     peer.sendto(b"partial", (plink.stack_ip, 7102))
     dev = plink.device
-    deadline_frames = []
-    statuses = []
-    import time
-
-    deadline = time.monotonic() + 5
-    while not deadline_frames and time.monotonic() < deadline:
-        frames = dev.rx_burst(64)
-        for f, st in zip(frames, dev.rx_status):
-            if udp_dport(f, 7102):
-                deadline_frames.append(bytes(f))
-                statuses.append(st)
-        dev.rx_release(frames)
-        if not frames:
-            import select
-
-            select.select([dev.fileno()], [], [], max(0.0, deadline - time.monotonic()))
-    assert len(deadline_frames) == 1
-    assert statuses[0] & 0x8  # TP_STATUS_CSUMNOTREADY, surfaced per frame
-    assert not l4_checksum_ok(deadline_frames[0])  # only the pseudo-header sum is in it
+    found = hold_first(dev, lambda f: udp_dport(f, 7102))
+    assert found is not None
+    frame, status = bytes(found[0]), found[1]
+    dev.rx_release([found[0]])
+    assert status & 0x8  # TP_STATUS_CSUMNOTREADY, surfaced per frame in rx_status
+    assert not l4_checksum_ok(frame)  # only the pseudo-header sum is in it
     assert dev.stats["packet_ring.rx_csum_notready"] == 1
 
 
@@ -131,19 +141,9 @@ def test_close_with_frames_still_held_defers_the_unmap(plink):
     peer = plink.peer_udp(9104)
     peer.sendto(b"held", (plink.stack_ip, 7104))
     dev = plink.device
-    import select
-    import time
-
-    deadline = time.monotonic() + 5
-    held = []
-    while not held and time.monotonic() < deadline:
-        frames = dev.rx_burst(64)
-        held = [f for f in frames if udp_dport(f, 7104)]
-        dev.rx_release([f for f in frames if not udp_dport(f, 7104)])
-        if not frames:
-            select.select([dev.fileno()], [], [], max(0.0, deadline - time.monotonic()))
-    assert held
+    found = hold_first(dev, lambda f: udp_dport(f, 7104))
+    assert found is not None
+    held = found[0]
     dev.close()
     assert dev.stats["packet_ring.close_deferred_unmap"] == 1
-    assert bytes(held[0][-4:]) == b"held"  # still mapped while referenced
-    del held, frames
+    assert bytes(held[-4:]) == b"held"  # still mapped while referenced

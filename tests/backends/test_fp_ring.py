@@ -1,0 +1,241 @@
+"""The Cython ring functions (ustack/_fp_ring.pxi) on synthetic rings: no privileges needed.
+
+Rings are built here byte by byte in the <linux/if_packet.h> layouts, valid
+and corrupted: a hostile header must stop the walk, never reach outside its
+block.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ustack import _fastpath as fp
+
+BS = 4096  # block size
+MAC = 82  # where the kernel puts the frame for a 14-byte link header
+TX_FS = 2048
+
+
+def put_block(ring: bytearray, block: int, packets, *, status: int = fp.TP_STATUS_USER, first: int = 48) -> None:
+    """Write one TPACKET_V3 block: ``packets`` are (frame bytes, tp_status[, tp_len])."""
+    base = block * BS
+    pos = first
+    for i, packet in enumerate(packets):
+        data, pstatus = packet[0], packet[1]
+        plen = packet[2] if len(packet) > 2 else len(data)
+        stride = (MAC + len(data) + 15) & ~15
+        nxt = 0 if i == len(packets) - 1 else stride
+        struct.pack_into("=IIIIIIHH", ring, base + pos, nxt, 0, 0, len(data), plen, pstatus, MAC, MAC + 14)
+        ring[base + pos + MAC : base + pos + MAC + len(data)] = data
+        pos += stride
+    struct.pack_into("=IIIIII", ring, base, 3, 0, status, len(packets), first, pos)
+
+
+def status_of(ring, block: int) -> int:
+    return struct.unpack_from("=I", ring, block * BS + 8)[0]
+
+
+def address(view) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+def frames_of(ring, block=0, max_frames=64):
+    mv = memoryview(ring)
+    npkts, first = fp.tpv3_block_open(mv, block * BS, BS)
+    frames, statuses = [], []
+    result = fp.tpv3_rx_take(mv, block * BS, BS, first, npkts, max_frames, frames, statuses)
+    return (npkts, first), result, frames, statuses
+
+
+def test_walk_a_valid_block_in_two_bursts():
+    ring = bytearray(BS * 2)
+    payloads = [bytes([i]) * (60 + i) for i in range(3)]
+    put_block(ring, 0, [(payloads[0], 1), (payloads[1], 1 | fp.TP_STATUS_CSUM_VALID), (payloads[2], 1 | fp.TP_STATUS_CSUMNOTREADY)])
+    mv = memoryview(ring)
+    assert fp.tpv3_block_open(mv, 0, BS) == (3, 48)
+    frames, statuses = [], []
+    taken, pos, left, truncated, notready, valid = fp.tpv3_rx_take(mv, 0, BS, 48, 3, 2, frames, statuses)
+    assert (taken, left, truncated, notready, valid) == (2, 1, 0, 0, 1)
+    taken, pos, left, truncated, notready, valid = fp.tpv3_rx_take(mv, 0, BS, pos, left, 64, frames, statuses)
+    assert (taken, left, notready) == (1, 0, 1)
+    assert [bytes(f) for f in frames] == payloads
+    assert statuses == [0, fp.TP_STATUS_CSUM_VALID, fp.TP_STATUS_CSUMNOTREADY]
+    # frames are views into the ring, not copies
+    assert address(frames[0]) == address(mv) + 48 + MAC
+
+
+def test_block_still_owned_by_the_kernel():
+    ring = bytearray(BS)
+    put_block(ring, 0, [(b"x" * 60, 1)], status=fp.TP_STATUS_KERNEL)
+    assert fp.tpv3_block_open(memoryview(ring), 0, BS) == (-1, 0)
+
+
+@pytest.mark.parametrize("block_off, block_size", [(BS, BS), (-8, BS), (4, BS), (0, 16), (0, BS * 2)])
+def test_block_outside_the_buffer(block_off, block_size):
+    ring = bytearray(BS)
+    put_block(ring, 0, [(b"x" * 60, 1)])
+    assert fp.tpv3_block_open(memoryview(ring), block_off, block_size) == (-3, 0)
+
+
+@pytest.mark.parametrize("first", [0, 47, 50, BS - 47, BS, 0xFFFFFFFF])
+def test_corrupt_first_packet_offset(first):
+    ring = bytearray(BS)
+    put_block(ring, 0, [(b"x" * 60, 1)])
+    struct.pack_into("=I", ring, 16, first)
+    assert fp.tpv3_block_open(memoryview(ring), 0, BS) == (-2, 0)
+
+
+def test_corrupt_next_offset_stops_after_the_good_frame():
+    ring = bytearray(BS)
+    put_block(ring, 0, [(b"a" * 60, 1), (b"b" * 60, 1)])
+    struct.pack_into("=I", ring, 48, BS)  # tp_next_offset past the block end
+    _, (taken, pos, left, *_), frames, _ = frames_of(ring)
+    assert (taken, left) == (1, -1)
+    assert bytes(frames[0]) == b"a" * 60
+
+
+@pytest.mark.parametrize("nxt", [0, 4, 47])
+def test_next_offset_that_does_not_advance_is_corrupt(nxt):
+    ring = bytearray(BS)
+    put_block(ring, 0, [(b"a" * 60, 1), (b"b" * 60, 1)])
+    struct.pack_into("=I", ring, 48, nxt)
+    _, (taken, pos, left, *_), frames, _ = frames_of(ring)
+    assert (taken, left) == (1, -1)
+
+
+@pytest.mark.parametrize("field, value", [("snaplen", BS), ("snaplen", 0xFFFFFFFF), ("mac", 0), ("mac", 47), ("mac", 0xFFFF)])
+def test_frame_reaching_outside_its_block_is_not_lent(field, value):
+    ring = bytearray(BS * 2)
+    put_block(ring, 0, [(b"a" * 60, 1)])
+    if field == "snaplen":
+        struct.pack_into("=II", ring, 48 + 12, value, value)
+    else:
+        struct.pack_into("=H", ring, 48 + 24, value)
+    _, (taken, pos, left, *_), frames, _ = frames_of(ring)
+    assert (taken, left, frames) == (0, -1, [])
+
+
+def test_truncated_frame_is_skipped_and_counted():
+    ring = bytearray(BS)
+    put_block(ring, 0, [(b"a" * 60, 1 | fp.TP_STATUS_COPY, 9000), (b"b" * 60, 1)])
+    _, (taken, pos, left, truncated, *_), frames, _ = frames_of(ring)
+    assert (taken, left, truncated) == (1, 0, 1)
+    assert bytes(frames[0]) == b"b" * 60
+
+
+def test_release_returns_the_block_when_the_last_reference_goes():
+    ring = bytearray(BS * 2)
+    put_block(ring, 1, [(b"a" * 60, 1), (b"b" * 60, 1)])
+    mv = memoryview(ring)
+    refs = array("i", [0, 1])  # the cursor holds block 1
+    frames, statuses = [], []
+    fp.tpv3_rx_take(mv, BS, BS, 48, 2, 64, frames, statuses)
+    refs[1] += len(frames)
+    assert fp.tpv3_block_unref(mv, refs, 1, BS) == 0  # cursor leaves; frames still lent
+    assert status_of(ring, 1) == fp.TP_STATUS_USER
+    assert fp.tpv3_rx_release(mv, frames[:1], BS * 2, BS, refs) == (0, 0)
+    assert status_of(ring, 1) == fp.TP_STATUS_USER
+    assert fp.tpv3_rx_release(mv, frames[1:], BS * 2, BS, refs) == (1, 0)
+    assert status_of(ring, 1) == fp.TP_STATUS_KERNEL
+    assert list(refs) == [0, 0]
+    # releasing again, or releasing something that is not ours, changes nothing
+    assert fp.tpv3_rx_release(mv, frames, BS * 2, BS, refs) == (0, 2)
+    assert fp.tpv3_rx_release(mv, [memoryview(bytearray(10)), b"xx"], BS * 2, BS, refs) == (0, 2)
+    assert list(refs) == [0, 0]
+
+
+def test_release_outside_rx_part_of_the_mapping_is_foreign():
+    ring = bytearray(BS * 2)
+    mv = memoryview(ring)
+    refs = array("i", [1])
+    # a view into the TX area that follows the RX ring
+    assert fp.tpv3_rx_release(mv, [mv[BS + 100 : BS + 160]], BS, BS, refs) == (0, 1)
+    assert list(refs) == [1]
+
+
+def tx_ring(slots=4):
+    return bytearray(TX_FS * slots + 4096)
+
+
+def tx_status(ring, tx_off, i):
+    return struct.unpack_from("=I", ring, tx_off + i * TX_FS + 20)[0]
+
+
+def test_tx_available_post_and_wrap():
+    ring = tx_ring()
+    mv = memoryview(ring)
+    off = 4096
+    assert fp.tpv3_tx_available(mv, off, TX_FS, 4, 0, 10) == (4, 0)
+    head = fp.tpv3_tx_post(mv, off, TX_FS, 4, 0, [60, 1514, 100], 1514)
+    assert head == 3
+    assert [tx_status(ring, off, i) for i in range(4)] == [1, 1, 1, 0]
+    assert struct.unpack_from("=IIII", ring, off + TX_FS, ) == (0, 0, 0, 1514)
+    assert struct.unpack_from("=I", ring, off + TX_FS + 16)[0] == 1514
+    assert fp.tpv3_tx_available(mv, off, TX_FS, 4, 3, 10) == (1, 0)  # slot 0 is still the kernel's
+    # the kernel sent slots 0 and 1; slot 2 it rejected
+    struct.pack_into("=I", ring, off + 20, 0)
+    struct.pack_into("=I", ring, off + TX_FS + 20, 0)
+    struct.pack_into("=I", ring, off + 2 * TX_FS + 20, fp.TP_STATUS_WRONG_FORMAT)
+    assert fp.tpv3_tx_available(mv, off, TX_FS, 4, 3, 10) == (4, 1)
+    assert fp.tpv3_tx_post(mv, off, TX_FS, 4, 3, [60, 60], 1514) == 1  # wraps
+
+
+@pytest.mark.parametrize("lengths", [[60, 13], [60, 1515], [0]])
+def test_tx_post_with_a_bad_length_posts_nothing(lengths):
+    ring = tx_ring()
+    mv = memoryview(ring)
+    with pytest.raises(ValueError):
+        fp.tpv3_tx_post(mv, 4096, TX_FS, 4, 0, lengths, 1514)
+    assert [tx_status(ring, 4096, i) for i in range(4)] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "tx_off, frame_size, frame_nr, head, max_len",
+    [(4096, TX_FS, 5, 0, 1514), (4096, TX_FS, 4, 4, 1514), (4096, 2000, 4, 0, 1514), (4096, TX_FS, 4, 0, TX_FS), (-16, TX_FS, 4, 0, 1514)],
+)
+def test_tx_geometry_outside_the_buffer_is_refused(tx_off, frame_size, frame_nr, head, max_len):
+    mv = memoryview(tx_ring())
+    with pytest.raises(ValueError):
+        fp.tpv3_tx_post(mv, tx_off, frame_size, frame_nr, head, [60], max_len)
+    if max_len <= frame_size - 48:
+        with pytest.raises(ValueError):
+            fp.tpv3_tx_available(mv, tx_off, frame_size, frame_nr, head, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    header=st.binary(min_size=BS // 4, max_size=BS // 4),
+    npkts=st.integers(0, 0xFFFFFFFF),
+    first=st.integers(0, 0xFFFFFFFF),
+    max_frames=st.integers(1, 300),
+)
+def test_hostile_block_never_lends_outside_it(header, npkts, first, max_frames):
+    """Random header bytes in block 1 of 3: every lent frame lies inside block 1."""
+    ring = bytearray(BS * 3)
+    ring[BS : BS + len(header)] = header
+    # make the random region look like packet headers at every 16-byte step too
+    ring[BS + 2048 : BS + 2048 + len(header)] = header
+    struct.pack_into("=IIIII", ring, BS + 8, fp.TP_STATUS_USER, npkts, first, BS)
+    mv = memoryview(ring)
+    n, f = fp.tpv3_block_open(mv, BS, BS)
+    if n <= 0:
+        return
+    frames, statuses = [], []
+    pos, left = f, n
+    for _ in range(10):
+        taken, pos, left, *_ = fp.tpv3_rx_take(mv, BS, BS, pos, left, max_frames, frames, statuses)
+        if left <= 0:
+            break
+    base = address(mv)
+    for frame in frames:
+        assert len(frame) <= BS
+        if len(frame):
+            start = address(frame) - base
+            assert BS <= start and start + len(frame) <= 2 * BS
+    assert len(statuses) == len(frames)
