@@ -41,3 +41,15 @@ def privileged():
 def pytest_runtest_setup(item):
     if item.get_closest_marker("privileged") is not None:
         require_privileged()
+
+
+# CI runs Hypothesis derandomized: the same examples every run, so a red CI
+# is a reproducible failure, not a lucky draw. Locally the search stays random.
+try:
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI") == "true":
+        _hyp_settings.load_profile("ci")
+except ImportError:  # hypothesis is a test extra
+    pass

@@ -104,16 +104,16 @@ cdef tuple _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bin
     cdef uint16_t s
     if n < 14:
         return _drop(RC_ETH_TRUNC)
-    # Destination MAC: ours, broadcast, or multicast (group bit) only.
-    if mac != NULL and not (f[0] & 1):
-        if f[0] != mac[0] or f[1] != mac[1] or f[2] != mac[2] or f[3] != mac[3] or f[4] != mac[4] or f[5] != mac[5]:
-            return _drop(RC_NOT_FOR_US)
     ethertype = _be16(f + 12)
     if ethertype == 0x8100:  # one 802.1Q tag
         if n < 18:
             return _drop(RC_ETH_TRUNC)
         ethertype = _be16(f + 16)
         l3 = 18
+    # Destination MAC: ours, broadcast, or multicast (group bit) only.
+    if mac != NULL and not (f[0] & 1):
+        if f[0] != mac[0] or f[1] != mac[1] or f[2] != mac[2] or f[3] != mac[3] or f[4] != mac[4] or f[5] != mac[5]:
+            return _drop(RC_NOT_FOR_US)
     if ethertype == 0x0806:
         return (CK_ARP, 0, l3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     if ethertype != 0x0800:

@@ -197,7 +197,7 @@ def test_tx_post_with_a_bad_length_posts_nothing(lengths):
 
 @pytest.mark.parametrize(
     "tx_off, frame_size, frame_nr, head, max_len",
-    [(4096, TX_FS, 5, 0, 1514), (4096, TX_FS, 4, 4, 1514), (4096, 2000, 4, 0, 1514), (4096, TX_FS, 4, 0, TX_FS), (-16, TX_FS, 4, 0, 1514)],
+    [(4096, TX_FS, 5, 0, 1514), (4096, TX_FS, 4, 4, 1514), (4096, 2040, 4, 0, 1514), (4096, TX_FS, 4, 0, TX_FS), (-16, TX_FS, 4, 0, 1514)],
 )
 def test_tx_geometry_outside_the_buffer_is_refused(tx_off, frame_size, frame_nr, head, max_len):
     mv = memoryview(tx_ring())
@@ -208,30 +208,53 @@ def test_tx_geometry_outside_the_buffer_is_refused(tx_off, frame_size, frame_nr,
             fp.tpv3_tx_available(mv, tx_off, frame_size, frame_nr, head, 1)
 
 
-@settings(max_examples=300, deadline=None)
+def u32s():
+    """Mostly plausible header values, sometimes anything at all."""
+    return st.one_of(st.integers(0, 200), st.integers(0, BS + 64), st.integers(0, 0xFFFFFFFF))
+
+
+@settings(max_examples=400, deadline=None)
 @given(
-    header=st.binary(min_size=BS // 4, max_size=BS // 4),
-    npkts=st.integers(0, 0xFFFFFFFF),
-    first=st.integers(0, 0xFFFFFFFF),
+    headers=st.lists(
+        st.tuples(
+            st.one_of(st.integers(3, 25).map(lambda k: 16 * k), u32s()),  # tp_next_offset
+            u32s(),  # tp_snaplen
+            st.one_of(st.just(0), u32s()),  # tp_len (0: never "truncated")
+            st.integers(0, 0xFF),  # tp_status
+            st.one_of(st.integers(48, 128), st.integers(0, 0xFFFF)),  # tp_mac
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    npkts=st.one_of(st.integers(0, 50), st.integers(0, 0xFFFFFFFF)),
+    first=st.one_of(st.just(48), u32s()),
     max_frames=st.integers(1, 300),
+    noise=st.binary(min_size=0, max_size=256),
 )
-def test_hostile_block_never_lends_outside_it(header, npkts, first, max_frames):
-    """Random header bytes in block 1 of 3: every lent frame lies inside block 1."""
-    ring = bytearray(BS * 3)
-    ring[BS : BS + len(header)] = header
-    # make the random region look like packet headers at every 16-byte step too
-    ring[BS + 2048 : BS + 2048 + len(header)] = header
-    struct.pack_into("=IIIII", ring, BS + 8, fp.TP_STATUS_USER, npkts, first, BS)
+def test_hostile_block_never_lends_outside_it(headers, npkts, first, max_frames, noise):
+    """A hostile header chain in block 1 of 3: every lent frame lies inside block 1, the walk ends."""
+    ring = bytearray(b"\xee" * (BS * 3))
+    ring[BS + 48 : BS + 48 + len(noise)] = noise
+    pos = first
+    for nxt, snaplen, plen, status, mac in headers:
+        if not 0 <= pos <= BS - 48:
+            break
+        struct.pack_into("=IIIIIIHH", ring, BS + pos, nxt, 0, 0, snaplen, plen, status, mac, 0)
+        pos += nxt
+    struct.pack_into("=IIII", ring, BS + 8, fp.TP_STATUS_USER, npkts, first, BS)
     mv = memoryview(ring)
     n, f = fp.tpv3_block_open(mv, BS, BS)
     if n <= 0:
+        assert n in (0, -2)
         return
     frames, statuses = [], []
     pos, left = f, n
-    for _ in range(10):
+    for _ in range(BS):  # every call takes at least one packet or ends the block
         taken, pos, left, *_ = fp.tpv3_rx_take(mv, BS, BS, pos, left, max_frames, frames, statuses)
         if left <= 0:
             break
+    else:
+        raise AssertionError("walk did not end")
     base = address(mv)
     for frame in frames:
         assert len(frame) <= BS

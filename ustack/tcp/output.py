@@ -25,7 +25,7 @@ and never moves left.
 from __future__ import annotations
 
 from ustack.tcp.seq import MASK, seq_add, seq_diff, seq_gt, seq_lt
-from ustack.tcp.tcb import SENDING
+from ustack.tcp.tcb import SENDING, SYNCHRONIZED
 from ustack.wire.tcp import ACK, FIN, PSH, RST, SYN, TcpHeader
 
 
@@ -175,7 +175,7 @@ class SegmentOutput:
         if seq_lt(seq, tcb.snd_max):
             self.retransmits += 1
             self.host.stats.inc("tcp.retrans_segs")
-        elif n and self._rtt_seq is None and not tcb.ts_ok:
+        elif n and not probe and self._rtt_seq is None and not tcb.ts_ok:
             self._rtt_seq = end  # time this segment (Karn: only never-retransmitted ones)
             self._rtt_time = now
         if advance:
@@ -276,5 +276,6 @@ class SegmentOutput:
         self._notify()
 
     def _on_delack_timer(self, now: float) -> None:
-        if self.tcb.state.value > 3 and self.tcb.last_ack_sent != self.tcb.rcv_nxt or self._ack_now:
+        tcb = self.tcb
+        if tcb.state in SYNCHRONIZED and (tcb.last_ack_sent != tcb.rcv_nxt or self._ack_now or self._unacked):
             self._send_ack(now)
