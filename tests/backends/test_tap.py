@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from tools.netns import Topology
 from ustack.device import DeviceError
 
 pytestmark = pytest.mark.privileged
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -92,7 +95,7 @@ def test_unprivileged_open_explains_itself():
                 print(exc.errno, exc.strerror)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, cwd=".")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, cwd=REPO)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 2
