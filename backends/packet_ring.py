@@ -52,6 +52,7 @@ PACKET_LOSS = 14
 PACKET_FANOUT = 18
 PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
+SO_SNDBUFFORCE = 32
 TPACKET_V3 = 2
 PACKET_FANOUT_HASH = 0
 ETH_P_ALL = 0x0003
@@ -77,6 +78,11 @@ class PacketRingDevice:
     slot size (default 2048, or the next power of two that fits an MTU-sized
     frame). ``tx_frames``: TX slots (rounded up to whole TX blocks).
     ``fanout``: a PACKET_FANOUT group id (hash mode) or ``(group, mode)``.
+
+    Defaults: 64 blocks of 128 KiB (8 MiB) hold ~5,000 full-size or ~50,000
+    minimum-size frames, and with a 1 ms retire timer a trickle of traffic
+    still has 64 ms of blocks before the kernel must drop; 1024 TX slots of
+    2 KiB (2 MiB) let a poll round post many bursts before waiting.
     """
 
     def __init__(
@@ -162,6 +168,17 @@ class PacketRingDevice:
         sockopt(PACKET_LOSS, 1, "PACKET_LOSS")  # the kernel skips malformed TX slots instead of stalling
         if qdisc_bypass:
             sockopt(PACKET_QDISC_BYPASS, 1, "PACKET_QDISC_BYPASS")
+        # Every posted slot holds an skb charged to this socket until the
+        # driver frees it; a send buffer that covers the whole ring makes the
+        # ring, not the buffer, the limit (the kernel doubles the value).
+        wanted = tx_nr * (frame_size + 1024) // 2
+        for option in (SO_SNDBUFFORCE, socket.SO_SNDBUF):
+            try:
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < 2 * wanted:
+                    sock.setsockopt(socket.SOL_SOCKET, option, wanted)
+                break
+            except PermissionError:
+                continue  # SO_SNDBUFFORCE needs CAP_NET_ADMIN; SO_SNDBUF is capped by wmem_max
         rx_nr = block_size // RX_NOMINAL_FRAME * block_count
         sockopt(
             PACKET_RX_RING,
@@ -233,6 +250,8 @@ class PacketRingDevice:
 
     def rx_burst(self, max_frames: int) -> list[memoryview]:
         self._check_open()
+        if self._tx_pending:
+            self._kick()  # every poll round pushes out slots an earlier kick left behind
         frames: list[memoryview] = []
         statuses: list[int] = []
         mv, refs, bsize = self._mv, self._refs, self._block_size
@@ -321,15 +340,21 @@ class PacketRingDevice:
         self._kick()
 
     def _kick(self) -> None:
+        """One send() for every posted slot. The kernel stops early, without an
+        error, when the socket's send buffer is full; then the last posted slot
+        is still TP_STATUS_SEND_REQUEST and the next rx_burst/tx_reserve kicks again."""
         try:
             self._sock.send(b"", socket.MSG_DONTWAIT)
-            self._tx_pending = False
         except (BlockingIOError, InterruptedError):
-            self._tx_pending = True
+            pass
         except OSError as exc:
             # ENOBUFS, ENETDOWN...: the slots stay posted; the next kick retries them
-            self._tx_pending = True
             self.stats.inc(f"packet_ring.tx_kick_error.{errno.errorcode.get(exc.errno, exc.errno)}")
+        last = (self._tx_head - 1) % self._tx_nr
+        status = fp.tpv3_tx_status(self._mv, self._tx_off, self._tx_frame_size, self._tx_nr, last)
+        self._tx_pending = status == fp.TP_STATUS_SEND_REQUEST
+        if self._tx_pending:
+            self.stats.inc("packet_ring.tx_kick_incomplete")
 
     def fileno(self) -> int:
         return -1 if self._closed else self._sock.fileno()

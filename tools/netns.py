@@ -10,6 +10,10 @@ The one topology helper that tests, tools and the CLI share; pyroute2 only
 - ``Topology.tap()``: one namespace holding a persistent TAP device that the
   kernel side addresses; the user-space stack attaches to it by name.
 
+``topology.open_device(kind)`` opens a backend on the stack end from inside
+the stack namespace and waits until the link is running (the kernel drops
+frames until it has processed the carrier change).
+
 Checksum and segmentation offloads are turned off on both ends (FACTS.md:
 with tx-checksum on, veth hands AF_PACKET frames whose L4 checksum holds only
 the pseudo-header sum; with TSO/GSO it hands 64 KiB TCP frames). IPv6 is
@@ -29,16 +33,18 @@ import contextlib
 import errno
 import itertools
 import os
+import select
 import signal
 import socket
 import subprocess
 import threading
+import time
 import weakref
 from typing import Iterator, Optional, Sequence
 
 from pyroute2 import IPRoute
 from pyroute2 import netns as pyroute2_netns
-from pyroute2.ethtool.ioctl import IoctlEthtool
+from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
 
 PEER_ADDR = "198.18.0.1"
 STACK_ADDR = "198.18.0.2"
@@ -93,8 +99,9 @@ class _Reaper:
     """Process-wide record of the namespaces this process created.
 
     Namespaces outlive Python objects but not the process that reaps them, so
-    this is the one piece of process state here: live topologies, the names
-    they are creating, a serial for unique names, and the exit/signal hooks.
+    this is the one piece of process state here: the live topologies (each
+    knows its namespaces, recorded before they are created), a serial for
+    unique names, and the exit/signal hooks.
     """
 
     def __init__(self) -> None:
@@ -122,11 +129,13 @@ class _Reaper:
             topology.close()
 
     def _on_signal(self, signum, frame) -> None:
+        previous = self.previous.get(signum)
+        if previous == signal.SIG_IGN:
+            return
         self.reap_all()
-        previous = self.previous.get(signum, signal.SIG_DFL)
         if callable(previous):
             previous(signum, frame)  # SIGINT: default_int_handler raises KeyboardInterrupt
-        elif previous == signal.SIG_DFL:
+        else:  # SIG_DFL, or a handler installed outside Python
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
@@ -176,7 +185,7 @@ def _set_features(ifname: str, features: dict[str, bool], *, strict: Sequence[st
         if changed:
             try:
                 ethtool.set_features(current)
-            except Exception:
+            except (OSError, EthtoolError):
                 pass  # ETHTOOL_F_WISH & co: some bits did not change; checked below
         after = ethtool.get_features()
         result = {name: after[name] for name in features if name in after}
@@ -251,7 +260,15 @@ class Topology:
             if self._closed:
                 raise TopologyError("topology closed during set-up")
             self._namespaces.append(name)
-        pyroute2_netns.create(name)
+        # pyroute2 creates the namespace in a forked child; with SIGINT/SIGTERM
+        # held off (the child inherits the mask) it either exists completely
+        # or not at all when a pending signal's handler reaps it.
+        held = {signal.SIGINT, signal.SIGTERM}
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            pyroute2_netns.create(name)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         with _inside(name):
             _sysctl_ipv6_off()
             with IPRoute() as ipr:
@@ -276,6 +293,7 @@ class Topology:
             os.close(stack_fd)
         with self.in_stack_ns(), IPRoute() as ipr:
             self.stack_mac = self._configure(ipr, self.stack_ifname, address=False)
+        self.wait_running()
 
     def _build_tap(self) -> None:
         self._create_ns(self.peer_ns)
@@ -338,6 +356,48 @@ class Topology:
             pyroute2_netns.setns(self.peer_ns, flags=0)
 
         return subprocess.run(argv, timeout=timeout, preexec_fn=enter, **kw)
+
+    def wait_running(self, timeout: float = 5.0) -> None:
+        """Wait until every end of the link is operationally UP.
+
+        The kernel applies a carrier change (veth ends coming up, a TAP
+        getting its first reader) in its linkwatch work, which can lag by up
+        to a second when many links change; until then its transmit queue
+        drops everything. A veth topology waits before the constructor
+        returns; for a TAP call this after attaching the device (or use
+        ``open_device``).
+        """
+        deadline = time.monotonic() + timeout
+        for nsname, ifname in self._ends():
+            with _inside(nsname), IPRoute() as ipr:
+                ipr.bind()  # link notifications wake the wait early
+                index = ipr.link_lookup(ifname=ifname)[0]
+                while ipr.link("get", index=index)[0].get_attr("IFLA_OPERSTATE") != "UP":
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TopologyError(f"{ifname} in {nsname} not running after {timeout} s")
+                    if select.select([ipr.fileno()], [], [], min(remaining, 0.01))[0]:
+                        ipr.get()
+
+    def open_device(self, kind: Optional[str] = None, **opts):
+        """Open a backend on the stack end (``kind`` defaults to "tap" / "packet").
+
+        Opens it inside the stack namespace (a TAP with the topology's stack
+        MAC, attaching to the existing device), then waits until the link is
+        running. Returns the Device.
+        """
+        from backends.registry import open_device
+
+        kind = kind or ("tap" if self.kind == "tap" else "packet")
+        defaults = {"mac": self.stack_mac, "create": False} if kind == "tap" else {}
+        with self.in_stack_ns():
+            device = open_device(kind, self.stack_ifname, **{**defaults, **opts})
+        try:
+            self.wait_running()
+        except BaseException:
+            device.close()
+            raise
+        return device
 
     # -- changes ------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 #   tpv3_block_unref(ring, refs, block, block_size) -> 1 if the block went back
 #   tpv3_tx_available(ring, tx_off, frame_size, frame_nr, head, n) -> (count, reset)
 #   tpv3_tx_post(ring, tx_off, frame_size, frame_nr, head, lengths, max_len) -> head
+#   tpv3_tx_status(ring, tx_off, frame_size, frame_nr, index) -> tp_status
 #
 # Layouts are <linux/if_packet.h> (host byte order). The ring is shared with
 # a kernel that writes it concurrently, and its contents are treated as
@@ -347,5 +348,20 @@ def tpv3_tx_post(object ring, Py_ssize_t tx_off, Py_ssize_t frame_size, Py_ssize
             if i == frame_nr:
                 i = 0
         return i
+    finally:
+        PyBuffer_Release(&rb)
+
+
+def tpv3_tx_status(object ring, Py_ssize_t tx_off, Py_ssize_t frame_size, Py_ssize_t frame_nr,
+                   Py_ssize_t index):
+    """tp_status of TX slot ``index`` (acquire load): still TP_STATUS_SEND_REQUEST
+    after a kick means the kernel has not taken that slot yet."""
+    cdef Py_buffer rb
+    PyObject_GetBuffer(ring, &rb, PyBUF_SIMPLE)
+    try:
+        if not _ring_tx_geometry_ok(&rb, tx_off, frame_size, frame_nr, index):
+            raise ValueError("bad TX ring geometry")
+        return ustack_ring_load_acquire_u32(<const unsigned char *>rb.buf + tx_off
+                                            + index * frame_size + _TPV3_H3_STATUS)
     finally:
         PyBuffer_Release(&rb)

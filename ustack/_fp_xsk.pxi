@@ -22,9 +22,8 @@ from libc.string cimport memcpy
 from libc.errno cimport errno, EAGAIN, EBUSY, ENOBUFS, ENETDOWN, ENXIO, EINTR
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
+from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER, PyMemoryView_FromObject
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
-from cpython.sequence cimport PySequence_GetSlice
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 
 cdef extern from *:
@@ -394,6 +393,20 @@ cdef class XskDataPath:
         fill._cached_prod += n
         fill.prod_submit()
 
+    cdef inline object _lend(self, uint64_t addr, uint32_t length):
+        """A memoryview of UMEM bytes [addr, addr + length), already validated.
+
+        Same result as slicing the UMEM view (a new view on the same managed
+        buffer, narrowed the way memoryview slicing narrows it), without
+        building a slice object per frame.
+        """
+        cdef object view = PyMemoryView_FromObject(self._umem_view)
+        cdef Py_buffer *b = PyMemoryView_GET_BUFFER(view)
+        b.buf = <char *>b.buf + addr
+        b.len = length
+        b.shape[0] = length
+        return view
+
     cdef inline void _rx_recycle(self, uint32_t frame) noexcept:
         self._rx_state[frame] = XSK_RX_WITH_US
         self._rx_free[self._rx_free_len] = frame
@@ -484,8 +497,7 @@ cdef class XskDataPath:
                 continue
             if self._rx_desc_ok(d.addr, d.len):
                 self._rx_state[d.addr >> self._shift] = XSK_RX_LENT
-                out.append(PySequence_GetSlice(self._umem_view, <Py_ssize_t>d.addr,
-                                               <Py_ssize_t>(d.addr + d.len)))
+                out.append(self._lend(d.addr, d.len))
                 got += 1
                 self.rx_packets += 1
             else:
@@ -574,9 +586,7 @@ cdef class XskDataPath:
             return out
         promised = self._n_reserved * self.slot_frames
         free_descs = tx.prod_free(promised + <uint32_t>min(n, tx.size) * self.slot_frames)
-        if free_descs < promised:
-            return out
-        slots = (free_descs - promised) // self.slot_frames
+        slots = (free_descs - promised) // self.slot_frames if free_descs > promised else 0
         if slots > self._slot_free_len:
             slots = self._slot_free_len
         if <Py_ssize_t>slots > n:
@@ -588,6 +598,10 @@ cdef class XskDataPath:
             self._reserved[self._n_reserved] = slot
             self._n_reserved += 1
             out.append(self._slot_views[slot])
+        if <Py_ssize_t>slots < n and tx.prod_unconsumed():
+            # short of slots with frames still queued (an earlier kick met
+            # EBUSY/ENOBUFS, or the driver sleeps): push them out again
+            self._kick_tx()
         return out
 
     def tx_commit(self, lengths):

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import atexit
 import errno
+import resource
 import signal
 import threading
+import time
 import weakref
 from typing import Sequence
 
@@ -50,6 +52,7 @@ from .xsk import XDP_COPY, XDP_OPTIONS_ZEROCOPY, XDP_USE_NEED_WAKEUP, XDP_USE_SG
 XDP_PACKET_HEADROOM = 256  # the kernel receives at frame + 256 (FACTS.md)
 ETH_HLEN = 14
 MAX_REASSEMBLED_FRAME = 65535 + 18  # sanity bound on a multi-buffer frame
+BUSY_QUEUE_WAIT = 1.0  # seconds a bind waits for a just-closed socket's queue
 
 _XDP_MODES = ("auto", "native", "generic")
 _ZEROCOPY = {"auto": "auto", "on": "on", "off": "off", True: "on", False: "off"}
@@ -177,7 +180,8 @@ class AfXdpDevice:
         rx_frames = num_frames // 2
         tx_frames = num_frames - rx_frames
         self._xsk = self._create_socket(frame_size, num_frames, ring_size, rx_frames, tx_frames)
-        sg_bound, zc = self._bind(info.ifindex, zerocopy, multi_buffer, need_wakeup)
+        needs_sg = info.mtu + ETH_HLEN > frame_size - XDP_PACKET_HEADROOM
+        sg_bound, zc = self._bind(info.ifindex, zerocopy, multi_buffer, need_wakeup, sg_first=needs_sg)
         self._program = XdpProgram.attach(
             self._link, queue=self.queue, mode=xdp_mode, frags=multi_buffer if sg_bound else False
         )
@@ -204,6 +208,12 @@ class AfXdpDevice:
             rx_frames=rx_frames, tx_slots=tx_slots, slot_frames=slot_frames,
             need_wakeup=need_wakeup, sg=sg_bound, max_frame=MAX_REASSEMBLED_FRAME,
         )
+        # The hot calls go straight to the Cython data path (no Python frame in
+        # between); close() removes these and the methods below take over.
+        self.rx_burst = self._path.rx_burst
+        self.rx_release = self._path.rx_release
+        self.tx_reserve = self._path.tx_reserve
+        self.tx_commit = self._path.tx_commit
         mode = " ".join(
             w for w in ("afxdp", self._program.mode, "zerocopy" if zc else "copy",
                         "need_wakeup" if need_wakeup else "", "sg" if sg else "") if w
@@ -230,6 +240,7 @@ class AfXdpDevice:
                 "num_frames": num_frames,
                 "ring_size": ring_size,
                 "tx_slot_frames": slot_frames,
+                "tx_budget": x.tx_budget,
                 "xdp_prog_id": self._program.prog_id,
                 "xdp_prog_owned": self._program.owned,
             },
@@ -240,7 +251,9 @@ class AfXdpDevice:
         try:
             return XskSocket(
                 frame_size=frame_size, num_frames=num_frames, rx_size=ring_size, tx_size=ring_size,
-                fill_size=_pow2_at_least(max(ring_size, rx_frames)),
+                # twice the RX frames: the fill ring never looks full, so refilling
+                # rarely has to re-read the kernel's consumer index
+                fill_size=_pow2_at_least(max(ring_size, 2 * rx_frames)),
                 comp_size=_pow2_at_least(max(ring_size, tx_frames)),
             )
         except OSError as exc:
@@ -251,8 +264,6 @@ class AfXdpDevice:
             if exc.errno == errno.EAFNOSUPPORT:
                 raise AfXdpError(errno.EAFNOSUPPORT, "this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS)") from None
             if exc.errno == errno.ENOBUFS:
-                import resource
-
                 soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
 
                 def mib(v):
@@ -267,32 +278,40 @@ class AfXdpDevice:
                 ) from None
             raise AfXdpError(exc.errno, f"setting up the AF_XDP socket: {exc.strerror or exc}") from None
 
-    def _bind(self, ifindex: int, zerocopy: str, multi_buffer, need_wakeup: bool) -> tuple[bool, bool]:
-        """Bind, trying the richest mode first; returns (sg bound, zero-copy obtained)."""
+    def _bind(self, ifindex: int, zerocopy: str, multi_buffer, need_wakeup: bool, *,
+              sg_first: bool) -> tuple[bool, bool]:
+        """Bind, trying the richest mode first; returns (sg bound, zero-copy obtained).
+
+        Zero-copy is preferred to multi-buffer unless the MTU needs multi-buffer
+        (``sg_first``): a NIC may offer zero-copy only for single-buffer frames.
+        """
         copy_modes = {"on": (XDP_ZEROCOPY,), "off": (XDP_COPY,), "auto": (XDP_ZEROCOPY, XDP_COPY)}[zerocopy]
         sg_modes = {True: (XDP_USE_SG,), False: (0,), "auto": (XDP_USE_SG, 0)}[multi_buffer]
+        if sg_first:
+            attempts = [(c, sg) for sg in sg_modes for c in copy_modes]
+        else:
+            attempts = [(c, sg) for c in copy_modes for sg in sg_modes]
         extra = XDP_USE_NEED_WAKEUP if need_wakeup else 0
         failure: OSError | None = None
-        for sg in sg_modes:
-            for copy_mode in copy_modes:
-                try:
-                    self._xsk.bind(ifindex, self.queue, copy_mode | sg | extra)
-                except OSError as exc:
-                    if exc.errno == errno.EBUSY:
-                        raise QueueBusyError(
-                            errno.EBUSY,
-                            f"queue {self.queue} of {self.ifname} is already bound by another AF_XDP socket (EBUSY)",
-                        ) from None
-                    if exc.errno == errno.EPERM:
-                        raise NotPermittedError(errno.EPERM, "binding the AF_XDP socket refused (EPERM): needs root") from None
-                    if exc.errno == errno.ENODEV:
-                        raise NoSuchInterfaceError(errno.ENODEV, f"{self.ifname} went away while opening") from None
-                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.EPROTONOSUPPORT):
-                        raise AfXdpError(exc.errno, f"binding to {self.ifname} queue {self.queue}: {exc.strerror}") from None
-                    failure = exc
-                    continue
-                zc = bool(self._xsk.options() & XDP_OPTIONS_ZEROCOPY)
-                return bool(sg), zc
+        for copy_mode, sg in attempts:
+            try:
+                self._bind_once(ifindex, copy_mode | sg | extra)
+            except OSError as exc:
+                if exc.errno == errno.EBUSY:
+                    raise QueueBusyError(
+                        errno.EBUSY,
+                        f"queue {self.queue} of {self.ifname} is already bound by another AF_XDP socket (EBUSY)",
+                    ) from None
+                if exc.errno == errno.EPERM:
+                    raise NotPermittedError(errno.EPERM, "binding the AF_XDP socket refused (EPERM): needs root") from None
+                if exc.errno == errno.ENODEV:
+                    raise NoSuchInterfaceError(errno.ENODEV, f"{self.ifname} went away while opening") from None
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.EPROTONOSUPPORT):
+                    raise AfXdpError(exc.errno, f"binding to {self.ifname} queue {self.queue}: {exc.strerror}") from None
+                failure = exc
+                continue
+            zc = bool(self._xsk.options() & XDP_OPTIONS_ZEROCOPY)
+            return bool(sg), zc
         assert failure is not None
         wanted = []
         if zerocopy == "on":
@@ -311,7 +330,25 @@ class AfXdpDevice:
             f"({errno.errorcode.get(failure.errno, failure.errno)}): {failure.strerror}",
         )
 
+    def _bind_once(self, ifindex: int, flags: int) -> None:
+        """bind(); EBUSY is retried for a moment: a socket closed just before
+        releases its queue from a kernel work item (xp_release_deferred), so a
+        quick reopen can find the queue still taken."""
+        deadline = time.monotonic() + BUSY_QUEUE_WAIT
+        pause = 0.001
+        while True:
+            try:
+                self._xsk.bind(ifindex, self.queue, flags)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
     # -- the Device protocol ---------------------------------------------------
+    # While open, these four are shadowed by the data path's own methods
+    # (instance attributes set in _open); these versions serve a closed device.
 
     def rx_burst(self, max_frames: int) -> list[memoryview]:
         path = self._path
@@ -369,6 +406,8 @@ class AfXdpDevice:
             xsk, self._xsk = self._xsk, None
             program, self._program = self._program, None
             link, self._link = self._link, None
+            for name in ("rx_burst", "rx_release", "tx_reserve", "tx_commit"):
+                self.__dict__.pop(name, None)
         if path is not None:
             path.close()
         if xsk is not None:

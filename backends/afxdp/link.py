@@ -68,7 +68,7 @@ class Link:
 
     def __init__(self, ifname: str):
         self.ifname = ifname
-        self._ipr: IPRoute | None = IPRoute()
+        self._ipr: IPRoute | None = IPRoute(ext_ack=True)  # the kernel explains refusals
         try:
             found = self._ipr.link_lookup(ifname=ifname)
         except BaseException:

@@ -27,7 +27,7 @@ import os
 import struct
 
 from . import bpf
-from .errors import MtuTooLargeError, NotPermittedError, ProgramConflictError, ModeUnavailableError, AfXdpError
+from .errors import AfXdpError, ModeUnavailableError, MtuTooLargeError, NotPermittedError, ProgramConflictError
 from .link import Link, LinkError
 
 PROG_NAME = "ustack_xsk"

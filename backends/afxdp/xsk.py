@@ -36,6 +36,7 @@ XDP_UMEM_FILL_RING = 5
 XDP_UMEM_COMPLETION_RING = 6
 XDP_STATISTICS = 7
 XDP_OPTIONS = 8
+XDP_MAX_TX_SKB_BUDGET = 9  # kernel >= 6.17: descriptors copy mode sends per sendto()
 
 # sxdp_flags for bind.
 XDP_SHARED_UMEM = 1 << 0
@@ -83,9 +84,13 @@ def raise_memlock(needed: int) -> tuple[int, int]:
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     if soft == infinity or soft >= needed:
         return soft, hard
-    for limits in ((infinity, infinity), (hard, hard) if hard == infinity or hard >= needed else None):
-        if limits is None:
-            continue
+    # Locked memory is counted per user across all UMEMs, so ask for as much
+    # as we may (like libbpf): unlimited needs CAP_SYS_RESOURCE, the hard limit
+    # does not.
+    wishes = [(infinity, infinity)]
+    if hard == infinity or hard >= needed:
+        wishes.append((hard, hard))
+    for limits in wishes:
         try:
             resource.setrlimit(resource.RLIMIT_MEMLOCK, limits)
             break
@@ -108,6 +113,7 @@ class XskSocket:
         self._maps: list[mmap.mmap] = []
         self.rx = self.tx = self.fill = self.comp = None
         self.bound_flags = 0
+        self.tx_budget = 32
         try:
             self.sock = socket.socket(AF_XDP, socket.SOCK_RAW, 0)
             self.umem = mmap.mmap(
@@ -124,6 +130,7 @@ class XskSocket:
             self.tx = self._map_ring(offsets[4:8], XDP_PGOFF_TX_RING, tx_size, 16)
             self.fill = self._map_ring(offsets[8:12], XDP_UMEM_PGOFF_FILL_RING, fill_size, 8)
             self.comp = self._map_ring(offsets[12:16], XDP_UMEM_PGOFF_COMPLETION_RING, comp_size, 8)
+            self.tx_budget = self._raise_tx_budget(tx_size)
         except BaseException:
             self.close()
             raise
@@ -137,6 +144,18 @@ class XskSocket:
         finally:
             del buf  # drop the export so the mapping can be closed later
         self.sock.setsockopt(SOL_XDP, XDP_UMEM_REG, reg)
+
+    def _raise_tx_budget(self, tx_size: int) -> int:
+        """Let one sendto() kick send a whole TX ring in copy mode (default: 32).
+
+        Best effort: older kernels lack the option; then the data path kicks
+        again while sendto() answers EAGAIN.
+        """
+        try:
+            self._setsockopt_int(XDP_MAX_TX_SKB_BUDGET, tx_size)
+        except OSError:
+            return 32
+        return tx_size
 
     def _setsockopt_int(self, opt: int, value: int) -> None:
         self.sock.setsockopt(SOL_XDP, opt, struct.pack("i", value))

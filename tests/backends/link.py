@@ -27,25 +27,22 @@ import struct
 import time
 from typing import Callable, Optional
 
-from backends.registry import open_device
 from tools.netns import Topology
 from ustack.wire.checksum import ones_sum, pseudo_header_sum
 
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 
-# Per kind: which topology, how to open the device on it, small-buffer options
-# and the most frames those small buffers can hold.
+# Per kind: which topology, small-buffer options and the most frames those
+# small buffers can hold.
 KERNEL_KINDS = {
     "tap": {
         "topology": Topology.tap,
-        "opts": lambda topo: {"mac": topo.stack_mac, "create": False},
         "small_opts": {"rx_slots": 64},
         "small_capacity": 64,
     },
     "packet": {
         "topology": Topology.veth,
-        "opts": lambda topo: {},
         # 4 blocks of one page; a frame takes at least 144 bytes of a block
         # (tpacket3_hdr + sockaddr_ll + alignment + a 60-byte frame)
         "small_opts": {"block_size": 4096, "block_count": 4, "tx_frames": 32},
@@ -81,8 +78,7 @@ class KernelLink:
             raise
 
     def open(self, **opts):
-        with self.topo.in_stack_ns():
-            return open_device(self.kind, self.topo.stack_ifname, **{**self.spec["opts"](self.topo), **opts})
+        return self.topo.open_device(self.kind, **opts)
 
     def reopen(self, **opts):
         if self.device is not None:

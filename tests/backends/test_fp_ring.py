@@ -262,3 +262,12 @@ def test_hostile_block_never_lends_outside_it(headers, npkts, first, max_frames,
             start = address(frame) - base
             assert BS <= start and start + len(frame) <= 2 * BS
     assert len(statuses) == len(frames)
+
+
+def test_tx_status_reads_one_slot():
+    ring = tx_ring()
+    mv = memoryview(ring)
+    fp.tpv3_tx_post(mv, 4096, TX_FS, 4, 2, [60], 1514)
+    assert [fp.tpv3_tx_status(mv, 4096, TX_FS, 4, i) for i in range(4)] == [0, 0, fp.TP_STATUS_SEND_REQUEST, 0]
+    with pytest.raises(ValueError):
+        fp.tpv3_tx_status(mv, 4096, TX_FS, 4, 4)

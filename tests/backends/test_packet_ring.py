@@ -10,7 +10,17 @@ import time
 import pytest
 
 from backends.packet_ring import PacketRingDevice
-from tests.backends.link import KernelLink, collect, l4_checksum_ok, parse_ipv4_l4, udp_dport
+from tests.backends.link import (
+    KernelLink,
+    collect,
+    drain_udp,
+    ipv4_udp_frame,
+    l4_checksum_ok,
+    parse_ipv4_l4,
+    transmit,
+    udp_dport,
+)
+from ustack import _fastpath as fp
 from ustack.device import DeviceError
 
 pytestmark = pytest.mark.privileged
@@ -147,3 +157,39 @@ def test_close_with_frames_still_held_defers_the_unmap(plink):
     dev.close()
     assert dev.stats["packet_ring.close_deferred_unmap"] == 1
     assert bytes(held[-4:]) == b"held"  # still mapped while referenced
+
+
+class StallingSocket:
+    """Stands in for the device's socket: the first ``stalls`` kicks send nothing,
+    as the kernel does when the send buffer is full."""
+
+    def __init__(self, sock, stalls: int):
+        self.sock = sock
+        self.stalls = stalls
+
+    def send(self, data, flags=0):
+        if self.stalls:
+            self.stalls -= 1
+            return 0
+        return self.sock.send(data, flags)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_slots_left_behind_by_a_kick_go_out_on_the_next_poll(plink):
+    dev = plink.device
+    peer = plink.peer_udp(9105)
+    dev._sock = StallingSocket(dev._sock, stalls=1)
+    frames = [
+        ipv4_udp_frame(plink.stack_mac, plink.peer_mac, plink.stack_ip, plink.peer_ip, 5600, 9105, struct.pack("!I", i))
+        for i in range(5)
+    ]
+    assert transmit(dev, frames) == 5
+    assert dev.stats["packet_ring.tx_kick_incomplete"] == 1
+    # nothing went: all five slots still wait for the kernel
+    assert [fp.tpv3_tx_status(dev._mv, dev._tx_off, 2048, 32, i) for i in range(5)] == [fp.TP_STATUS_SEND_REQUEST] * 5
+    dev.rx_release(dev.rx_burst(64))  # the stack's next poll round
+    got = drain_udp(peer, 5)
+    assert [data for data, _ in got] == [struct.pack("!I", i) for i in range(5)]
+    assert dev.stats["packet_ring.tx_kick_incomplete"] == 1

@@ -1,0 +1,19 @@
+"""TCP (RFC 9293 with RFC 5961, 6528, 6298, 5681, 6582, 7323, 4987, 896, 1122): the protocol engine.
+
+Rooms: ``seq`` (sequence arithmetic), ``tcb`` (per-connection state),
+``sendbuf``/``recvbuf`` (buffers, reassembly), ``rtt`` (RFC 6298),
+``congestion`` (hook interface, NewReno), ``isn`` (RFC 6528 ISNs, SYN
+cookies), ``input``/``output`` (segment arrival, sending), ``connection``
+(state machine user side, timers), ``listener`` (SYN and accept queues),
+``layer`` (demux, closed ports; what the stack calls), ``config`` (knobs),
+``info`` (TCP_INFO-like snapshot).
+"""
+
+from ustack.tcp.config import TcpConfig
+from ustack.tcp.connection import Connection
+from ustack.tcp.info import TcpInfo
+from ustack.tcp.layer import TcpHost, TcpLayer
+from ustack.tcp.listener import Listener
+from ustack.tcp.tcb import State
+
+__all__ = ["TcpConfig", "Connection", "TcpInfo", "TcpHost", "TcpLayer", "Listener", "State"]

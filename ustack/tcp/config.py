@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ustack.tcp.congestion import ALGORITHMS
+
 
 @dataclass(slots=True)
 class TcpConfig:
@@ -63,3 +65,5 @@ class TcpConfig:
             raise ValueError("msl must not be negative")
         if self.mss and self.mss < 88:
             raise ValueError("mss clamp below 88 bytes")
+        if self.congestion.lower() not in ALGORITHMS:
+            raise ValueError(f"unknown congestion control {self.congestion!r} (known: {', '.join(sorted(ALGORITHMS))})")

@@ -132,10 +132,14 @@ class SegmentInput:
             if ts is None:
                 stats.drop("tcp.no_timestamp")  # RFC 7323 3.2
                 return
-            if seq_lt(ts[0], tcb.ts_recent) and now - tcb.ts_recent_age <= PAWS_IDLE:
-                stats.drop("tcp.paws")  # RFC 7323 5.3 R1
-                self._send_ack(now)
-                return
+            if seq_lt(ts[0], tcb.ts_recent):
+                if now - tcb.ts_recent_age <= PAWS_IDLE:
+                    stats.drop("tcp.paws")  # RFC 7323 5.3 R1
+                    self._send_ack(now)
+                    return
+                # RFC 7323 5.5: TS.Recent is stale after 24 idle days; start again from this one.
+                tcb.ts_recent = ts[0]
+                tcb.ts_recent_age = now
 
         if flags & SYN and not flags & RST:
             stats.drop("tcp.syn_in_window")

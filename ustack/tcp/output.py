@@ -205,13 +205,14 @@ class SegmentOutput:
         sndbuf = self.sndbuf
         buffered = len(sndbuf)
         una = tcb.snd_una
-        if tcb.snd_wnd == 0 and buffered and seq_gt(tcb.snd_nxt, una) and not self._persist_timer.armed:
+        if tcb.snd_wnd == 0 and buffered and seq_gt(tcb.snd_nxt, una):
             # The window closed with data outstanding: pull SND.NXT back and
             # probe instead of retransmitting into a closed window (as BSD does).
             tcb.snd_nxt = una
             self._rtx_timer.cancel()
             self._rtx_count = 0
-            self._arm_persist(now)
+            if self._persist_timer.deadline is None:
+                self._arm_persist(now)
         mss = tcb.snd_mss
         cwnd = self.cc.window
         force = self._force

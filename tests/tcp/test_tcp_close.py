@@ -1,0 +1,228 @@
+"""Closing: active, passive and simultaneous close, half-close, TIME-WAIT, abort, close with unread data."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.tcp.harness import Harness
+from ustack.tcp import State
+
+
+def test_active_close_through_fin_wait_and_time_wait():
+    h = Harness(delayed_ack=False, msl=30.0)
+    conn = h.open_active()
+    una = conn.tcb.snd_una
+    conn.close(now=h.now)
+    assert conn.state == State.FIN_WAIT_1
+    h.peer.expect(flags="FA", seq=una, ack=1001)
+    h.peer.ack()
+    assert conn.state == State.FIN_WAIT_2
+    h.peer.expect_nothing()
+    h.peer.send(flags="FA")
+    assert conn.state == State.TIME_WAIT
+    h.peer.expect(flags="A", seq=una + 1, ack=1002)
+    assert conn.key in h.layer.connections
+    h.advance(59.9)
+    assert conn.state == State.TIME_WAIT
+    h.advance(0.2)
+    assert conn.state == State.CLOSED and conn.key not in h.layer.connections
+    assert h.timers.next_deadline() is None
+
+
+def test_fin_and_ack_of_our_fin_together_go_straight_to_time_wait():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    conn.shutdown(socket.SHUT_WR, now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.send(flags="FA", ack=fin.seq + 1)
+    assert conn.state == State.TIME_WAIT
+    h.peer.expect(flags="A", ack=1002)
+
+
+def test_time_wait_acks_a_retransmitted_fin_and_restarts():
+    h = Harness(delayed_ack=False, msl=10.0)
+    conn = h.open_active()
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.send(flags="FA", ack=fin.seq + 1)
+    h.peer.expect(flags="A", ack=1002)
+    h.advance(15.0)
+    h.peer.send(flags="FA", seq=1001, ack=fin.seq + 1)  # our ACK was lost
+    h.peer.expect(flags="A", seq=fin.seq + 1, ack=1002)
+    h.advance(15.0)
+    assert conn.state == State.TIME_WAIT  # the 2 MSL restarted
+    h.advance(5.1)
+    assert conn.state == State.CLOSED
+
+
+def test_passive_close_close_wait_then_last_ack():
+    h = Harness(delayed_ack=False)
+    lst, conn = h.open_passive()
+    h.peer.send(flags="FA")
+    assert conn.state == State.CLOSE_WAIT and conn.eof and conn.readable
+    h.peer.expect(flags="A", ack=1002)
+    assert conn.recv(10) == b""
+    conn.send(b"still talking", now=h.now)  # half-close: our side can still send
+    h.peer.expect(flags="PA", payload=b"still talking")
+    conn.close(now=h.now)
+    assert conn.state == State.LAST_ACK
+    fin = h.peer.expect(flags="FA")
+    h.peer.ack()
+    assert conn.state == State.CLOSED and not h.layer.connections
+    assert fin.seq + 1 == conn.tcb.snd_una
+
+
+def test_simultaneous_close_via_closing():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.send(flags="FA", ack=fin.seq)  # the peer's FIN crosses ours, not acking it
+    assert conn.state == State.CLOSING
+    h.peer.expect(flags="A", seq=fin.seq + 1, ack=1002)
+    h.peer.send(flags="A", ack=fin.seq + 1)
+    assert conn.state == State.TIME_WAIT
+
+
+def test_half_close_keeps_receiving():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    conn.shutdown(socket.SHUT_WR, now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.send(flags="PA", ack=fin.seq + 1, payload=b"more for you")
+    assert conn.state == State.FIN_WAIT_2
+    h.peer.expect(flags="A", ack=1001 + 12)
+    assert conn.recv(100) == b"more for you"
+    with pytest.raises(BrokenPipeError):
+        conn.send(b"no")
+    h.peer.send(flags="FA", payload=b"!")
+    h.peer.expect(flags="A", ack=1001 + 14)
+    assert conn.recv(10) == b"!" and conn.eof and conn.state == State.TIME_WAIT
+
+
+def test_fin_retransmitted_until_acked():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    for gap in (0.2, 0.4, 0.8):
+        assert h.fire_next() == pytest.approx(gap)
+        h.peer.expect(flags="FA", seq=fin.seq)
+    h.peer.ack()
+    assert conn.state == State.FIN_WAIT_2
+
+
+def test_fin_after_queued_data():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active(peer_win=1000)
+    conn.send(b"a" * 1500, now=h.now)
+    conn.close(now=h.now)
+    h.peer.expect(flags="A", length=1000)
+    h.peer.expect_nothing()  # the window is full; FIN waits behind the data
+    h.peer.ack(win=1000)
+    h.peer.expect(flags="FPA", length=500)
+
+
+def test_out_of_order_fin_waits_for_the_gap():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    h.peer.send(flags="FA", seq=1006, payload=b"world", advance=False)
+    h.peer.expect(flags="A", ack=1001)
+    assert conn.state == State.ESTABLISHED and not conn.eof
+    h.peer.send(flags="A", seq=1001, payload=b"hello", advance=False)
+    h.peer.expect(flags="A", ack=1012)
+    assert conn.state == State.CLOSE_WAIT and conn.recv(100) == b"helloworld" and conn.eof
+
+
+def test_close_with_unread_data_resets():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    h.peer.send(flags="PA", payload=b"unread")
+    h.peer.expect(flags="A")
+    una = conn.tcb.snd_max
+    conn.close(now=h.now)
+    h.peer.expect(flags="RA", seq=una, ack=1007)
+    assert conn.state == State.CLOSED and not h.layer.connections
+
+
+def test_abort_resets_the_peer():
+    h = Harness()
+    conn = h.open_active()
+    conn.abort()
+    h.peer.expect(flags="RA", seq=conn.tcb.snd_max)
+    assert conn.state == State.CLOSED and h.timers.next_deadline() is None
+
+
+def test_data_arriving_after_close_resets():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.send(flags="PA", ack=fin.seq + 1, payload=b"late")
+    h.peer.expect(flags="RA")
+    assert conn.state == State.CLOSED and h.stats["drop.tcp.data_after_close"] == 1
+
+
+def test_orphaned_fin_wait_2_times_out():
+    h = Harness(delayed_ack=False, fin_wait2_timeout=20.0)
+    conn = h.open_active()
+    conn.close(now=h.now)
+    h.peer.expect(flags="FA")
+    h.peer.ack()
+    assert conn.state == State.FIN_WAIT_2
+    h.advance(19.0)
+    assert conn.state == State.FIN_WAIT_2
+    h.advance(1.5)
+    assert conn.state == State.CLOSED
+
+
+def test_half_closed_fin_wait_2_waits_for_ever():
+    h = Harness(delayed_ack=False, fin_wait2_timeout=20.0)
+    conn = h.open_active()
+    conn.shutdown(socket.SHUT_WR, now=h.now)
+    h.peer.expect(flags="FA")
+    h.peer.ack()
+    h.advance(1000.0)
+    assert conn.state == State.FIN_WAIT_2
+
+
+def test_reset_in_established_is_reported_once():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    h.peer.send(flags="PA", payload=b"last words")
+    h.peer.expect(flags="A")
+    h.peer.send(flags="RA")
+    assert conn.state == State.CLOSED and isinstance(conn.error, ConnectionResetError)
+    assert conn.recv(100) == b"last words"  # data before the reset stays readable
+    with pytest.raises(ConnectionResetError):
+        conn.recv(100)
+    assert conn.recv(100) == b""
+    with pytest.raises(BrokenPipeError):
+        conn.send(b"x")
+
+
+def test_new_syn_reopens_time_wait():
+    h = Harness(delayed_ack=False)
+    lst, conn = h.open_passive()
+    h.peer.send(flags="FA")
+    h.peer.expect(flags="A")
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    assert conn.state == State.LAST_ACK
+    h.peer.ack()
+    assert conn.state == State.CLOSED
+    # active closer is us in this variant:
+    h2 = Harness(delayed_ack=False)
+    lst2, c2 = h2.open_passive()
+    c2.close(now=h2.now)
+    fin = h2.peer.expect(flags="FA")
+    h2.peer.send(flags="FA", ack=fin.seq + 1)
+    h2.peer.expect(flags="A")
+    assert c2.state == State.TIME_WAIT
+    h2.peer.send(flags="S", seq=500, advance=False)  # old sequence number: challenge ACK, no reuse
+    h2.peer.expect(flags="A", ack=1002)
+    h2.peer.send(flags="S", seq=100000)  # clearly newer: a new connection
+    h2.peer.expect(flags="SA", ack=100001)
+    assert c2.state == State.CLOSED and lst2.half_open == 1

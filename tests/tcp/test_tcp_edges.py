@@ -1,0 +1,160 @@
+"""Less travelled paths: data on a SYN-ACK or on a cookie ACK, SHUT_RD, resets in closing states,
+resets during a simultaneous open, segments without ACK, TIME-WAIT reuse by timestamps, knobs."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.tcp.harness import LOCAL, PEER, Harness, Peer
+from ustack.tcp import State
+
+
+def test_data_and_fin_on_the_syn_ack():
+    h = Harness(delayed_ack=False)
+    conn = h.layer.connect(None, (PEER, 5000), h.now)
+    h.peer.local_port = conn.local_port
+    syn = h.peer.expect(flags="S")
+    h.peer.send(flags="FSA", ack=syn.seq + 1, payload=b"early bird")
+    h.peer.expect(flags="A", ack=1001 + 10 + 1)
+    assert conn.state == State.CLOSE_WAIT and conn.recv(100) == b"early bird" and conn.eof
+
+
+def test_data_riding_on_the_cookie_ack():
+    h = Harness(syn_backlog=1, delayed_ack=False)
+    lst = h.layer.listen((LOCAL, 80), 5)
+    h.peer.send(flags="S")
+    h.pop()
+    p2 = Peer(h, port=5001)
+    p2.send(flags="S", seq=100)
+    cookie = h.pop()
+    p2.send(flags="PA", seq=101, ack=cookie.seq + 1, payload=b"piggyback")
+    conn = lst.accept()
+    assert conn.recv(100) == b"piggyback"
+    assert h.pop().ack == 110
+
+
+def test_shut_rd_discards_what_arrives_but_keeps_the_window_open():
+    h = Harness(delayed_ack=False, rcvbuf=2000)
+    conn = h.open_active()
+    conn.shutdown(socket.SHUT_RD)
+    for _ in range(5):
+        h.peer.send(flags="PA", payload=b"x" * 1000)
+        h.peer.expect(flags="A", win=2000)
+    assert conn.recv(10) == b"" and conn.eof and conn.state == State.ESTABLISHED
+
+
+@pytest.mark.parametrize("closing_state", ["LAST_ACK", "CLOSING", "TIME_WAIT"])
+def test_reset_in_closing_states_closes_without_error(closing_state):
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    if closing_state == "LAST_ACK":
+        h.peer.send(flags="FA")
+        h.drain()
+        conn.close(now=h.now)
+        h.drain()
+    else:
+        conn.close(now=h.now)
+        fin = h.peer.expect(flags="FA")
+        h.peer.send(flags="FA", ack=fin.seq + (1 if closing_state == "TIME_WAIT" else 0))
+        h.drain()
+    assert conn.state.name == closing_state
+    h.peer.send(flags="R", seq=h.peer.snd_nxt)
+    assert conn.state == State.CLOSED and conn.error is None and not h.layer.connections
+
+
+def test_reset_during_simultaneous_open_refuses():
+    h = Harness()
+    conn = h.layer.connect(None, (PEER, 5000), h.now)
+    h.peer.local_port = conn.local_port
+    h.peer.expect(flags="S")
+    h.peer.send(flags="S", seq=3000)
+    h.peer.expect(flags="SA")
+    h.peer.send(flags="R", seq=3001)
+    assert conn.state == State.CLOSED and isinstance(conn.error, ConnectionRefusedError)
+
+
+def test_segment_without_ack_is_dropped():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    h.peer.send(flags="P", payload=b"no ack bit", advance=False)
+    h.peer.expect_nothing()
+    assert h.stats["drop.tcp.no_ack"] == 1 and len(conn.rcvbuf) == 0
+
+
+def test_segment_with_no_syn_in_syn_sent_dropped():
+    h = Harness()
+    conn = h.layer.connect(None, (PEER, 5000), h.now)
+    h.peer.local_port = conn.local_port
+    syn = h.peer.expect(flags="S")
+    h.peer.send(flags="A", ack=syn.seq + 1)
+    h.peer.expect_nothing()
+    assert conn.state == State.SYN_SENT and h.stats["drop.tcp.no_syn"] == 1
+
+
+def test_time_wait_reuse_decided_by_timestamps():
+    h = Harness(delayed_ack=False, timestamps=True)
+    lst = h.layer.listen((LOCAL, 80), 5)
+    h.peer.send(flags="S", ts=(100, 0))
+    synack = h.peer.expect(flags="SA")
+    h.peer.use_ts = True
+    h.peer.ts_clock = 101
+    h.peer.send(flags="A", ack=synack.seq + 1)
+    conn = lst.accept()
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.ts_clock = 102
+    h.peer.send(flags="FA", ack=fin.seq + 1)
+    h.peer.expect(flags="A")
+    assert conn.state == State.TIME_WAIT
+    h.peer.send(flags="S", seq=10, ts=(200, 0))  # an older ISN, but a newer timestamp: a new incarnation
+    h.peer.expect(flags="SA", ack=11)
+    assert conn.state == State.CLOSED and lst.half_open == 1
+
+
+def test_listen_on_port_zero_picks_a_port():
+    h = Harness()
+    lst = h.layer.listen((LOCAL, 0), 5)
+    assert 49152 <= lst.local[1] <= 65535 and h.layer.listeners[lst.key] is lst
+    lst.close()
+    assert not h.layer.listeners
+
+
+def test_listener_close_resets_pending_connections():
+    h = Harness()
+    lst = h.layer.listen((LOCAL, 80), 5)
+    h.peer.send(flags="S")
+    synack = h.peer.expect(flags="SA")
+    h.peer.send(flags="A", ack=synack.seq + 1)
+    p2 = Peer(h, port=5001)
+    p2.send(flags="S")
+    h.pop()
+    lst.close()
+    resets = h.drain()
+    assert sorted(s.dst_port for s in resets) == [5000, 5001] and all(s.flag_str == "RA" for s in resets)
+    assert not h.layer.connections and lst.readable
+    h.peer.send(flags="S", seq=7000)
+    assert h.pop().flag_str == "RA"  # closed port now
+
+
+def test_configure_knobs_on_a_live_connection():
+    h = Harness(delayed_ack=True)
+    conn = h.open_active()
+    conn.configure(delayed_ack=False, sndbuf=100, congestion="reno", keepalive=True, keepidle=5.0, now=h.now)
+    h.peer.send(flags="PA", payload=b"now")
+    h.peer.expect(flags="A", ack=1004)  # no delay any more
+    assert conn.send(b"y" * 500) == 100
+    h.advance(5.5)
+    assert any(s.seg_len == 0 for s in h.drain())  # a keepalive probe went out
+    with pytest.raises(TypeError):
+        conn.configure(no_such_knob=1)
+    with pytest.raises(ValueError):
+        conn.configure(congestion="bbr9")
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        Harness(delack_timeout=0.6)
+    with pytest.raises(TypeError):
+        Harness(bogus=True)

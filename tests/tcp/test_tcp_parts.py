@@ -1,0 +1,231 @@
+"""The engine's parts on their own: sequence arithmetic, buffers and reassembly, RTT, NewReno, ISNs, cookies."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ustack.tcp.congestion import NewReno, initial_window, make
+from ustack.tcp.isn import (
+    COOKIE_MSS,
+    check_cookie,
+    cookie_mss_index,
+    initial_sequence_number,
+    make_cookie,
+)
+from ustack.tcp.recvbuf import ReceiveBuffer
+from ustack.tcp.rtt import RttEstimator
+from ustack.tcp.sendbuf import SendBuffer
+from ustack.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt, seq_max, seq_min
+
+SECRET = bytes(range(16))
+A, B = bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2])
+
+
+# -- sequence numbers ----------------------------------------------------------
+
+def test_seq_wraps():
+    top = 0xFFFFFFFF
+    assert seq_add(top, 1) == 0
+    assert seq_add(0, -1) == top
+    assert seq_diff(0, top) == 1 and seq_diff(top, 0) == -1
+    assert seq_lt(top, 0) and seq_gt(0, top) and seq_le(top, top) and seq_ge(5, 5)
+    assert not seq_lt(5, 5) and not seq_gt(5, 5)
+    assert seq_max(top, 2) == 2 and seq_min(top, 2) == top
+    assert seq_in(0, top, 1) and seq_in(top, top, 1) and not seq_in(1, top, 1)
+    assert not seq_in(7, 7, 7)  # empty range
+
+
+@given(st.integers(0, 0xFFFFFFFF), st.integers(-(1 << 31) + 1, (1 << 31) - 1))
+def test_seq_diff_inverts_add(a, n):
+    b = seq_add(a, n)
+    assert seq_diff(b, a) == n
+    assert seq_lt(a, b) == (n > 0) and seq_gt(a, b) == (n < 0)
+
+
+# -- send buffer -----------------------------------------------------------------
+
+def test_send_buffer_bounds_and_acknowledge():
+    sb = SendBuffer(10)
+    assert sb.write(b"abcdef") == 6
+    assert sb.write(b"ghijklmn") == 4 and sb.free == 0
+    assert sb.write(b"x") == 0
+    assert sb.peek(2, 3) == b"cde" and sb.peek(8, 5) == b"ij"
+    sb.acknowledge(4)
+    assert len(sb) == 6 and sb.peek(0, 2) == b"ef" and sb.free == 4
+
+
+# -- receive buffer / reassembly ---------------------------------------------------
+
+def test_in_order_then_read():
+    rb = ReceiveBuffer(100)
+    assert rb.write(0, b"hello") == 5
+    assert rb.free == 95
+    assert rb.read(3) == b"hel" and rb.read(10) == b"lo" and len(rb) == 0
+
+
+def test_out_of_order_runs_merge_and_fill():
+    rb = ReceiveBuffer(100)
+    assert rb.write(10, b"KLMNO") == 0
+    assert rb.write(20, b"UV") == 0
+    assert rb.runs() == [(10, 15), (20, 22)] and rb.ooo_bytes == 7
+    assert rb.write(12, b"MNOPQRST") == 0  # overlaps the first run and touches the second
+    assert rb.runs() == [(10, 22)] and rb.ooo_bytes == 12
+    assert rb.write(10, b"KLMNO") == 0  # a pure duplicate costs nothing
+    assert rb.ooo_bytes == 12
+    assert rb.write(0, b"ABCDEFGHIJ") == 22  # fills the gap: everything becomes in-order
+    assert rb.read(100) == b"ABCDEFGHIJKLMNOPQRSTUV"
+    assert rb.runs() == [] and rb.ooo_bytes == 0
+
+
+def test_in_order_write_overlapping_a_run_partly():
+    rb = ReceiveBuffer(100)
+    rb.write(5, b"fghij")
+    assert rb.write(0, b"abcdefg") == 10  # covers part of the run
+    assert rb.read(100) == b"abcdefghij"
+
+
+def test_runs_are_bounded():
+    rb = ReceiveBuffer(1000, max_runs=3)
+    for off in (10, 20, 30):
+        assert rb.write(off, b"x") == 0
+    assert rb.write(40, b"y") == -1  # a fourth run is refused
+    assert rb.write(31, b"z") == 0  # extending a run is fine
+    assert rb.runs() == [(10, 11), (20, 21), (30, 32)]
+
+
+def test_sack_run_tracking():
+    rb = ReceiveBuffer(1000)
+    rb.write(100, b"a" * 10)
+    rb.write(300, b"b" * 10)
+    assert rb.last_run == 300
+    rb.write(110, b"c" * 5)
+    assert rb.last_run == 100
+    rb.write(0, b"d" * 100)
+    assert rb.last_run is None and rb.runs() == [(185, 195)]  # relative to the new RCV.NXT (115)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.lists(st.tuples(st.integers(0, 300), st.integers(1, 60)), min_size=1,
+                                            max_size=40))
+def test_reassembly_matches_reference(seed, pieces):
+    """Random overlapping pieces of a stream, delivered in any order, come out exact."""
+    stream = random.Random(seed).randbytes(400)
+    rb = ReceiveBuffer(10_000)
+    nxt = 0
+    out = bytearray()
+    for start, length in pieces + [(0, 400)]:
+        end = min(start + length, 400)
+        if end <= nxt:
+            continue
+        s = max(start, nxt)
+        adv = rb.write(s - nxt, stream[s:end])
+        assert adv >= 0
+        nxt += adv
+        out += rb.read(adv)
+    assert bytes(out) == stream and nxt == 400 and rb.ooo_bytes == 0
+
+
+# -- RTT ---------------------------------------------------------------------------
+
+def test_rtt_rfc6298_formulas():
+    r = RttEstimator(initial_rto=1.0, min_rto=0.001, max_rto=60.0)
+    assert r.rto == 1.0 and r.srtt is None
+    r.sample(0.1)
+    assert r.srtt == pytest.approx(0.1) and r.rttvar == pytest.approx(0.05)
+    assert r.rto == pytest.approx(0.1 + 4 * 0.05)
+    r.sample(0.2)
+    assert r.rttvar == pytest.approx(0.75 * 0.05 + 0.25 * 0.1)
+    assert r.srtt == pytest.approx(0.875 * 0.1 + 0.125 * 0.2)
+    assert r.rto == pytest.approx(r.srtt + 4 * r.rttvar)
+
+
+def test_rtt_min_max_and_backoff():
+    r = RttEstimator(initial_rto=1.0, min_rto=0.2, max_rto=10.0)
+    r.sample(0.001)
+    assert r.rto == 0.2  # clamped to min_rto
+    for want in (0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0):
+        r.backoff()
+        assert r.rto == pytest.approx(want)
+    r.sample(0.001)  # a fresh sample ends the backoff
+    assert r.rto == 0.2 and r.backoffs == 0
+
+
+# -- congestion control ------------------------------------------------------------
+
+def test_initial_window_rfc5681():
+    assert initial_window(1460) == 4380 and initial_window(536) == 2144 and initial_window(9000) == 18000
+
+
+def test_newreno_slow_start_and_avoidance():
+    cc = NewReno(1000)
+    assert cc.window == 4000
+    cc.on_ack(1000, 1000, 0, 1000, 0.0)
+    assert cc.window == 5000  # slow start: +min(acked, SMSS)
+    cc.on_ack(5000, 4000, 0, 5000, 0.0)
+    assert cc.window == 6000  # at most one SMSS per ACK
+    cc.ssthresh = 6000
+    for i in range(5):
+        cc.on_ack(6000 + i * 1000, 1000, 0, 20000, 0.0)
+    assert cc.window == 6000
+    cc.on_ack(12000, 1000, 0, 20000, 0.0)
+    assert cc.window == 7000  # congestion avoidance: +SMSS per window of data
+
+
+def test_newreno_fast_recovery_partial_and_full_ack():
+    cc = NewReno(1000, iss=0)
+    cc.cwnd = 10000
+    snd_max = 10001
+    assert not cc.on_dup_ack(1, 10000, snd_max, 0.0)
+    assert not cc.on_dup_ack(1, 10000, snd_max, 0.0)
+    assert cc.on_dup_ack(1, 10000, snd_max, 0.0)  # third: fast retransmit
+    assert cc.in_recovery and cc.ssthresh == 5000 and cc.window == 8000
+    assert cc.recover == 10000
+    assert not cc.on_dup_ack(1, 10000, snd_max, 0.0)
+    assert cc.window == 9000  # inflation
+    assert cc.on_ack(3001, 3000, 7000, snd_max, 0.0)  # partial ACK: retransmit
+    assert cc.in_recovery and cc.window == 9000 - 3000 + 1000
+    assert not cc.on_ack(10001, 7000, 0, snd_max, 0.0)  # full ACK ends recovery
+    assert not cc.in_recovery and cc.window == min(5000, 1000 + 1000)
+
+
+def test_newreno_no_second_fast_retransmit_after_timeout():
+    cc = NewReno(1000, iss=0)
+    cc.on_rto(8000, 9001, 0.0)
+    assert cc.window == 1000 and cc.ssthresh == 4000 and cc.recover == 9000
+    for _ in range(3):
+        fr = cc.on_dup_ack(5001, 4000, 9001, 0.0)
+    assert not fr  # RFC 6582 step 2: the ACK does not cover "recover"
+
+
+def test_make_by_name():
+    assert isinstance(make("NewReno", 1000), NewReno)
+    with pytest.raises(ValueError):
+        make("nope", 1000)
+
+
+# -- ISNs and SYN cookies ----------------------------------------------------------
+
+def test_isn_keyed_and_clocked():
+    i0 = initial_sequence_number(SECRET, A, 1, B, 2, 10.0)
+    assert initial_sequence_number(SECRET, A, 1, B, 2, 10.0) == i0
+    assert initial_sequence_number(SECRET, A, 1, B, 2, 11.0) == (i0 + 250_000) & 0xFFFFFFFF  # 4 µs ticks
+    assert initial_sequence_number(SECRET, A, 1, B, 3, 10.0) != i0
+    assert initial_sequence_number(bytes(16), A, 1, B, 2, 10.0) != i0
+    with pytest.raises(ValueError):
+        initial_sequence_number(b"short", A, 1, B, 2, 0.0)
+
+
+def test_cookie_roundtrip_expiry_and_forgery():
+    idx = cookie_mss_index(1460)
+    assert COOKIE_MSS[idx] == 1460 and COOKIE_MSS[cookie_mss_index(1000)] == 536
+    c = make_cookie(SECRET, A, 80, B, 5000, 777, idx, 1000.0)
+    assert check_cookie(SECRET, A, 80, B, 5000, 777, c, 1000.0) == idx
+    assert check_cookie(SECRET, A, 80, B, 5000, 777, c, 1000.0 + 64) == idx  # next period still good
+    assert check_cookie(SECRET, A, 80, B, 5000, 777, c, 1000.0 + 200) is None  # expired
+    assert check_cookie(SECRET, A, 80, B, 5000, 778, c, 1000.0) is None  # other client ISN
+    assert check_cookie(SECRET, A, 80, B, 5001, 777, c, 1000.0) is None  # other port
+    assert check_cookie(SECRET, A, 80, B, 5000, 777, c ^ 1, 1000.0) is None  # flipped MAC bit

@@ -1,0 +1,227 @@
+"""The TCP layer: owns connections and listeners, demultiplexes segments, answers closed ports.
+
+The stack hands each TCP segment to ``TcpLayer.input(src, dst, segment,
+now)``. The checksum is checked here (a bad one is the drop
+``tcp.bad_checksum``, like every other parse error by its reason). Demux is
+a dict lookup, most specific first: the exact 4-tuple, then a listener on
+(dst, port), then a listener on (0.0.0.0, port). A segment for no one gets a
+RST (RFC 9293 3.10.7.1) unless it is a RST itself.
+
+The stack also calls ``flush(now)`` once per poll round: it sends what user
+calls (send, close, reads that open the window) left pending.
+
+``TcpHost`` is what the layer needs from the stack: the timer heap, the
+counters, a secret for ISNs and cookies, an output function, and routing
+facts (MTU, source address).
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Protocol
+
+from ustack.tcp.config import TcpConfig
+from ustack.tcp.connection import Connection
+from ustack.tcp.isn import initial_sequence_number, keyed_hash32
+from ustack.tcp.listener import Listener
+from ustack.tcp.seq import seq_add, seq_gt
+from ustack.tcp.tcb import State
+from ustack.wire import WireError
+from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
+
+ANY = b"\0\0\0\0"
+EPHEMERAL_LOW = 49152
+EPHEMERAL_HIGH = 65535
+
+
+class TcpHost(Protocol):
+    """What the stack provides to the TCP layer."""
+
+    timers: "ustack.timers.TimerHeap"  # noqa: F821  .timer(callback) -> Timer; callbacks get `now`
+    stats: "ustack.stats.Stats"  # noqa: F821  .inc(name), .drop(reason)
+    isn_secret: bytes  # 16+ random bytes chosen by the stack at start
+
+    def tcp_output(self, src: bytes, dst: bytes, segment: bytes | bytearray) -> None:
+        """Hand a full TCP segment (header + payload, checksum filled) to IPv4."""
+
+    def route_mtu(self, dst: bytes) -> int:
+        """IP MTU toward ``dst`` (our MSS = MTU - 40)."""
+
+    def pick_source(self, dst: bytes) -> bytes:
+        """The local address to use toward ``dst``."""
+
+    def ephemeral_port(self) -> int:
+        """A free local port (the TCP layer allocates its own; this is not required to be used)."""
+
+
+class TcpLayer:
+    """All TCP state of one stack."""
+
+    __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_port_counter",
+                 "challenge_ack_limit", "_challenge_tokens", "_challenge_stamp")
+
+    def __init__(self, host: TcpHost, config: TcpConfig | None = None):
+        self.host = host
+        self.config = config if config is not None else TcpConfig()
+        self.config.validate()
+        self.connections: dict[tuple, Connection] = {}
+        self.listeners: dict[tuple, Listener] = {}
+        self._dirty: list = []
+        self._port_counter = 0
+        # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second.
+        self.challenge_ack_limit = 1000
+        self._challenge_tokens = 1000.0
+        self._challenge_stamp = 0.0
+
+    # -- what the stack calls --------------------------------------------
+
+    def input(self, src: bytes, dst: bytes, segment, now: float) -> None:
+        """One TCP segment from IPv4 (``src``/``dst`` 4-byte addresses, ``segment`` header + data)."""
+        stats = self.host.stats
+        try:
+            hdr = TcpHeader.parse(segment, src, dst)
+        except WireError as e:
+            stats.drop(e.reason)
+            return
+        if hdr.src_port == 0 or hdr.dst_port == 0:
+            stats.drop("tcp.bad_port")
+            return
+        stats.inc("tcp.in_segs")
+        payload = memoryview(segment)[hdr.header_len :]
+        src = bytes(src)
+        dst = bytes(dst)
+        conn = self.connections.get((dst, hdr.dst_port, src, hdr.src_port))
+        if conn is not None:
+            if conn.tcb.state == State.TIME_WAIT and self._time_wait_reuse(conn, hdr):
+                conn._terminate()  # a new incarnation: RFC 9293 3.10.7.4 / RFC 6191
+            else:
+                conn.segment_arrives(hdr, payload, now)
+                return
+        lst = self.listeners.get((dst, hdr.dst_port)) or self.listeners.get((ANY, hdr.dst_port))
+        if lst is not None:
+            lst.segment_arrives(src, dst, hdr, payload, now)
+            return
+        # CLOSED (RFC 9293 3.10.7.1).
+        stats.drop("tcp.no_socket")
+        if hdr.flags & RST:
+            return
+        if hdr.flags & ACK:
+            self._send_reset(dst, src, hdr.dst_port, hdr.src_port, hdr.ack, None)
+        else:
+            seg_len = len(payload) + (1 if hdr.flags & SYN else 0) + (1 if hdr.flags & FIN else 0)
+            self._send_reset(dst, src, hdr.dst_port, hdr.src_port, 0, seq_add(hdr.seq, seg_len))
+
+    def flush(self, now: float) -> None:
+        """Send what user calls left pending. Call once per poll round."""
+        dirty = self._dirty
+        while dirty:
+            batch = dirty[:]
+            dirty.clear()
+            for conn in batch:
+                if conn._dirty:
+                    conn._flush(now)
+
+    def connect(self, local: tuple | None, remote: tuple, now: float, **opts) -> Connection:
+        """Active open toward ``remote`` = (addr, port); ``local`` = (addr, port), either may be 0/None."""
+        raddr, rport = bytes(remote[0]), int(remote[1])
+        if not 0 < rport < 65536:
+            raise OSError(errno.EINVAL, f"bad remote port {rport}")
+        laddr, lport = (bytes(local[0]), int(local[1])) if local is not None else (ANY, 0)
+        if laddr == ANY:
+            laddr = bytes(self.host.pick_source(raddr))
+        if lport == 0:
+            lport = self._pick_port(laddr, raddr, rport)
+        elif (laddr, lport, raddr, rport) in self.connections:
+            raise OSError(errno.EADDRINUSE, "Address already in use")
+        cfg = self.config.derive(**opts)
+        conn = Connection(self, cfg, (laddr, lport), (raddr, rport))
+        self._register(conn)
+        conn._open_active(now)
+        return conn
+
+    def listen(self, local: tuple, backlog: int, **opts) -> Listener:
+        """Passive open on ``local`` = (addr, port); addr 0.0.0.0 listens on every address, port 0 picks one."""
+        laddr, lport = bytes(local[0]), int(local[1])
+        if lport == 0:
+            lport = self._pick_port(laddr, ANY, 0)
+        key = (laddr, lport)
+        if key in self.listeners:
+            raise OSError(errno.EADDRINUSE, "Address already in use")
+        lst = Listener(self, key, backlog, self.config.derive(**opts))
+        self.listeners[key] = lst
+        return lst
+
+    def find(self, local: tuple, remote: tuple) -> Connection | None:
+        return self.connections.get((bytes(local[0]), local[1], bytes(remote[0]), remote[1]))
+
+    # -- used by connections and listeners -------------------------------
+
+    def _register(self, conn: Connection) -> None:
+        self.connections[conn.key] = conn
+
+    def _forget(self, conn: Connection) -> None:
+        if self.connections.get(conn.key) is conn:
+            del self.connections[conn.key]
+
+    def _forget_listener(self, lst: Listener) -> None:
+        if self.listeners.get(lst.key) is lst:
+            del self.listeners[lst.key]
+
+    def _isn(self, key: tuple, now: float) -> int:
+        return initial_sequence_number(self.host.isn_secret, key[0], key[1], key[2], key[3], now)
+
+    def _challenge_allowed(self, now: float) -> bool:
+        limit = self.challenge_ack_limit
+        tokens = min(float(limit), self._challenge_tokens + (now - self._challenge_stamp) * limit)
+        self._challenge_stamp = now
+        if tokens < 1.0:
+            self._challenge_tokens = tokens
+            return False
+        self._challenge_tokens = tokens - 1.0
+        return True
+
+    def _send_header(self, src: bytes, dst: bytes, hdr: TcpHeader, payload=b"") -> None:
+        seg = bytearray(hdr.header_len + len(payload))
+        seg[hdr.header_len :] = payload
+        hdr.emit(seg, 0, src, dst, len(payload))
+        self.host.tcp_output(src, dst, seg)
+        self.host.stats.inc("tcp.out_segs")
+
+    def _send_reset(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int | None) -> None:
+        """<SEQ=seq><CTL=RST>, or <SEQ=seq><ACK=ack><CTL=RST,ACK> when ``ack`` is given."""
+        if ack is None:
+            hdr = TcpHeader(sport, dport, seq, 0, RST, 0)
+        else:
+            hdr = TcpHeader(sport, dport, seq, ack, RST | ACK, 0)
+        self._send_header(src, dst, hdr)
+        self.host.stats.inc("tcp.out_rsts")
+
+    def _time_wait_reuse(self, conn: Connection, hdr) -> bool:
+        """A SYN may reopen a TIME-WAIT connection when it is clearly new (RFC 6191, RFC 1122 4.2.2.13)."""
+        if hdr.flags & (SYN | ACK | RST) != SYN:
+            return False
+        key = (conn.local_addr, conn.local_port)
+        if key not in self.listeners and (ANY, conn.local_port) not in self.listeners:
+            return False
+        tcb = conn.tcb
+        if tcb.ts_ok and hdr.timestamps is not None:
+            return seq_gt(hdr.timestamps[0], tcb.ts_recent)
+        return seq_gt(hdr.seq, tcb.rcv_nxt)
+
+    def _pick_port(self, laddr: bytes, raddr: bytes, rport: int) -> int:
+        """RFC 6056 Algorithm 3: a keyed per-destination offset plus a counter."""
+        num = EPHEMERAL_HIGH - EPHEMERAL_LOW + 1
+        offset = keyed_hash32(self.host.isn_secret, b"port", laddr, 0, raddr, rport)
+        listeners = self.listeners
+        conns = self.connections
+        for i in range(num):
+            port = EPHEMERAL_LOW + (offset + self._port_counter + i) % num
+            if (laddr, port) in listeners or (ANY, port) in listeners:
+                continue
+            if raddr != ANY and (laddr, port, raddr, rport) in conns:
+                continue
+            if raddr == ANY and any(k[0] == laddr and k[1] == port for k in conns):
+                continue
+            self._port_counter += i + 1
+            return port
+        raise OSError(errno.EADDRNOTAVAIL, "no free ephemeral port")
