@@ -132,7 +132,7 @@ def cmd_serve(args) -> int:
 
 def _pipe_selftest(stack, peer, clock, args) -> None:
     """For --backend pipe: the peer stack pings the served stack and tries its UDP echo (own thread)."""
-    from ustack.socket import socket as usocket
+    from ustack.socket import SOCK_DGRAM, socket as usocket
 
     driver = Driver(peer, clock)
     got = {}
@@ -153,7 +153,7 @@ def _pipe_selftest(stack, peer, clock, args) -> None:
         else:
             print(f"pipe peer {peer.addr}: no reply to icmp_seq={seq}", flush=True)
     if args.udp_echo:
-        with usocket(peer) as s:
+        with usocket(peer, type=SOCK_DGRAM) as s:
             s.settimeout(2.0)
             s.sendto(b"hello over the pipe", (stack.addr, args.udp_echo))
             try:

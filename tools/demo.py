@@ -151,7 +151,7 @@ def _exchange(sock, dst, payloads, window=8) -> int:
 
 def run_pipe_tour(args) -> int:
     from backends.pipe import PipeLink
-    from ustack.socket import socket as usocket
+    from ustack.socket import SOCK_DGRAM, socket as usocket
 
     say("(not root: touring between two user-space stacks over the in-memory pipe backend)")
     clock = MonotonicClock()
@@ -170,7 +170,7 @@ def run_pipe_tour(args) -> int:
         step(3, "b exchanges 500 UDP datagrams of 1..8000 bytes with a's echo (fragmented both ways)")
         rnd = random.Random(7)
         ok = 0
-        with usocket(b) as s:
+        with usocket(b, type=SOCK_DGRAM) as s:
             s.settimeout(2.0)
             for i in range(500):
                 p = struct.pack("!I", i) + rnd.randbytes(rnd.randrange(0, 7997))

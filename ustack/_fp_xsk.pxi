@@ -214,6 +214,8 @@ cdef class XskDataPath:
     which needs ``sg``. A received frame split over several descriptors is
     copied into one fresh buffer (the rare multi-buffer case) so the stack
     always sees one frame. ``fd`` < 0 means "no socket" (tests): no syscalls.
+
+    Not thread-safe: one poller at a time (the stack's poll lock).
     """
 
     cdef Py_buffer _umem
@@ -250,7 +252,8 @@ cdef class XskDataPath:
     cdef readonly uint64_t rx_packets, rx_multi_buffer, rx_bad_desc, rx_oversize
     cdef readonly uint64_t rx_release_unknown, rx_kicks
     cdef readonly uint64_t tx_packets, tx_descs, tx_kicks, tx_kick_again, tx_kick_busy
-    cdef readonly uint64_t tx_bad_completion
+    cdef readonly uint64_t tx_bad_completion, tx_kick_error
+    cdef readonly int last_kick_errno
 
     def __cinit__(self):
         self._held = False
@@ -324,7 +327,7 @@ cdef class XskDataPath:
             self._slot_free[i] = tx_slots - 1 - i
         self._slot_free_len = tx_slots
         self._n_reserved = 0
-        self._umem_view = memoryview(umem)
+        self._umem_view = memoryview(umem).cast("B")  # bytes, one dimension
         cdef uint64_t start
         self._slot_views = []
         for i in range(tx_slots):
@@ -533,8 +536,11 @@ cdef class XskDataPath:
         if not PyMemoryView_Check(mv):
             raise TypeError("rx_release expects the memoryviews rx_burst returned")
         cdef char *p = <char *>PyMemoryView_GET_BUFFER(mv).buf
-        if p < self._base or p >= self._base + (<uint64_t>self.rx_frames << self._shift):
+        if p < self._base or p >= self._base + self._umem_len:
             return 0  # a reassembled copy: its frames went back already
+        if p >= self._base + (<uint64_t>self.rx_frames << self._shift):
+            self.rx_release_unknown += 1  # a TX slot is not ours to take back here
+            return 0
         cdef uint64_t frame = <uint64_t>(p - self._base) >> self._shift
         if self._rx_state[frame] != XSK_RX_LENT:
             self.rx_release_unknown += 1  # released twice, or never lent
@@ -654,7 +660,7 @@ cdef class XskDataPath:
         self.tx_descs += total_descs
         self._kick_tx()
 
-    cdef int _kick_tx(self) except -1:
+    cdef int _kick_tx(self) noexcept:
         """Wake the kernel's TX path when it asks for it (or always without need_wakeup)."""
         cdef XskRing tx = self._tx
         cdef int tries, err
@@ -680,8 +686,12 @@ cdef class XskDataPath:
                 continue
             if err == EBUSY or err == ENOBUFS or err == ENETDOWN or err == ENXIO:
                 self.tx_kick_busy += 1  # frames stay queued; the next kick retries
-                return 0
-            raise OSError(err, f"AF_XDP TX wakeup (sendto) failed: errno {err}")
+            else:
+                # e.g. EOVERFLOW for a frame with too many pieces: the kernel
+                # counts it in tx_invalid_descs; the data path goes on
+                self.tx_kick_error += 1
+                self.last_kick_errno = err
+            return 0
         return 0
 
     def flush(self):
@@ -724,5 +734,6 @@ cdef class XskDataPath:
             "tx_kicks": self.tx_kicks,
             "tx_kick_again": self.tx_kick_again,
             "tx_kick_busy": self.tx_kick_busy,
+            "tx_kick_error": self.tx_kick_error,
             "tx_bad_completion": self.tx_bad_completion,
         }

@@ -1,6 +1,7 @@
 """Stdlib-shaped sockets on a ustack Stack.
 
-``socket(stack, AF_INET, SOCK_DGRAM)`` behaves like ``socket.socket``:
+``socket(stack, AF_INET, SOCK_DGRAM)`` behaves like ``socket.socket`` (TCP:
+see ustack.stream, which ``socket(stack)`` / SOCK_STREAM returns):
 bind, connect, send/sendto, recv/recvfrom/recv_into/recvfrom_into,
 settimeout/gettimeout/setblocking, getsockname/getpeername,
 setsockopt/getsockopt (SO_RCVBUF, SO_BROADCAST, SO_REUSEADDR), close and
@@ -24,7 +25,7 @@ SOCK_STREAM = _std.SOCK_STREAM
 SOL_SOCKET = _std.SOL_SOCKET
 
 
-def _addr(address) -> tuple[int, int]:
+def parse_address(address) -> tuple[int, int]:
     if not isinstance(address, tuple) or len(address) != 2:
         raise TypeError("AF_INET address must be a tuple (host, port)")
     host, port = address
@@ -44,21 +45,34 @@ def _addr(address) -> tuple[int, int]:
 
 
 class socket:
-    """A UDP socket on a ustack Stack (TCP stream sockets come with ustack.tcp)."""
+    """A socket on a ustack Stack: ``socket(stack, AF_INET, SOCK_STREAM | SOCK_DGRAM)``.
 
-    def __init__(self, stack, family: int = AF_INET, type: int = SOCK_DGRAM, proto: int = 0):
-        if family != AF_INET:
-            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol (ustack is IPv4)")
-        if type != SOCK_DGRAM:
-            raise OSError(errno.EPROTONOSUPPORT, "Protocol not supported (stream sockets need ustack.tcp)")
+    Like the stdlib, the type defaults to SOCK_STREAM (TCP); the instance is
+    a ``StreamSocket`` or a ``DatagramSocket``, both subclasses of this one.
+    """
+
+    def __new__(cls, stack=None, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0, **kw):
+        if cls is socket:
+            if family != AF_INET:
+                raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol (ustack is IPv4)")
+            base_type = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
+            if base_type == SOCK_DGRAM:
+                cls = DatagramSocket
+            elif base_type == SOCK_STREAM:
+                from ustack.stream import StreamSocket
+
+                cls = StreamSocket
+            else:
+                raise OSError(errno.EPROTONOSUPPORT, "Protocol not supported")
+        return object.__new__(cls)
+
+    def __init__(self, stack, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0):
         self.stack = stack
         self.family = family
-        self.type = type
+        self.type = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
         self.proto = proto
         self._driver = driver_for(stack)
-        with self._driver.lock:
-            self._ep = stack.udp.endpoint()
-        self._timeout: Optional[float] = _std.getdefaulttimeout()
+        self._timeout: Optional[float] = 0.0 if type & _std.SOCK_NONBLOCK else _std.getdefaulttimeout()
         self._closed = False
 
     # -- housekeeping ---------------------------------------------------------
@@ -68,21 +82,12 @@ class socket:
     def __exit__(self, *exc):
         self.close()
 
-    def __repr__(self):
-        state = "closed" if self._closed else f"laddr={self.getsockname()}"
-        return f"<ustack.socket UDP {state}>"
-
     def _check(self) -> None:
         if self._closed:
             raise OSError(errno.EBADF, "Bad file descriptor")
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with self._driver.lock:
-                self._ep.close()
-
     def fileno(self) -> int:
+        """The device's fd: readable when frames wait (for selectors; the stack still has to be polled)."""
         return -1 if self._closed else self.stack.device.fileno()
 
     def settimeout(self, value: Optional[float]) -> None:
@@ -101,16 +106,49 @@ class socket:
     def getblocking(self) -> bool:
         return self._timeout != 0.0
 
+    def _wait(self, predicate, what: str = "") -> None:
+        """Block (per the timeout) until predicate() holds; BlockingIOError / TimeoutError otherwise."""
+        driver = self._driver
+        if self._timeout == 0.0:
+            with driver.lock:
+                if predicate():
+                    return
+                driver.stack.poll(driver.clock())
+                if predicate():
+                    return
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        if not driver.wait_until(predicate, self._timeout):
+            raise TimeoutError("timed out")
+
+
+class DatagramSocket(socket):
+    """A UDP socket."""
+
+    def __init__(self, stack, family: int = AF_INET, type: int = SOCK_DGRAM, proto: int = 0):
+        super().__init__(stack, family, type, proto)
+        with self._driver.lock:
+            self._ep = stack.udp.endpoint()
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"laddr={self.getsockname()}"
+        return f"<ustack.socket UDP {state}>"
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self._driver.lock:
+                self._ep.close()
+
     # -- addresses ------------------------------------------------------------
     def bind(self, address) -> None:
         self._check()
-        addr, port = _addr(address)
+        addr, port = parse_address(address)
         with self._driver.lock:
             self.stack.udp.bind(self._ep, addr, port)
 
     def connect(self, address) -> None:
         self._check()
-        addr, port = _addr(address)
+        addr, port = parse_address(address)
         if port == 0:
             raise OSError(errno.EINVAL, "Invalid argument")
         with self._driver.lock:
@@ -167,7 +205,7 @@ class socket:
             address = args[1]
         else:
             raise TypeError("sendto() takes 2 or 3 arguments")
-        addr, port = _addr(address)
+        addr, port = parse_address(address)
         driver = self._driver
         with driver.lock:
             err = self._ep.take_error()
@@ -196,16 +234,7 @@ class socket:
 
     def _wait_readable(self) -> None:
         ep = self._ep
-        ready = lambda: bool(ep.queue) or ep.error is not None or ep.closed  # noqa: E731
-        timeout = self._timeout
-        if timeout == 0.0:
-            with self._driver.lock:
-                self.stack.poll(self._driver.clock())
-                if ready():
-                    return
-            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        if not self._driver.wait_until(ready, timeout):
-            raise TimeoutError("timed out")
+        self._wait(lambda: bool(ep.queue) or ep.error is not None or ep.closed)
 
     def _pop(self):
         ep = self._ep

@@ -32,6 +32,8 @@ from ustack.net.icmp import IcmpLayer
 from ustack.net.ipv4 import Ipv4Layer
 from ustack.net.route import Interface, ip_int
 from ustack.stats import Stats
+from ustack.tcp.config import TcpConfig
+from ustack.tcp.layer import TcpLayer
 from ustack.timers import TimerHeap
 from ustack.udp import UdpLayer
 
@@ -49,7 +51,7 @@ class Stack:
 
     def __init__(self, device: Device, addr: str, *, gateway: Optional[str] = None, mac: Optional[bytes] = None,
                  mtu: Optional[int] = None, clock=None, burst: Optional[int] = None, arp_ttl: float = 60.0,
-                 isn_secret: Optional[bytes] = None, announce: bool = True):
+                 isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None):
         caps = device.capabilities
         self.device = device
         self.clock = clock
@@ -65,7 +67,8 @@ class Stack:
         self.ipv4 = Ipv4Layer(self)
         self.icmp = IcmpLayer(self)
         self.udp = UdpLayer(self)
-        self.tcp = None  # attached by ustack.tcp when available
+        self.tcp = TcpLayer(self, tcp_config)
+        self._next_port = 0
         self._tx_slots: list = []
         self._tx_lens: list[int] = []
         self._in_poll = False
@@ -79,16 +82,17 @@ class Stack:
     # -- TX slots -----------------------------------------------------------
     def tx_slot(self) -> Optional[memoryview]:
         """A writable TX slot for one frame, or None (counted) if the ring is full."""
-        lens = self._tx_lens
+        used = len(self._tx_lens)
         slots = self._tx_slots
-        if len(lens) >= len(slots):
+        if used >= len(slots):
             if slots:
                 self._commit()
             slots = self._tx_slots = self.device.tx_reserve(self.burst)
+            used = 0
             if not slots:
                 self.stats.drop("tx.ring_full")
                 return None
-        return slots[len(lens)]
+        return slots[used]
 
     def tx_done(self, length: int) -> None:
         """The slot handed out by tx_slot() now holds a frame of ``length`` bytes."""
@@ -149,6 +153,8 @@ class Stack:
                 finally:
                     device.rx_release(frames)
             deadline = self.timers.run(now)
+            self.tcp.flush(now)
+            deadline = self.timers.next_deadline()
         finally:
             self._in_poll = False
             self._commit()
@@ -166,10 +172,12 @@ class Stack:
         if kind == K_UDP:
             self.udp.input(frame, rec, now)
         elif kind == K_TCP:
-            if self.tcp is not None:
-                self.tcp.input_frame(frame, rec, now)
-            else:
-                self.stats.drop("tcp.no_tcp_layer")
+            dst = rec[7]
+            if dst != self.iface.addr:
+                self.stats.drop("ipv4.not_for_us" if not self.iface.is_local_dest(dst) else "tcp.broadcast")
+                return
+            l3, tot, l4 = rec[2], rec[4], rec[8]
+            self.tcp.input(rec[6].to_bytes(4, "big"), self.iface.addr_bytes, frame[l4:l3 + tot], now)
         elif kind == K_ICMP:
             if self.iface.is_local_dest(rec[7]):
                 self.icmp.input(frame, rec, now)
@@ -204,8 +212,32 @@ class Stack:
         if proto == 17:
             if not self.udp.icmp_error(laddr, lport, raddr, rport, err):
                 self.stats.drop("icmp.error_no_socket")
-        elif proto == 6 and self.tcp is not None:
-            self.tcp.icmp_error(laddr, lport, raddr, rport, itype, code, extra)
+        elif proto == 6:
+            icmp_error = getattr(self.tcp, "icmp_error", None)
+            if icmp_error is not None:
+                icmp_error(laddr.to_bytes(4, "big"), lport, raddr.to_bytes(4, "big"), rport, itype, code, extra)
+            else:
+                self.stats.drop("icmp.tcp_error_ignored")
+
+    # -- TcpHost: what the TCP layer needs from the stack ----------------------
+    def tcp_output(self, src: bytes, dst: bytes, segment) -> None:
+        """A whole TCP segment (checksum filled) to IPv4; DF set for path-MTU discovery (RFC 1191)."""
+        try:
+            self.ipv4.output(int.from_bytes(dst, "big"), 6, segment, src=int.from_bytes(src, "big"),
+                             df=len(segment) + 20 <= self.iface.mtu)
+        except OSError as e:
+            # No route: the segment is lost like any other; TCP's timers recover or give up.
+            self.stats.drop("tcp.output_" + (errno.errorcode.get(e.errno, "error").lower()))
+
+    def route_mtu(self, dst: bytes) -> int:
+        return self.iface.mtu
+
+    def pick_source(self, dst: bytes) -> bytes:
+        return self.iface.addr_bytes
+
+    def ephemeral_port(self) -> int:
+        self._next_port = (self._next_port + 1) % 16384
+        return 49152 + self._next_port
 
     def _arp_failed(self, ip: int, sends: list) -> None:
         self.stats.inc("arp.resolution_failures")
@@ -220,7 +252,7 @@ class Stack:
     def resolve(self, host: str) -> int:
         return ip_int(host)
 
-    def socket(self, family: int = 2, type: int = 2, proto: int = 0):
+    def socket(self, family: int = 2, type: int = 1, proto: int = 0):
         """A stdlib-shaped socket on this stack (needs a clock: see ustack.socket)."""
         from ustack.socket import socket as usocket
 

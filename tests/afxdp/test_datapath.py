@@ -385,3 +385,24 @@ def test_random_traffic_keeps_the_books_balanced():
     c = sim.path.counters()
     assert c["rx_bad_desc"] == c["tx_bad_completion"] == c["rx_release_unknown"] == 0
     assert sim.path.rx_lent() == 0
+
+
+def test_tx_reserve_kicks_again_when_starved_with_frames_queued():
+    sim = SimKernel(num_frames=16, ring_size=8)
+    sim.path.tx_reserve(8)
+    sim.path.tx_commit([60] * 8)  # the kernel asked for no wakeup: no kick
+    assert sim.path.counters()["tx_kicks"] == 0
+    sim.tx.flags = XDP_RING_NEED_WAKEUP  # ... and now it sleeps with our frames
+    assert sim.path.tx_reserve(1) == []
+    assert sim.path.counters()["tx_kicks"] == 1
+    assert sim.path.tx_pending() == 8
+
+
+def test_releasing_a_tx_slot_as_rx_frame_is_refused():
+    sim = SimKernel()
+    slots = sim.path.tx_reserve(1)
+    producer = sim.fill.producer
+    sim.path.rx_release(slots)
+    assert sim.fill.producer == producer
+    assert sim.path.counters()["rx_release_unknown"] == 1
+    sim.path.tx_commit([])

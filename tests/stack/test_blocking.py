@@ -10,7 +10,7 @@ import pytest
 from backends.pipe import PipeLink
 from ustack.clock import MonotonicClock
 from ustack.driver import Driver
-from ustack.socket import socket as usocket
+from ustack.socket import SOCK_DGRAM, socket as usocket
 from ustack.stack import Stack
 
 
@@ -30,10 +30,10 @@ def pair():
 def test_blocking_recv_is_woken_by_a_datagram_from_another_thread(pair):
     a, b, da, db = pair
     da.start()  # a answers ARP in the background
-    rx = usocket(b)
+    rx = usocket(b, type=SOCK_DGRAM)
     rx.bind(("0.0.0.0", 9000))
     rx.settimeout(5.0)
-    tx = usocket(a)
+    tx = usocket(a, type=SOCK_DGRAM)
     sender = threading.Timer(0.05, lambda: tx.sendto(b"wake up", ("198.18.0.2", 9000)))
     sender.start()
     t0 = time.monotonic()
@@ -45,7 +45,7 @@ def test_blocking_recv_is_woken_by_a_datagram_from_another_thread(pair):
 
 def test_recv_timeout_raises_timeouterror(pair):
     a, b, da, db = pair
-    s = usocket(b)
+    s = usocket(b, type=SOCK_DGRAM)
     s.bind(("0.0.0.0", 9001))
     s.settimeout(0.05)
     t0 = time.monotonic()
@@ -66,7 +66,7 @@ def test_request_reply_with_background_echo(pair):
 
     echo.on_readable = bounce
     da.start()
-    with usocket(b) as s:
+    with usocket(b, type=SOCK_DGRAM) as s:
         s.settimeout(2.0)
         s.connect(("198.18.0.1", 7))
         for i in range(200):

@@ -158,3 +158,58 @@ def test_config_validation():
         Harness(delack_timeout=0.6)
     with pytest.raises(TypeError):
         Harness(bogus=True)
+
+
+# -- ICMP errors (RFC 1122 4.2.3.9, RFC 5927, RFC 1191) ------------------------------------
+
+def _int(addr: bytes) -> int:
+    return int.from_bytes(addr, "big")
+
+
+def test_port_unreachable_aborts_a_connecting_socket():
+    h = Harness()
+    conn = h.layer.connect(None, (PEER, 5000), h.now)
+    h.layer.icmp_error(_int(LOCAL), conn.local_port, _int(PEER), 5000, 3, 3)
+    assert conn.state == State.CLOSED and isinstance(conn.error, ConnectionRefusedError)
+
+
+def test_unreachable_is_soft_once_established():
+    h = Harness(delayed_ack=False, max_retries=2)
+    conn = h.open_active()
+    h.layer.icmp_error(LOCAL, conn.local_port, PEER, 5000, 3, 1)  # host unreachable
+    assert conn.state == State.ESTABLISHED
+    conn.send(b"x", now=h.now)
+    for _ in range(3):
+        h.fire_next()
+    assert conn.state == State.CLOSED and conn.error.errno == __import__("errno").EHOSTUNREACH
+
+
+def test_fragmentation_needed_lowers_the_mss_and_resends():
+    h = Harness(delayed_ack=False)
+    conn = h.open_active()
+    conn.send(b"m" * 3000, now=h.now)
+    first = h.drain()[0]
+    assert len(first.payload) == 1460
+    h.layer.icmp_error(LOCAL, conn.local_port, PEER, 5000, 3, 4, 1000, now=h.now)
+    h.peer.expect(flags="A", seq=first.seq, length=960)
+    assert conn.info().snd_mss == 960
+    h.layer.icmp_error(LOCAL, conn.local_port, PEER, 5000, 3, 4, 100, now=h.now)  # absurd: floor 552
+    assert conn.info().snd_mss == 512
+    h.layer.icmp_error(LOCAL, 1, PEER, 5000, 3, 4, 1000)
+    assert h.stats["drop.tcp.icmp_no_connection"] == 1
+
+
+def test_input_frame_takes_a_classify_record():
+    fastpath = pytest.importorskip("ustack._fastpath")
+    from scapy.compat import raw
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    h = Harness()
+    h.layer.listen((LOCAL, 80), 5)
+    frame = raw(Ether(dst="02:00:00:00:00:01", src="02:00:00:00:00:02") / IP(src="198.18.0.2", dst="198.18.0.1")
+                / TCP(sport=5000, dport=80, seq=41, flags="S", options=[("MSS", 1400)]))
+    rec = fastpath.classify_one(frame, bytes.fromhex("020000000001"))
+    assert rec[0] == 3  # K_TCP
+    h.layer.input_frame(memoryview(frame), rec, h.now)
+    h.peer.expect(flags="SA", ack=42)

@@ -64,7 +64,7 @@ class Connection(SegmentInput, SegmentOutput):
         "_rtx_timer", "_persist_timer", "_delack_timer", "_keepalive_timer", "_close_timer",
         "_rtx_count", "_persist_backoff", "_keep_probes", "_rtt_seq", "_rtt_time", "_syn_time",
         "_syn_retransmitted", "_ack_now", "_unacked", "_force", "_last_challenge", "_last_rcv",
-        "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_wnd_update",
+        "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_wnd_update", "_soft_error",
         "retransmits", "timeouts", "fast_retransmits", "dup_acks", "window_probes", "segs_in", "segs_out",
         "bytes_acked", "bytes_received", "challenge_acks",
     )
@@ -120,6 +120,7 @@ class Connection(SegmentInput, SegmentOutput):
         self._offer_sack = config.sack
         self._dirty = False
         self._wnd_update = False
+        self._soft_error = None
         self.retransmits = self.timeouts = self.fast_retransmits = self.dup_acks = self.window_probes = 0
         self.segs_in = self.segs_out = self.bytes_acked = self.bytes_received = self.challenge_acks = 0
         tcb = self.tcb
@@ -286,6 +287,37 @@ class Connection(SegmentInput, SegmentOutput):
         if (self._wnd_update or self._ack_now) and tcb.state in SYNCHRONIZED:
             self._send_ack(now)
 
+    # -- ICMP ------------------------------------------------------------
+
+    def _icmp_error(self, itype: int, code: int, extra: int, now: float | None) -> None:
+        """RFC 1122 4.2.3.9 / RFC 5927: most ICMP errors are soft (remembered, reported only if the
+        connection then times out); in SYN-SENT a destination unreachable aborts the open."""
+        tcb = self.tcb
+        stats = self.host.stats
+        stats.inc("tcp.icmp_errors")
+        if itype == 3 and code == 4:
+            # RFC 1191: fragmentation needed; shrink the MSS (never below a 552-byte path MTU).
+            mtu = max(extra if extra else 576, 552)
+            base = min(mtu - 40, self._own_mss)
+            if base < tcb.mss_base:
+                tcb.mss_base = base
+                tcb.snd_mss = base - (12 if tcb.ts_ok else 0)
+                self.cc.mss = tcb.snd_mss
+                stats.inc("tcp.pmtu_reductions")
+                if now is not None and tcb.state in SYNCHRONIZED and tcb.snd_max != tcb.snd_una:
+                    self._retransmit_head(now)
+            return
+        if itype == 3 and code in (2, 3):
+            err = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        elif itype == 3 and code in (0, 6, 9, 11):
+            err = OSError(errno.ENETUNREACH, "Network is unreachable")
+        else:
+            err = OSError(errno.EHOSTUNREACH, "No route to host")
+        if tcb.state == State.SYN_SENT and itype == 3:
+            self._fail(err)
+        else:
+            self._soft_error = err
+
     # -- timers ----------------------------------------------------------
 
     def _on_rtx_timer(self, now: float) -> None:
@@ -300,7 +332,7 @@ class Connection(SegmentInput, SegmentOutput):
                     stats.inc("tcp.synack_timeouts")
                     self._terminate()
                 else:
-                    self._fail(TimeoutError(errno.ETIMEDOUT, "Connection timed out"))
+                    self._fail(self._timeout_error())
                 return
             self._rtx_count += 1
             self.timeouts += 1
@@ -316,7 +348,7 @@ class Connection(SegmentInput, SegmentOutput):
         if tcb.snd_max == tcb.snd_una or st == State.TIME_WAIT:
             return
         if self._rtx_count >= cfg.max_retries:
-            self._fail(TimeoutError(errno.ETIMEDOUT, "Connection timed out"))
+            self._fail(self._timeout_error())
             return
         # RFC 6298 5.4-5.6, RFC 5681 3.1: retransmit the earliest segment, back off, go back N.
         self._rtx_count += 1
@@ -330,6 +362,10 @@ class Connection(SegmentInput, SegmentOutput):
         if self._rtx_timer.deadline is None and tcb.snd_max != tcb.snd_una:
             self._rtx_timer.arm(now + self.rtt.rto)
         self._notify()
+
+    def _timeout_error(self) -> OSError:
+        """ETIMEDOUT, or the soft ICMP error that probably explains it (RFC 1122 4.2.3.9)."""
+        return self._soft_error or TimeoutError(errno.ETIMEDOUT, "Connection timed out")
 
     def _on_keepalive_timer(self, now: float) -> None:
         cfg = self.config

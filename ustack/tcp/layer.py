@@ -75,11 +75,15 @@ class TcpLayer:
 
     # -- what the stack calls --------------------------------------------
 
-    def input(self, src: bytes, dst: bytes, segment, now: float) -> None:
-        """One TCP segment from IPv4 (``src``/``dst`` 4-byte addresses, ``segment`` header + data)."""
+    def input(self, src: bytes, dst: bytes, segment, now: float, checksum_ok: bool = False) -> None:
+        """One TCP segment from IPv4 (``src``/``dst`` 4-byte addresses, ``segment`` header + data).
+
+        ``checksum_ok=True`` skips the checksum when the caller (the fast
+        path's classify, or the device) has verified it already.
+        """
         stats = self.host.stats
         try:
-            hdr = TcpHeader.parse(segment, src, dst)
+            hdr = TcpHeader.parse(segment, src, dst, verify_checksum=not checksum_ok)
         except WireError as e:
             stats.drop(e.reason)
             return
@@ -110,6 +114,28 @@ class TcpLayer:
         else:
             seg_len = len(payload) + (1 if hdr.flags & SYN else 0) + (1 if hdr.flags & FIN else 0)
             self._send_reset(dst, src, hdr.dst_port, hdr.src_port, 0, seq_add(hdr.seq, seg_len))
+
+    def input_frame(self, frame, rec: tuple, now: float, checksum_ok: bool = True) -> None:
+        """A TCP record from ``_fastpath.classify``: (kind, reason, l3_off, ihl, total_len, proto,
+        src, dst, l4_off, ...) with integer addresses; classify has checked the checksum."""
+        end = rec[2] + rec[4]
+        self.input(rec[6].to_bytes(4, "big"), rec[7].to_bytes(4, "big"), memoryview(frame)[rec[8] : end], now,
+                   checksum_ok)
+
+    def icmp_error(self, laddr, lport: int, raddr, rport: int, itype: int, code: int, extra: int = 0,
+                   now: float | None = None) -> None:
+        """An ICMP error quoting one of our segments (RFC 1122 4.2.3.9, RFC 5927, RFC 1191).
+
+        Addresses are 4-byte strings or integers. ``extra`` is the next-hop
+        MTU for "fragmentation needed" (type 3 code 4). Without ``now`` the
+        resend after an MTU drop waits for the retransmission timer.
+        """
+        key = (_addr(laddr), lport, _addr(raddr), rport)
+        conn = self.connections.get(key)
+        if conn is None:
+            self.host.stats.drop("tcp.icmp_no_connection")
+            return
+        conn._icmp_error(itype, code, extra, now)
 
     def flush(self, now: float) -> None:
         """Send what user calls left pending. Call once per poll round."""
@@ -225,3 +251,7 @@ class TcpLayer:
             self._port_counter += i + 1
             return port
         raise OSError(errno.EADDRNOTAVAIL, "no free ephemeral port")
+
+
+def _addr(a) -> bytes:
+    return a.to_bytes(4, "big") if isinstance(a, int) else bytes(a)
