@@ -2,6 +2,9 @@
 
     ustack serve --backend {pipe,tap,packet,afxdp} --ifname IF --addr 198.18.0.2/24
                  [--gateway IP] [--pcap FILE] [--udp-echo PORT]
+    ustack serve ... [--tcp-echo PORT] [--tcp-discard PORT] [--tcp-source PORT [--source-bytes N]]
+    ustack send  --backend B --ifname IF --addr A/N --connect HOST:PORT --bytes N
+    ustack recv  --backend B --ifname IF --addr A/N --listen PORT
     ustack demo  [--backend B] [--pipe] [--pcap FILE]
     ustack ping  --backend B --ifname IF --addr A/N [--gateway IP] DEST [-c N] [-i S] [-s SIZE] [-W S]
 
@@ -90,6 +93,15 @@ def cmd_serve(args) -> int:
     if args.udp_echo:
         echo = stack.udp.endpoint()
         stack.udp.bind(echo, 0, args.udp_echo)
+    from tools.services import TcpDiscard, TcpEcho, TcpSource
+
+    services = []
+    if args.tcp_echo:
+        services.append(TcpEcho(stack, args.tcp_echo))
+    if args.tcp_discard:
+        services.append(TcpDiscard(stack, args.tcp_discard))
+    if args.tcp_source:
+        services.append(TcpSource(stack, args.tcp_source, args.source_bytes))
     stack.poll(clock())
     caps = stack.device.capabilities
     print(f"ustack: {stack.addr}/{stack.iface.prefixlen} mac {stack.iface.mac.hex(':')} mtu {stack.iface.mtu} "
@@ -233,6 +245,99 @@ def cmd_ping(args) -> int:
     return 0 if received == transmitted and transmitted else 1
 
 
+def _report(nbytes: int, seconds: float, digest: str, peer) -> None:
+    rate = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+    print(f"bytes {nbytes} seconds {seconds:.3f} MB/s {rate:.2f} sha256 {digest} peer {peer[0]}:{peer[1]}",
+          flush=True)
+
+
+def cmd_send(args) -> int:
+    import hashlib
+
+    from tools.services import PATTERN_BLOCK
+    from ustack.socket import socket as usocket
+
+    clock = MonotonicClock()
+    try:
+        stack, _ = open_stack(args, clock)
+        host, _, port = args.connect.rpartition(":")
+        port = int(port)
+    except (DeviceError, OSError, ValueError) as e:
+        print(f"ustack send: {e}", file=sys.stderr)
+        return 2
+    Driver(stack, clock)
+    try:
+        with usocket(stack) as s:
+            s.settimeout(30)
+            try:
+                s.connect((host, port))
+            except OSError as e:
+                print(f"ustack send: connect {args.connect}: {e.strerror or e}", file=sys.stderr)
+                return 1
+            h = hashlib.sha256()
+            left = args.bytes
+            t0 = clock()
+            while left:
+                chunk = memoryview(PATTERN_BLOCK)[:min(left, len(PATTERN_BLOCK))]
+                s.sendall(chunk)
+                h.update(chunk)
+                left -= len(chunk)
+            s.shutdown(1)
+            s.settimeout(60)
+            while s.recv(65536):  # wait for the peer's FIN: every byte was taken
+                pass
+            _report(args.bytes, clock() - t0, h.hexdigest(), s.getpeername())
+            info = s.tcp_info()
+            print(f"retransmits {info.retransmits} srtt_ms {info.srtt * 1000:.3f} cwnd {info.cwnd}", flush=True)
+        return 0
+    except (OSError, TimeoutError) as e:
+        print(f"ustack send: {e}", file=sys.stderr)
+        return 1
+    finally:
+        stack.close()
+        stack.device.close()
+
+
+def cmd_recv(args) -> int:
+    import hashlib
+
+    from ustack.socket import socket as usocket
+
+    clock = MonotonicClock()
+    try:
+        stack, _ = open_stack(args, clock)
+    except (DeviceError, OSError, ValueError) as e:
+        print(f"ustack recv: {e}", file=sys.stderr)
+        return 2
+    Driver(stack, clock)
+    try:
+        with usocket(stack) as srv:
+            srv.bind(("0.0.0.0", args.listen))
+            srv.listen(1)
+            print("listening", flush=True)
+            conn, peer = srv.accept()
+            h = hashlib.sha256()
+            n = 0
+            buf = bytearray(1 << 18)
+            t0 = clock()
+            with conn:
+                conn.settimeout(60)
+                while True:
+                    k = conn.recv_into(buf)
+                    if not k:
+                        break
+                    h.update(memoryview(buf)[:k])
+                    n += k
+            _report(n, clock() - t0, h.hexdigest(), peer)
+        return 0
+    except (OSError, TimeoutError) as e:
+        print(f"ustack recv: {e}", file=sys.stderr)
+        return 1
+    finally:
+        stack.close()
+        stack.device.close()
+
+
 def cmd_demo(args) -> int:
     from tools.demo import main as demo_main
 
@@ -257,6 +362,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the stack: answer ARP and ping, optional UDP echo")
     _common(serve)
     serve.add_argument("--udp-echo", type=int, metavar="PORT", help="echo UDP datagrams on PORT")
+    serve.add_argument("--tcp-echo", type=int, metavar="PORT", help="TCP echo service on PORT")
+    serve.add_argument("--tcp-discard", type=int, metavar="PORT", help="TCP discard service on PORT")
+    serve.add_argument("--tcp-source", type=int, metavar="PORT",
+                       help="send --source-bytes of a deterministic pattern to each client, then close")
+    serve.add_argument("--source-bytes", type=int, default=100_000_000, metavar="N")
+    send = sub.add_parser("send", help="push N bytes of the pattern to HOST:PORT over TCP; print rate and sha256")
+    _common(send)
+    send.add_argument("--connect", required=True, metavar="HOST:PORT")
+    send.add_argument("--bytes", type=int, default=100_000_000, metavar="N")
+    send.set_defaults(func=cmd_send)
+    recv = sub.add_parser("recv", help="accept one TCP connection, read to EOF; print rate and sha256")
+    _common(recv)
+    recv.add_argument("--listen", type=int, required=True, metavar="PORT")
+    recv.set_defaults(func=cmd_recv)
     serve.set_defaults(func=cmd_serve)
     demo = sub.add_parser("demo", help="a guided tour: the kernel and ustack talking (root), or two stacks (no root)")
     demo.add_argument("--backend", choices=("afxdp", "packet", "tap"), help="default: the best available")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
 from backends.afxdp import (
     AfXdpDevice,
-    MemlockTooSmallError,
     ModeUnavailableError,
     MtuTooLargeError,
     NoSuchInterfaceError,
@@ -17,6 +17,8 @@ from backends.afxdp import (
     QueueRangeError,
 )
 from backends.afxdp import bpf
+from backends.afxdp.link import Link
+from backends.afxdp.program import redirect_program
 from tests.afxdp.helpers import collect, open_device, open_in_child, peer_udp, udp_dport, xdp_prog_id
 from ustack.device import DeviceError
 
@@ -80,9 +82,6 @@ def test_zerocopy_on_is_unavailable_on_veth(topo):
 def test_foreign_program_is_not_replaced(topo):
     # a program that is not ours (same code, another name) attached by someone else
     map_fd = bpf.create_xskmap(4)
-    from backends.afxdp.program import redirect_program
-    from backends.afxdp.link import Link
-
     prog_fd = bpf.prog_load_xdp(redirect_program(map_fd), "someone_else")
     with topo.in_stack_ns():
         link = Link(topo.stack_ifname)
@@ -95,8 +94,6 @@ def test_foreign_program_is_not_replaced(topo):
     finally:
         link.detach_xdp(prog_fd, "generic")
         link.close()
-        import os
-
         os.close(prog_fd)
         os.close(map_fd)
 
