@@ -11,7 +11,15 @@ ssthresh and, for NewReno, the fast-recovery state:
   section 2). Returns True when fast retransmit must happen now.
 - ``on_rto(flight, snd_max, now)``: the retransmission timer expired.
 - ``on_loss(flight, now)``: another congestion signal (e.g. ECN); halve.
-- ``window``: the congestion window in bytes.
+- ``enter_recovery(ack, flight, snd_max, now) -> bool``: start fast recovery
+  now (SACK says the first hole is lost, RFC 6675 section 5); False when
+  RFC 6582's "recover" check refuses.
+- ``window``: the congestion window in bytes; ``ssthresh``; ``in_recovery``;
+  ``dupacks`` (RFC 3042 limited transmit reads it).
+- ``sack``: set by the connection when SACK was negotiated: recovery then
+  sets cwnd = ssthresh without inflation and partial ACKs retransmit
+  nothing here, because the SACK scoreboard (``ustack.tcp.sack``) decides
+  what to send by RFC 6675's pipe.
 
 ``make(name, mss)`` builds one by name ("newreno"); connections take the
 name from their ``congestion`` knob.
@@ -37,7 +45,7 @@ class NewReno:
     """RFC 5681 slow start / congestion avoidance with RFC 6582 fast recovery."""
 
     name = "newreno"
-    __slots__ = ("mss", "cwnd", "ssthresh", "dupacks", "in_recovery", "recover", "_bytes_acked")
+    __slots__ = ("mss", "cwnd", "ssthresh", "dupacks", "in_recovery", "recover", "sack", "_bytes_acked")
 
     def __init__(self, mss: int, iss: int = 0):
         self.mss = mss
@@ -46,6 +54,7 @@ class NewReno:
         self.dupacks = 0
         self.in_recovery = False
         self.recover = iss  # RFC 6582 3.2 step 1: initialised to the ISS
+        self.sack = False
         self._bytes_acked = 0
 
     @property
@@ -72,6 +81,8 @@ class NewReno:
                 self.cwnd = min(self.ssthresh, max(flight, mss) + mss)
                 self._bytes_acked = 0
                 return False
+            if self.sack:
+                return False  # RFC 6675: the scoreboard decides; cwnd stays at ssthresh
             # 3.2 step 4, partial acknowledgement: deflate by the amount acked,
             # add back one SMSS when at least one SMSS was acked, retransmit.
             self.cwnd = max(mss, self.cwnd - acked + (mss if acked >= mss else 0))
@@ -89,19 +100,24 @@ class NewReno:
 
     def on_dup_ack(self, ack: int, flight: int, snd_max: int, now: float) -> bool:
         if self.in_recovery:
-            self.cwnd += self.mss  # RFC 5681 3.2 step 4: inflate per additional dup ACK
+            if not self.sack:
+                self.cwnd += self.mss  # RFC 5681 3.2 step 4: inflate per additional dup ACK
             return False
         self.dupacks += 1
         if self.dupacks != 3:
             return False
+        return self.enter_recovery(ack, flight, snd_max, now)
+
+    def enter_recovery(self, ack: int, flight: int, snd_max: int, now: float) -> bool:
         # RFC 6582 3.2 step 2: only when the ACK covers more than "recover"
         # (no new fast retransmit for losses from before a timeout).
-        if not seq_gt(ack, self.recover):
+        if self.in_recovery or not seq_gt(ack, self.recover):
             return False
         self.recover = seq_add(snd_max, -1)  # highest sequence number transmitted
         self.in_recovery = True
         self._halve(flight)
-        self.cwnd = self.ssthresh + 3 * self.mss
+        # RFC 5681 3.2 step 3 (inflated by the three segments that left), or RFC 6675 5 step 4.2.
+        self.cwnd = self.ssthresh if self.sack else self.ssthresh + 3 * self.mss
         return True
 
     def on_rto(self, flight: int, snd_max: int, now: float) -> None:

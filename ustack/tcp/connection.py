@@ -36,6 +36,7 @@ from ustack.tcp.isn import timestamp_offset
 from ustack.tcp.output import SegmentOutput
 from ustack.tcp.recvbuf import ReceiveBuffer
 from ustack.tcp.rtt import RttEstimator
+from ustack.tcp.sack import SackSender, Scoreboard
 from ustack.tcp.sendbuf import SendBuffer
 from ustack.tcp.seq import seq_add, seq_diff
 from ustack.tcp.tcb import SYNCHRONIZED, State, Tcb
@@ -52,7 +53,7 @@ def window_shift_for(rcvbuf: int) -> int:
     return shift
 
 
-class Connection(SegmentInput, SegmentOutput):
+class Connection(SegmentInput, SegmentOutput, SackSender):
     """One TCP connection (see the module docstring)."""
 
     __slots__ = (
@@ -65,6 +66,7 @@ class Connection(SegmentInput, SegmentOutput):
         "_rtx_count", "_persist_backoff", "_keep_probes", "_rtt_seq", "_rtt_time", "_syn_time",
         "_syn_retransmitted", "_ack_now", "_unacked", "_force", "_last_challenge", "_last_rcv",
         "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_wnd_update", "_soft_error",
+        "_board", "_high_rxt", "_rescue_rxt",
         "retransmits", "timeouts", "fast_retransmits", "dup_acks", "window_probes", "segs_in", "segs_out",
         "bytes_acked", "bytes_received", "challenge_acks",
     )
@@ -121,6 +123,9 @@ class Connection(SegmentInput, SegmentOutput):
         self._dirty = False
         self._wnd_update = False
         self._soft_error = None
+        self._board = Scoreboard()
+        self._high_rxt = 0
+        self._rescue_rxt = None
         self.retransmits = self.timeouts = self.fast_retransmits = self.dup_acks = self.window_probes = 0
         self.segs_in = self.segs_out = self.bytes_acked = self.bytes_received = self.challenge_acks = 0
         tcb = self.tcb
@@ -181,6 +186,7 @@ class Connection(SegmentInput, SegmentOutput):
             tcb.ts_recent = ts[0]
             tcb.ts_recent_age = now
         tcb.sack_ok = self.config.sack and sack_ok
+        self.cc.sack = tcb.sack_ok
         tcb.snd_mss = tcb.mss_base - (12 if tcb.ts_ok else 0)
         tcb.rcv_mss = min(tcb.snd_mss, 536)
         # The SYN-ACK advertised min(free, 65535) unscaled; assume that much is offered.
@@ -216,6 +222,7 @@ class Connection(SegmentInput, SegmentOutput):
         tcb.snd_mss = tcb.mss_base - (12 if tcb.ts_ok else 0)
         tcb.rcv_mss = min(tcb.snd_mss, 536)
         self.cc.set_mss(tcb.snd_mss)
+        self.cc.sack = tcb.sack_ok
 
     def _become_established(self, now: float) -> None:
         tcb = self.tcb
@@ -355,6 +362,7 @@ class Connection(SegmentInput, SegmentOutput):
         self.timeouts += 1
         stats.inc("tcp.rto_expired")
         self.cc.on_rto(seq_diff(tcb.snd_max, tcb.snd_una), tcb.snd_max, now)
+        self._board.clear()  # the receiver may renege (RFC 2018 8); go back N from SND.UNA
         self.rtt.backoff()
         self._rtt_seq = None  # Karn
         tcb.snd_nxt = tcb.snd_una
@@ -566,7 +574,8 @@ class Connection(SegmentInput, SegmentOutput):
         if "congestion" in knobs and knobs["congestion"] != getattr(self.cc, "name", None):
             old = self.cc
             self.cc = congestion.make(cfg.congestion, self.tcb.snd_mss, self.tcb.iss)
-            self.cc.cwnd, self.cc.ssthresh = old.cwnd, old.ssthresh
+            self.cc.cwnd, self.cc.ssthresh, self.cc.recover = old.cwnd, old.ssthresh, old.recover
+            self.cc.sack = self.tcb.sack_ok
         if cfg.keepalive and self.tcb.state in (State.ESTABLISHED, State.CLOSE_WAIT):
             base = now if now is not None else self._last_rcv
             self._keepalive_timer.arm(base + cfg.keepidle)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import errno
 
 from ustack.tcp.seq import MASK, seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
-from ustack.tcp.tcb import RECEIVING, State
+from ustack.tcp.tcb import RECEIVING, SENDING, State
 from ustack.wire.tcp import ACK, FIN, RST, SYN
 
 # RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
@@ -279,16 +279,22 @@ class SegmentInput:
             return False
         acked = seq_diff(ack, una)
         seg_wnd = hdr.window << tcb.snd_wscale
+        sack = tcb.sack_ok
         if acked > 0:
             self._ack_advances(ack, acked, hdr, now)
-        elif (acked == 0 and dlen == 0 and not hdr.flags & (SYN | FIN) and seg_wnd == tcb.snd_wnd
-              and snd_max != una and tcb.snd_wnd):
+        if sack and hdr.sack_blocks:
+            self._board.update(hdr.sack_blocks, tcb.snd_una, tcb.snd_max)
+        if (acked == 0 and dlen == 0 and not hdr.flags & (SYN | FIN) and seg_wnd == tcb.snd_wnd
+                and snd_max != una and tcb.snd_wnd):
             # RFC 5681 section 2: a duplicate ACK.
             self.dup_acks += 1
             if self.cc.on_dup_ack(ack, seq_diff(snd_max, una), snd_max, now):
-                self.fast_retransmits += 1
-                self.host.stats.inc("tcp.fast_retransmits")
-                self._retransmit_head(now)
+                if sack:
+                    self._sack_enter_recovery(now)
+                else:
+                    self.fast_retransmits += 1
+                    self.host.stats.inc("tcp.fast_retransmits")
+                    self._retransmit_head(now)
         # Window update, guarded by SND.WL1/SND.WL2 against old segments.
         seq = hdr.seq
         if seq_lt(tcb.snd_wl1, seq) or (tcb.snd_wl1 == seq and seq_le(tcb.snd_wl2, ack)):
@@ -301,6 +307,8 @@ class SegmentInput:
             if seg_wnd and not old and self._persist_timer.deadline is not None:
                 self._persist_timer.cancel()
                 self._persist_backoff = 0
+        if sack and tcb.state in SENDING:
+            self._sack_after_ack(ack, now)
         if tcb.fin_acked:
             st = tcb.state
             if st == State.FIN_WAIT_1:
@@ -325,6 +333,8 @@ class SegmentInput:
                 tcb.fin_acked = True
         if data_acked:
             sndbuf.acknowledge(data_acked)
+        if tcb.sack_ok:
+            self._board.advance(acked)
         tcb.snd_una = ack
         if seq_lt(tcb.snd_nxt, ack):
             tcb.snd_nxt = ack

@@ -197,10 +197,17 @@ class SegmentOutput:
         self._rtt_seq = None  # Karn
         self._send_data(tcb.snd_una, n, fin, now, advance=False)
 
-    def _output(self, now: float) -> None:
-        """Send whatever the windows, Nagle and SWS avoidance allow."""
+    def _output(self, now: float, budget: int | None = None) -> None:
+        """Send whatever the windows, Nagle and SWS avoidance allow.
+
+        During SACK recovery new data goes only through ``SackSender`` (rule 2
+        of NextSeg), which passes ``budget`` = cwnd - pipe instead of cwnd.
+        """
         tcb = self.tcb
         if tcb.state not in SENDING:
+            return
+        cc = self.cc
+        if budget is None and tcb.sack_ok and cc.in_recovery:
             return
         sndbuf = self.sndbuf
         buffered = len(sndbuf)
@@ -214,7 +221,9 @@ class SegmentOutput:
             if self._persist_timer.deadline is None:
                 self._arm_persist(now)
         mss = tcb.snd_mss
-        cwnd = self.cc.window
+        cwnd = cc.window
+        if not cc.in_recovery and cc.dupacks:
+            cwnd += min(cc.dupacks, 2) * mss  # RFC 3042 limited transmit: one new segment per dup ACK
         force = self._force
         self._force = False
         cfg = self.config
@@ -224,7 +233,7 @@ class SegmentOutput:
             if off > buffered:
                 break  # the FIN is out
             avail = buffered - off
-            usable = min(tcb.snd_wnd, cwnd) - off
+            usable = min(tcb.snd_wnd, cwnd) - off if budget is None else min(tcb.snd_wnd - off, budget)
             n = avail if avail < mss else mss
             if n > usable:
                 n = usable if usable > 0 else 0
@@ -240,6 +249,8 @@ class SegmentOutput:
                     break  # sender SWS avoidance: wait for the window to open further
             self._send_data(nxt, n, fin, now)
             force = False
+            if budget is not None:
+                budget -= n
             if fin:
                 break
         # Timers: something outstanding needs the retransmission timer; unsent
