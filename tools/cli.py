@@ -4,7 +4,7 @@
                  [--gateway IP] [--pcap FILE] [--udp-echo PORT]
     ustack serve ... [--tcp-echo PORT] [--tcp-discard PORT] [--tcp-source PORT [--source-bytes N]]
     ustack send  --backend B --ifname IF --addr A/N --connect HOST:PORT --bytes N
-    ustack recv  --backend B --ifname IF --addr A/N --listen PORT
+    ustack recv  --backend B --ifname IF --addr A/N {--listen PORT | --connect HOST:PORT}
     ustack demo  [--backend B] [--pipe] [--pcap FILE]
     ustack ping  --backend B --ifname IF --addr A/N [--gateway IP] DEST [-c N] [-i S] [-s SIZE] [-W S]
 
@@ -282,11 +282,18 @@ def cmd_send(args) -> int:
                 s.sendall(chunk)
                 h.update(chunk)
                 left -= len(chunk)
-            s.shutdown(1)
+            s.shutdown(1)  # half-close: the peer may still answer
             s.settimeout(60)
-            while s.recv(65536):  # wait for the peer's FIN: every byte was taken
-                pass
+            reply = bytearray()
+            while True:  # read until the peer's FIN: every byte was taken
+                d = s.recv(65536)
+                if not d:
+                    break
+                if len(reply) < 4096:
+                    reply += d[:4096 - len(reply)]
             _report(args.bytes, clock() - t0, h.hexdigest(), s.getpeername())
+            if reply:
+                print(f"reply {bytes(reply).decode(errors='replace').strip()}", flush=True)
             info = s.tcp_info()
             print(f"retransmits {info.retransmits} srtt_ms {info.srtt * 1000:.3f} cwnd {info.cwnd}", flush=True)
         return 0
@@ -312,10 +319,21 @@ def cmd_recv(args) -> int:
     Driver(stack, clock)
     try:
         with usocket(stack) as srv:
-            srv.bind(("0.0.0.0", args.listen))
-            srv.listen(1)
-            print("listening", flush=True)
-            conn, peer = srv.accept()
+            if args.connect:
+                host, _, port = args.connect.rpartition(":")
+                conn = usocket(stack)
+                conn.settimeout(30)
+                try:
+                    conn.connect((host, int(port)))
+                except OSError as e:
+                    print(f"ustack recv: connect {args.connect}: {e.strerror or e}", file=sys.stderr)
+                    return 1
+                peer = conn.getpeername()
+            else:
+                srv.bind(("0.0.0.0", args.listen))
+                srv.listen(1)
+                print("listening", flush=True)
+                conn, peer = srv.accept()
             h = hashlib.sha256()
             n = 0
             buf = bytearray(1 << 18)
@@ -372,9 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--connect", required=True, metavar="HOST:PORT")
     send.add_argument("--bytes", type=int, default=100_000_000, metavar="N")
     send.set_defaults(func=cmd_send)
-    recv = sub.add_parser("recv", help="accept one TCP connection, read to EOF; print rate and sha256")
+    recv = sub.add_parser("recv", help="accept (or make) one TCP connection, read to EOF; print rate and sha256")
     _common(recv)
-    recv.add_argument("--listen", type=int, required=True, metavar="PORT")
+    where = recv.add_mutually_exclusive_group(required=True)
+    where.add_argument("--listen", type=int, metavar="PORT", help="accept one connection on PORT")
+    where.add_argument("--connect", metavar="HOST:PORT", help="connect out and read what the server sends")
     recv.set_defaults(func=cmd_recv)
     serve.set_defaults(func=cmd_serve)
     demo = sub.add_parser("demo", help="a guided tour: the kernel and ustack talking (root), or two stacks (no root)")

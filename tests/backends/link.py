@@ -48,6 +48,12 @@ KERNEL_KINDS = {
         "small_opts": {"block_size": 4096, "block_count": 4, "tx_frames": 32},
         "small_capacity": 4 * 4096 // 144,
     },
+    "afxdp": {
+        "topology": Topology.veth,
+        # a 128-frame UMEM with 64-entry rings: 64 frames fit on the fill/RX side
+        "small_opts": {"num_frames": 128, "ring_size": 64},
+        "small_capacity": 64,
+    },
 }
 
 

@@ -23,108 +23,19 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
 from tests.conftest import privilege_problem, require_privileged
+from tests.interop.harness import Served, backend_params
 
 pytestmark = pytest.mark.privileged
-
-BACKENDS = ["tap", "packet"]
-
-
-def backend_params():
-    params = list(BACKENDS)
-    try:
-        from backends.registry import available_backends
-
-        if "afxdp" in available_backends():
-            params += ["afxdp-native", "afxdp-generic"]
-    except Exception:  # registry import problems surface in the backend tests
-        pass
-    return params
-
-
-class Served:
-    """A running ``ustack serve`` and the topology around it."""
-
-    def __init__(self, backend: str, tmp_path):
-        from tools.netns import Topology
-
-        self.backend = backend
-        kind = "tap" if backend == "tap" else "veth"
-        self.topo = Topology.tap(tag="i") if kind == "tap" else Topology.veth(tag="i")
-        self.pcap = str(tmp_path / f"serve-{backend}.pcap")
-        self.lines: list[str] = []
-        self.expected_drops: dict[str, int] = {}
-        self.proc = None
-        self.start()
-
-    def cli_backend(self):
-        b = self.backend
-        if b.startswith("afxdp"):
-            return ["--backend", "afxdp", "--xdp-mode", b.split("-", 1)[1]]
-        return ["--backend", b]
-
-    def start(self):
-        t = self.topo
-        argv = [sys.executable, "-m", "ustack", "serve", *self.cli_backend(), "--ifname", t.stack_ifname,
-                "--addr", f"{t.stack_addr}/{t.prefixlen}", "--udp-echo", "7", "--pcap", self.pcap]
-        self.proc = t.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, bufsize=1)
-        self.ready = threading.Event()
-        threading.Thread(target=self._reader, daemon=True).start()
-        if not self.ready.wait(30):
-            self.stop()
-            raise AssertionError("ustack serve did not print 'ready':\n" + "".join(self.lines))
-        head = "".join(self.lines)
-        m = re.search(r"mac ([0-9a-f:]{17})", head)
-        assert m, head
-        self.mac = m.group(1)
-
-    def _reader(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if line.strip() == "ready":
-                self.ready.set()
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(20)
-        except Exception:
-            self.proc.kill()
-            rc = self.proc.wait(5)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not any("drops by reason" in l for l in self.lines):
-            time.sleep(0.01)
-        return rc
-
-    def counters(self) -> dict[str, int]:
-        out = {}
-        for line in self.lines:
-            m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
-            if m:
-                out[m.group(1)] = int(m.group(2))
-        return out
-
-    def close(self):
-        try:
-            self.stop()
-        finally:
-            self.topo.close()
-
 
 @pytest.fixture(scope="module", params=backend_params())
 def served(request, tmp_path_factory):
     if privilege_problem() is not None:
         require_privileged()
-    s = Served(request.param, tmp_path_factory.mktemp(request.param))
+    s = Served(request.param, tmp_path_factory.mktemp(request.param), ["--udp-echo", "7"])
     yield s
     s.close()
 
@@ -178,7 +89,7 @@ def test_udp_echo_10000_datagrams_0_to_8000_bytes_exact(served):
 
 def _raw_frames(served):
     """Crafted bad frames and the named drop each must produce."""
-    from scapy.layers.inet import IP, UDP, fragment
+    from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import ARP, Ether
 
     t = served.topo

@@ -1,0 +1,113 @@
+"""Shared by the kernel interop tests: the backends to run on and a running ``ustack serve``."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+BACKENDS = ["tap", "packet"]
+
+
+def backend_params():
+    params = list(BACKENDS)
+    try:
+        from backends.registry import available_backends
+
+        if "afxdp" in available_backends():
+            params += ["afxdp-native", "afxdp-generic"]
+    except Exception:  # registry import problems surface in the backend tests
+        pass
+    return params
+
+
+def ustack_cli(topo, backend_args, *args, timeout=120):
+    """Run a ``python -m ustack`` command in the stack namespace; returns (rc, output)."""
+    argv = [sys.executable, "-m", "ustack", *args[:1], *backend_args, "--ifname", topo.stack_ifname, *args[1:]]
+    p = topo.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        raise AssertionError(f"{args[0]} timed out:\n{out}")
+    return p.returncode, out
+
+
+class Served:
+    """A running ``ustack serve`` and the topology around it."""
+
+    def __init__(self, backend: str, tmp_path, serve_args):
+        from tools.netns import Topology
+
+        self.backend = backend
+        kind = "tap" if backend == "tap" else "veth"
+        self.topo = Topology.tap(tag="i") if kind == "tap" else Topology.veth(tag="i")
+        self.pcap = str(tmp_path / f"serve-{backend}.pcap")
+        self.lines: list[str] = []
+        self.expected_drops: dict[str, int] = {}
+        self.proc = None
+        self.serve_args = list(serve_args)
+        self.start()
+
+    def cli_backend(self):
+        b = self.backend
+        if b.startswith("afxdp"):
+            return ["--backend", "afxdp", "--xdp-mode", b.split("-", 1)[1]]
+        return ["--backend", b]
+
+    def start(self):
+        t = self.topo
+        argv = [sys.executable, "-m", "ustack", "serve", *self.cli_backend(), "--ifname", t.stack_ifname,
+                "--addr", f"{t.stack_addr}/{t.prefixlen}", *self.serve_args, "--pcap", self.pcap]
+        self.proc = t.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, bufsize=1)
+        self.ready = threading.Event()
+        threading.Thread(target=self._reader, daemon=True).start()
+        if not self.ready.wait(30):
+            self.stop()
+            raise AssertionError("ustack serve did not print 'ready':\n" + "".join(self.lines))
+        head = "".join(self.lines)
+        m = re.search(r"mac ([0-9a-f:]{17})", head)
+        assert m, head
+        self.mac = m.group(1)
+
+    def _reader(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.strip() == "ready":
+                self.ready.set()
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(20)
+        except Exception:
+            self.proc.kill()
+            rc = self.proc.wait(5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any("drops by reason" in l for l in self.lines):
+            time.sleep(0.01)
+        return rc
+
+    def counters(self) -> dict[str, int]:
+        out = {}
+        for line in self.lines:
+            m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+            if m:
+                out[m.group(1)] = int(m.group(2))
+        return out
+
+    def close(self):
+        try:
+            self.stop()
+        finally:
+            self.topo.close()
+
+
