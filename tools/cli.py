@@ -60,7 +60,7 @@ def open_stack(args, clock):
     if getattr(args, "pcap", None):
         from ustack.capture import PcapDevice
 
-        device = PcapDevice(device, args.pcap, clock)
+        device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen)
     stack = Stack(device, args.addr, gateway=args.gateway, mtu=args.mtu, clock=clock)
     return stack, extras
 
@@ -369,6 +369,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gateway", help="default gateway inside the subnet")
     p.add_argument("--mtu", type=int, help="IP MTU (default: the device's)")
     p.add_argument("--pcap", help="write every frame in and out to this pcap file")
+    p.add_argument("--pcap-snaplen", type=int, default=65535, metavar="BYTES",
+                   help="bytes of each frame to keep in the pcap (default: all)")
     p.add_argument("--queue", type=int, help="afxdp: NIC queue to bind")
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), help="afxdp: XDP attach mode")
     p.add_argument("--zerocopy", choices=("auto", "on", "off"), help="afxdp: zero-copy mode")

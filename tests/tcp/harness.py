@@ -271,13 +271,17 @@ class Harness:
 
     # -- common openings -------------------------------------------------
 
-    def open_active(self, peer_win: int = 65535, peer_mss: int = 1460, peer_iss: int = 1000, **opts):
-        """connect() and complete the handshake with the scripted peer; returns the connection."""
+    def open_active(self, peer_win: int = 65535, peer_mss: int = 1460, peer_iss: int = 1000,
+                    peer_options: dict | None = None, **opts):
+        """connect() and complete the handshake with the scripted peer; returns the connection.
+
+        ``peer_options`` go on the peer's SYN-ACK (``wscale=``, ``sack_perm=``, ``ts=``).
+        """
         conn = self.layer.connect(None, (self.peer.addr, self.peer.port), self.now, **opts)
         self.peer.local_port = conn.local_port
         syn = self.peer.expect(flags="S")
         self.peer.snd_nxt = peer_iss
-        self.peer.send(flags="SA", ack=syn.seq + 1, win=peer_win, mss=peer_mss)
+        self.peer.send(flags="SA", ack=syn.seq + 1, win=peer_win, mss=peer_mss, **(peer_options or {}))
         self.peer.expect(flags="A", seq=syn.seq + 1, ack=peer_iss + 1)
         assert conn.state.name == "ESTABLISHED"
         return conn

@@ -274,3 +274,15 @@ def test_info_snapshot():
     h.peer.send(flags="PA", payload=b"in")
     info = conn.info()
     assert info.recv_queue == 2 and info.bytes_received == 2 and info.segs_in == 2
+
+
+def test_unanswered_zero_window_probes_give_up():
+    h, conn = established(max_retries=3, persist_max=5.0)
+    h.peer.ack(win=0)
+    conn.send(b"abc", now=h.now)
+    for _ in range(3):
+        h.fire_next()
+        h.peer.expect(flags="A", length=1)  # the peer has gone silent
+    h.fire_next()
+    h.peer.expect_nothing()
+    assert conn.state == State.CLOSED and isinstance(conn.error, TimeoutError)

@@ -76,7 +76,8 @@ def test_second_hole_retransmitted_without_waiting_for_a_partial_ack():
     sack((1, 3), (4, 7))  # now 3000 bytes SACKed above hole 3: lost; pipe drops to 4000
     h.peer.expect(flags="A", seq=una + 3 * MSS, payload=segs[3].payload)
     h.peer.expect_nothing()
-    sack((1, 3), (4, 8))  # room for one more: new data (rule 2) if there is any
+    sack((1, 3), (4, 8))  # room for one more: no new data, no unSACKed hole left: the rescue (rule 4)
+    h.peer.expect(flags="A", seq=una + 9 * MSS, payload=segs[9].payload)
     h.peer.expect_nothing()
     conn.send(b"N" * MSS, now=h.now)
     h.peer.expect_nothing()  # during recovery new data waits for NextSeg
@@ -87,7 +88,7 @@ def test_second_hole_retransmitted_without_waiting_for_a_partial_ack():
     h.peer.send(flags="A", ack=una + 11 * MSS, advance=False)
     assert not conn.cc.in_recovery
     info = conn.info()
-    assert info.retransmits == 2 and info.timeouts == 0 and info.fast_retransmits == 1
+    assert info.retransmits == 3 and info.timeouts == 0 and info.fast_retransmits == 1
 
 
 def test_recovery_starts_when_sack_says_the_first_hole_is_lost():
@@ -101,7 +102,7 @@ def test_recovery_starts_when_sack_says_the_first_hole_is_lost():
     assert conn.cc.in_recovery and conn.info().dup_acks == 1
 
 
-def test_rescue_retransmission_of_the_tail():
+def test_advancing_ack_is_no_duplicate_and_a_timeout_recovers_the_tail():
     h, conn = sack_established()
     conn.send(b"t" * 4 * MSS, now=h.now)
     segs = h.drain()

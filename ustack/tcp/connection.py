@@ -66,7 +66,7 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         "_rtx_count", "_persist_backoff", "_keep_probes", "_rtt_seq", "_rtt_time", "_syn_time",
         "_syn_retransmitted", "_ack_now", "_unacked", "_force", "_last_challenge", "_last_rcv",
         "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_wnd_update", "_soft_error",
-        "_board", "_high_rxt", "_rescue_rxt",
+        "_board", "_high_rxt", "_rescue_rxt", "_probes_out",
         "retransmits", "timeouts", "fast_retransmits", "dup_acks", "window_probes", "segs_in", "segs_out",
         "bytes_acked", "bytes_received", "challenge_acks",
     )
@@ -126,6 +126,7 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         self._board = Scoreboard()
         self._high_rxt = 0
         self._rescue_rxt = None
+        self._probes_out = 0
         self.retransmits = self.timeouts = self.fast_retransmits = self.dup_acks = self.window_probes = 0
         self.segs_in = self.segs_out = self.bytes_acked = self.bytes_received = self.challenge_acks = 0
         tcb = self.tcb

@@ -46,6 +46,7 @@ class SegmentInput:
         self.segs_in += 1
         self._last_rcv = now
         self._keep_probes = 0
+        self._probes_out = 0
         st = self.tcb.state
         if st == State.SYN_SENT:
             self._syn_sent_arrives(hdr, payload, now)

@@ -237,7 +237,7 @@ class SegmentOutput:
             n = avail if avail < mss else mss
             if n > usable:
                 n = usable if usable > 0 else 0
-            fin = tcb.fin_queued and off + n == buffered
+            fin = tcb.fin_queued and off + n == buffered and not tcb.fin_acked
             if n == 0 and not fin:
                 break
             if 0 < n < mss and not seq_lt(nxt, tcb.snd_max) and not force:
@@ -276,7 +276,13 @@ class SegmentOutput:
             return  # nothing unsent any more
         self._persist_backoff += 1
         if min(tcb.snd_wnd, self.cc.window) - off <= 0:
-            # Zero-window probe: one octet of new data past the window (RFC 9293 3.8.6.1, RFC 1122 4.2.2.17).
+            # Zero-window probe: one octet of new data past the window (RFC 9293 3.8.6.1). The
+            # connection stays open while the peer answers (RFC 1122 4.2.2.17); unanswered
+            # probes count like retransmissions.
+            self._probes_out += 1
+            if self._probes_out > self.config.max_retries:
+                self._fail(self._timeout_error())
+                return
             self.window_probes += 1
             self.host.stats.inc("tcp.window_probes")
             self._send_data(tcb.snd_nxt, 1, False, now, probe=True)

@@ -10,8 +10,9 @@ window inflation during fast recovery with RFC 6675's conservative rules:
 - pipe = unSACKed bytes not deemed lost, plus bytes retransmitted in this
   recovery (below HighRxt);
 - while cwnd - pipe >= SMSS, NextSeg picks: (1) the first lost byte above
-  HighRxt, (2) new data, (3) any unSACKed byte above HighRxt, (4) once per
-  recovery, a rescue retransmission of the last unSACKed segment.
+  HighRxt, (2) new data, (3) any unSACKed byte above HighRxt and below the
+  highest SACKed byte, (4) once per recovery, a rescue retransmission of the
+  last unSACKed segment.
 
 Recovery starts on the third duplicate ACK or as soon as the first hole is
 lost by the rule above; cwnd = ssthresh = FlightSize / 2 (congestion control
@@ -134,15 +135,15 @@ class SackSender:
         off = seq_diff(tcb.snd_nxt, tcb.snd_una)
         if off < len(self.sndbuf) and seq_diff(tcb.snd_nxt, tcb.snd_una) < tcb.snd_wnd:
             return ("new",)  # rule 2
-        tail = board.tail(limit)
-        for s, e, _ in holes + ([(tail[0], tail[1], False)] if tail else []):  # rule 3
+        for s, e, _ in holes:  # rule 3: unSACKed, below the highest SACKed byte, not yet retransmitted
             start = max(s, high_rxt)
             if start < e:
                 return (start, min(mss, e - start))
         if self._rescue_rxt is None or seq_diff(tcb.snd_una, self._rescue_rxt) > 0:  # rule 4
+            tail = board.tail(limit)
             if tail is not None:
                 s, e = tail
-                s = max(s, e - mss)
+                s = max(s, e - mss)  # must include the highest unSACKed byte
                 self._rescue_rxt = self.cc.recover
                 return (s, e - s, "rescue")
         return None
