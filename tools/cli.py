@@ -22,7 +22,6 @@ import os
 import signal
 import statistics
 import sys
-import time
 
 from ustack.clock import MonotonicClock
 from ustack.device import DeviceError
@@ -400,9 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     recv.set_defaults(func=cmd_recv)
     serve.set_defaults(func=cmd_serve)
     demo = sub.add_parser("demo", help="a guided tour: the kernel and ustack talking (root), or two stacks (no root)")
-    demo.add_argument("--backend", choices=("afxdp", "packet", "tap"), help="default: the best available")
-    demo.add_argument("--pipe", action="store_true", help="tour over the pipe backend even as root")
-    demo.add_argument("--pcap", default="ustack-demo.pcap", help="capture file (default: %(default)s)")
+    from tools.demo import add_arguments as demo_arguments
+
+    demo_arguments(demo)
     demo.set_defaults(func=cmd_demo)
     ping = sub.add_parser("ping", help="ping from the user-space stack, like ping(8)")
     _common(ping)

@@ -1,20 +1,29 @@
-"""``ustack demo``: a guided tour of the stack with the kernel on the other side.
+"""``ustack demo``: a guided tour of the whole stack with the kernel on the other side.
 
 With root: builds a veth (or TAP) topology in fresh namespaces, starts the
-user-space stack on the best available backend (afxdp, else packet, else
-tap), and shows, step by step: the kernel pinging it, a kernel UDP socket
-exchanging datagrams of every size with its echo (fragmented both ways),
-the user-space stack pinging the kernel, and its counters; every frame goes
-to a pcap file. Without root, the same tour runs between two user-space
-stacks over the in-memory pipe backend. Ctrl-C cleans up at any step.
+user-space stack in this process on the best available backend (afxdp, else
+packet, else tap), and walks through what it does with the kernel's stack
+on the other side:
+
+1. the kernel pings it;
+2. a kernel HTTP client (curl, or Python's urllib) fetches a page from a
+   small HTTP server written on ustack stream sockets;
+3. a 100 MB TCP transfer in each direction (kernel pulls from ustack, kernel
+   pushes to ustack), with throughput and a sha256 check on both ends;
+4. ustack pings the kernel;
+5. the per-connection TCP info and the counters, drops by reason included.
+
+Every frame goes to a pcap file (headers only by default: ``--pcap-snaplen``).
+Without root, the same tour runs between two user-space stacks over the
+in-memory pipe backend in this process. Ctrl-C cleans up at any step.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import random
-import select
-import struct
+import shutil
+import subprocess
 import sys
 import time
 
@@ -24,8 +33,10 @@ from ustack.driver import Driver
 from ustack.net.route import ip_int
 from ustack.stack import Stack
 
+SOURCE_PORT, SINK_PORT, HTTP_PORT = 19, 9, 8080
 
-def say(text: str) -> None:
+
+def say(text: str = "") -> None:
     print(text, flush=True)
 
 
@@ -33,7 +44,12 @@ def step(n: int, text: str) -> None:
     say(f"\n[{n}] {text}")
 
 
-def _stack_ping(stack: Stack, driver: Driver, dst: str, count: int = 3) -> None:
+def mbps(nbytes: int, seconds: float) -> str:
+    return f"{nbytes / seconds / 1e6:.1f} MB/s" if seconds > 0 else "-"
+
+
+def stack_ping(stack, driver, dst: str, count: int = 3) -> None:
+    """Ping ``dst`` from a user-space stack and print lines like ping(8)."""
     got = {}
     ident = 0x5E5E
     with driver.lock:
@@ -49,146 +65,317 @@ def _stack_ping(stack: Stack, driver: Driver, dst: str, count: int = 3) -> None:
             say(f"    no reply to icmp_seq={seq}")
 
 
-def _choose_backend(requested):
-    from backends.registry import available_backends
+# -- the user-space side ---------------------------------------------------------------------
+class UstackSide:
+    """The stack under demonstration, with its services, driven by a background thread."""
 
-    have = available_backends()
-    if requested:
-        return requested
-    for b in ("afxdp", "packet", "tap"):
-        if b in have:
-            return b
-    raise SystemExit("no packet backend is available here")
+    def __init__(self, device, addr: str, clock, nbytes: int):
+        from tools.httpd import HttpServer
+        from tools.services import TcpSink, TcpSource
+
+        self.stack = Stack(device, addr, clock=clock)
+        self.driver = Driver(self.stack, clock)
+        with self.driver.lock:
+            self.source = TcpSource(self.stack, SOURCE_PORT, nbytes)
+            self.sink = TcpSink(self.stack, SINK_PORT)
+        self.driver.start()
+        self.http = HttpServer(self.stack, HTTP_PORT).start()
+        self.publisher = None
+        try:
+            from tools.stats import StatsPublisher
+
+            self.publisher = StatsPublisher(self.stack, self.driver)
+            self.publisher.start()
+        except Exception as e:  # stats are a convenience here: say why they are off
+            say(f"    (live stats unavailable: {e})")
+
+    def ping(self, dst: str, count: int = 3) -> None:
+        stack_ping(self.stack, self.driver, dst, count)
+
+    def connection_table(self) -> list[str]:
+        lines = []
+        with self.driver.lock:
+            infos = [c.info() for c in self.stack.tcp.connections.values()]
+        for i in infos:
+            la = f"{'.'.join(map(str, i.local[0]))}:{i.local[1]}"
+            ra = f"{'.'.join(map(str, i.remote[0]))}:{i.remote[1]}"
+            lines.append(f"    {i.state:<11} {la:>21} -> {ra:<21} segs in/out {i.segs_in}/{i.segs_out}")
+            lines.append(f"      {i.congestion} cwnd {i.cwnd} ssthresh {i.ssthresh} srtt {i.srtt * 1000:.2f} ms "
+                         f"rttvar {i.rttvar * 1000:.2f} ms rto {i.rto * 1000:.0f} ms retrans {i.retransmits} "
+                         f"mss {i.snd_mss} wscale {i.snd_wscale},{i.rcv_wscale} acked {i.bytes_acked} "
+                         f"received {i.bytes_received}")
+        return lines
+
+    def counters(self) -> tuple[str, dict]:
+        with self.driver.lock:
+            return self.stack.stats.format(), self.stack.stats.drops()
+
+    def close(self) -> None:
+        self.http.close()
+        if self.publisher is not None:
+            self.publisher.close()
+        self.driver.close()
+        self.stack.device.close()
+
+
+# -- the other side: the kernel ------------------------------------------------------------------
+KERNEL_PULL = r"""
+import hashlib, socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.create_connection((host, port), timeout=30)
+h = hashlib.sha256(); got = 0; buf = bytearray(1 << 20); t0 = time.monotonic(); mark = n // 4
+while True:
+    k = s.recv_into(buf)
+    if not k: break
+    h.update(memoryview(buf)[:k]); got += k
+    if got >= mark and mark:
+        print(f"      ... {got // 1000000} MB", flush=True); mark = mark + n // 4 if mark + n // 4 < n else 0
+dt = time.monotonic() - t0
+print(f"RESULT {got} {dt:.3f} {h.hexdigest()}", flush=True)
+"""
+
+KERNEL_PUSH = r"""
+import socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+block = bytes(range(256)) * 256
+s = socket.create_connection((host, port), timeout=30)
+t0 = time.monotonic(); left = n; mark = n - n // 4
+while left:
+    k = min(left, len(block)); s.sendall(block[:k]); left -= k
+    if left <= mark and mark > 0:
+        print(f"      ... {(n - left) // 1000000} MB", flush=True); mark -= n // 4
+s.shutdown(socket.SHUT_WR)
+reply = b""
+while True:
+    d = s.recv(4096)
+    if not d: break
+    reply += d
+dt = time.monotonic() - t0
+print(f"RESULT {n} {dt:.3f} {reply.decode().strip()}", flush=True)
+"""
+
+
+class KernelSide:
+    def __init__(self, topo):
+        self.topo = topo
+
+    def _run(self, argv, timeout=300):
+        p = self.topo.peer_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        result = None
+        for line in p.stdout:
+            if line.startswith("RESULT "):
+                result = line.split()[1:]
+            else:
+                say(line.rstrip("\n"))
+        p.wait(timeout)
+        return result
+
+    def ping(self, dst: str) -> None:
+        out = self.topo.peer_run(["ping", "-c", "5", "-i", "0.2", "-W", "2", dst], timeout=30,
+                                 capture_output=True, text=True)
+        for line in out.stdout.strip().splitlines():
+            say("    " + line)
+
+    def http_get(self, url: str) -> None:
+        if shutil.which("curl"):
+            argv = ["curl", "-sS", "-o", "/dev/null", "-w",
+                    "    curl: HTTP %{http_code}, %{size_download} bytes in %{time_total} s\n", url]
+        else:
+            argv = [sys.executable, "-c",
+                    "import sys, time, urllib.request as u; t = time.monotonic(); r = u.urlopen(sys.argv[1], "
+                    "timeout=10); b = r.read(); print(f'    urllib: HTTP {r.status}, {len(b)} bytes in "
+                    "{time.monotonic() - t:.3f} s; title:', b.split(b'<h1>')[1].split(b'</h1>')[0].decode())", url]
+        out = self.topo.peer_run(argv, timeout=30, capture_output=True, text=True)
+        say((out.stdout + out.stderr).rstrip())
+
+    def pull(self, host: str, port: int, n: int):
+        return self._run([sys.executable, "-c", KERNEL_PULL, host, str(port), str(n)])
+
+    def push(self, host: str, port: int, n: int):
+        return self._run([sys.executable, "-c", KERNEL_PUSH, host, str(port), str(n)])
+
+
+class PipePeerSide:
+    """Without root: a second user-space stack plays the kernel's part."""
+
+    def __init__(self, device, addr: str, clock):
+        self.stack = Stack(device, addr, clock=clock)
+        self.driver = Driver(self.stack, clock)
+        self.driver.start()  # answers ustack's pings and keeps its TCP timers going
+
+    def ping(self, dst: str) -> None:
+        stack_ping(self.stack, self.driver, dst, 5)
+
+    def _sock(self, host, port):
+        from ustack.socket import socket as usocket
+
+        s = usocket(self.stack)
+        s.settimeout(30)
+        s.connect((host, port))
+        return s
+
+    def http_get(self, url: str) -> None:
+        host, port = url.split("//")[1].split("/")[0].split(":")
+        t0 = time.monotonic()
+        with self._sock(host, int(port)) as s:
+            s.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            resp = bytearray()
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                resp += d
+        head, _, body = bytes(resp).partition(b"\r\n\r\n")
+        status = head.split(b"\r\n")[0].decode()
+        say(f"    {status}, {len(body)} bytes in {time.monotonic() - t0:.3f} s")
+
+    def pull(self, host: str, port: int, n: int):
+        t0 = time.monotonic()
+        h = hashlib.sha256()
+        got = 0
+        with self._sock(host, port) as s:
+            buf = bytearray(1 << 18)
+            while True:
+                k = s.recv_into(buf)
+                if not k:
+                    break
+                h.update(memoryview(buf)[:k])
+                got += k
+        return [str(got), f"{time.monotonic() - t0:.3f}", h.hexdigest()]
+
+    def push(self, host: str, port: int, n: int):
+        from tools.services import PATTERN_BLOCK
+
+        t0 = time.monotonic()
+        with self._sock(host, port) as s:
+            left = n
+            while left:
+                k = min(left, len(PATTERN_BLOCK))
+                s.sendall(memoryview(PATTERN_BLOCK)[:k])
+                left -= k
+            s.shutdown(1)
+            reply = b""
+            while True:
+                d = s.recv(4096)
+                if not d:
+                    break
+                reply += d
+        return [str(n), f"{time.monotonic() - t0:.3f}", *reply.decode().split()]
+
+    def close(self) -> None:
+        self.driver.close()
+        self.stack.device.close()
+
+
+# -- the tour -----------------------------------------------------------------------------------------
+def tour(us: UstackSide, other, ustack_addr: str, other_addr: str, nbytes: int, pcap: str) -> int:
+    from tools.services import pattern_sha256
+
+    want = pattern_sha256(nbytes)
+    ok = True
+    step(3, f"the other side pings ustack at {ustack_addr}")
+    other.ping(ustack_addr)
+
+    step(4, f"an HTTP client fetches http://{ustack_addr}:{HTTP_PORT}/ from a server on ustack sockets")
+    other.http_get(f"http://{ustack_addr}:{HTTP_PORT}/")
+
+    step(5, f"TCP: the other side pulls {nbytes // 1_000_000} MB from ustack (port {SOURCE_PORT})")
+    r = other.pull(ustack_addr, SOURCE_PORT, nbytes)
+    if r:
+        got, secs, digest = int(r[0]), float(r[1]), r[2]
+        good = got == nbytes and digest == want
+        ok &= good
+        say(f"    {got} bytes in {secs:.2f} s = {mbps(got, secs)}; sha256 {digest[:16]}... "
+            f"{'matches' if good else 'DOES NOT MATCH'} the pattern")
+    else:
+        ok = False
+        say("    transfer failed")
+
+    step(6, f"TCP: the other side pushes {nbytes // 1_000_000} MB to ustack (port {SINK_PORT})")
+    r = other.push(ustack_addr, SINK_PORT, nbytes)
+    if r and len(r) >= 4:
+        sent, secs, got, digest = int(r[0]), float(r[1]), int(r[2]), r[3]
+        good = got == nbytes and digest == want
+        ok &= good
+        say(f"    {sent} bytes in {secs:.2f} s = {mbps(sent, secs)}; ustack received {got} bytes, sha256 "
+            f"{digest[:16]}... {'matches' if good else 'DOES NOT MATCH'}")
+    else:
+        ok = False
+        say("    transfer failed")
+
+    step(7, f"ustack pings {other_addr}")
+    us.ping(other_addr)
+
+    step(8, "TCP connections (like ss -tni) and counters (drops by reason included)")
+    for line in us.connection_table() or ["    (none left)"]:
+        say(line)
+    text, drops = us.counters()
+    say("    " + text.replace("\n", "\n    "))
+    say("    drops: " + (", ".join(f"{k}={v}" for k, v in drops.items()) or "none"))
+    say(f"\n{'Done' if ok else 'Done, WITH ERRORS'}. The capture is in {pcap} "
+        f"(tcpdump -nn -r {pcap}, or: ustack trace {pcap})")
+    return 0 if ok else 1
 
 
 def run_kernel_tour(args) -> int:
-    from backends.registry import open_device
-    from tools.netns import Topology, peer_socket
+    from backends.registry import available_backends, open_device
+    from tools.netns import Topology
 
-    backend = _choose_backend(args.backend)
+    have = available_backends()
+    backend = args.backend or next((b for b in ("afxdp", "packet", "tap") if b in have), None)
+    if backend is None:
+        say("no packet backend is available here")
+        return 2
     clock = MonotonicClock()
     step(1, f"building a topology in fresh network namespaces ({'tap' if backend == 'tap' else 'veth'})")
     topo = Topology.tap(tag="demo") if backend == "tap" else Topology.veth(tag="demo")
-    stack = driver = None
+    us = None
     try:
         say(f"    kernel side: {topo.peer_ns}/{topo.peer_ifname} {topo.peer_addr}/{topo.prefixlen}")
         say(f"    ustack side: {topo.stack_ns}/{topo.stack_ifname} {topo.stack_addr}/{topo.prefixlen}")
         step(2, f"starting ustack on the {backend} backend")
+        opts = {"mac": topo.stack_mac, "create": False} if backend == "tap" else {}
         with topo.in_stack_ns():
-            device = open_device(backend, topo.stack_ifname)
-        device = PcapDevice(device, args.pcap, clock)
-        stack = Stack(device, f"{topo.stack_addr}/{topo.prefixlen}", clock=clock)
-        driver = Driver(stack, clock)
-        echo = stack.udp.endpoint()
-        stack.udp.bind(echo, 0, 7)
-        echo.on_readable = lambda: _echo_all(stack, echo)
-        driver.start()
-        say(f"    mode: {device.capabilities.mode}; mac {stack.iface.mac.hex(':')}; pcap -> {args.pcap}")
-
-        step(3, "the kernel pings ustack (ping -c 5)")
-        out = topo.peer_run(["ping", "-c", "5", "-i", "0.2", "-W", "2", topo.stack_addr], timeout=30,
-                            capture_output=True, text=True)
-        for line in out.stdout.strip().splitlines():
-            say("    " + line)
-
-        step(4, "a kernel UDP socket exchanges 2,000 datagrams of 1..8000 bytes with ustack's echo on port 7")
-        rnd = random.Random(7)
-        payloads = [struct.pack("!I", i) + rnd.randbytes(rnd.randrange(0, 7997)) for i in range(2000)]
-        t0 = time.monotonic()
-        with peer_socket(topo) as s:
-            ok = _exchange(s, (topo.stack_addr, 7), payloads)
-        dt = time.monotonic() - t0
-        nbytes = sum(len(p) for p in payloads)
-        say(f"    {ok} of {len(payloads)} came back byte-exact; {nbytes / 1e6:.1f} MB each way in {dt:.2f} s "
-            f"({2 * nbytes / dt / 1e6:.1f} MB/s both ways); fragments reassembled by ustack: "
-            f"{stack.stats['ipv4.reassembled']}")
-
-        step(5, "ustack pings the kernel")
-        _stack_ping(stack, driver, topo.peer_addr)
-
-        step(6, "counters (drops by reason included)")
-        driver.stop()
-        with driver.lock:
-            say("    " + stack.stats.format().replace("\n", "\n    "))
-            drops = stack.stats.drops()
-            say("    drops: " + (", ".join(f"{k}={v}" for k, v in drops.items()) or "none"))
-        say(f"\nDone. Read the capture with: tcpdump -nn -r {args.pcap}  (or scapy.rdpcap)")
-        return 0
+            device = open_device(backend, topo.stack_ifname, **opts)
+        if backend == "tap":
+            topo.wait_running()
+        device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen)
+        us = UstackSide(device, f"{topo.stack_addr}/{topo.prefixlen}", clock, args.bytes)
+        say(f"    mode: {device.capabilities.mode}; mac {us.stack.iface.mac.hex(':')}; pcap -> {args.pcap}")
+        if us.publisher is not None:
+            say(f"    live stats: ustack stats --socket {us.publisher.path}")
+        return tour(us, KernelSide(topo), topo.stack_addr, topo.peer_addr, args.bytes, args.pcap)
     except KeyboardInterrupt:
         say("\ninterrupted: cleaning up")
         return 130
     finally:
-        if driver is not None:
-            driver.close()
-        if stack is not None:
-            stack.device.close()
+        if us is not None:
+            us.close()
         topo.close()
-
-
-def _echo_all(stack: Stack, ep) -> None:
-    while ep.queue:
-        payload, src, sport = ep.pop()
-        try:
-            ep.sendto(payload, src, sport, stack.now)
-        except OSError:
-            stack.stats.inc("udp.echo_send_errors")
-
-
-def _exchange(sock, dst, payloads, window=8) -> int:
-    got = sent = 0
-    while got < len(payloads):
-        while sent < len(payloads) and sent - got < window:
-            sock.sendto(payloads[sent], dst)
-            sent += 1
-        r, _, _ = select.select([sock], [], [], 3.0)
-        if not r:
-            break
-        data, _ = sock.recvfrom(65535)
-        idx = struct.unpack_from("!I", data)[0]
-        got += data == payloads[idx]
-    return got
 
 
 def run_pipe_tour(args) -> int:
     from backends.pipe import PipeLink
-    from ustack.socket import SOCK_DGRAM, socket as usocket
 
-    say("(not root: touring between two user-space stacks over the in-memory pipe backend)")
+    say("(not root: the tour runs between two user-space stacks over the in-memory pipe backend)")
     clock = MonotonicClock()
-    step(1, "two stacks on an in-memory link: 198.18.0.1 <-> 198.18.0.2")
+    step(1, "two stacks on an in-memory link: ustack 198.18.0.2 <-> peer stack 198.18.0.1")
     link = PipeLink(clock, seed=1)
-    a = Stack(PcapDevice(link.a, args.pcap, clock), "198.18.0.1/24", clock=clock)
-    b = Stack(link.b, "198.18.0.2/24", clock=clock)
-    da, db = Driver(a, clock), Driver(b, clock)
-    echo = a.udp.endpoint()
-    a.udp.bind(echo, 0, 7)
-    echo.on_readable = lambda: _echo_all(a, echo)
-    da.start()
+    us = peer = None
     try:
-        step(2, "b pings a")
-        _stack_ping(b, db, "198.18.0.1")
-        step(3, "b exchanges 500 UDP datagrams of 1..8000 bytes with a's echo (fragmented both ways)")
-        rnd = random.Random(7)
-        ok = 0
-        with usocket(b, type=SOCK_DGRAM) as s:
-            s.settimeout(2.0)
-            for i in range(500):
-                p = struct.pack("!I", i) + rnd.randbytes(rnd.randrange(0, 7997))
-                s.sendto(p, ("198.18.0.1", 7))
-                ok += s.recv(65535) == p
-        say(f"    {ok} of 500 came back byte-exact")
-        step(4, "counters of a")
-        da.stop()
-        say("    " + a.stats.format().replace("\n", "\n    "))
-        say(f"\nDone. The capture of a's side is in {args.pcap}")
-        return 0
+        step(2, "starting ustack and its services (HTTP, TCP source and sink)")
+        device = PcapDevice(link.b, args.pcap, clock, snaplen=args.pcap_snaplen)
+        us = UstackSide(device, "198.18.0.2/24", clock, args.bytes)
+        peer = PipePeerSide(link.a, "198.18.0.1/24", clock)
+        return tour(us, peer, "198.18.0.2", "198.18.0.1", args.bytes, args.pcap)
     except KeyboardInterrupt:
         say("\ninterrupted")
         return 130
     finally:
-        da.close()
-        db.close()
-        a.device.close()
+        if peer is not None:
+            peer.close()
+        if us is not None:
+            us.close()
         link.close()
 
 
@@ -198,5 +385,17 @@ def main(args) -> int:
     return run_pipe_tour(args)
 
 
+def add_arguments(p) -> None:
+    p.add_argument("--backend", choices=("afxdp", "packet", "tap"), help="default: the best available")
+    p.add_argument("--pipe", action="store_true", help="tour over the pipe backend even as root")
+    p.add_argument("--pcap", default="ustack-demo.pcap", help="capture file (default: %(default)s)")
+    p.add_argument("--pcap-snaplen", type=int, default=128, help="bytes of each frame kept (default: %(default)s)")
+    p.add_argument("--bytes", type=int, default=100_000_000, help="size of each TCP transfer (default: 100 MB)")
+
+
 if __name__ == "__main__":
-    sys.exit(main(None))
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="ustack demo")
+    add_arguments(ap)
+    sys.exit(main(ap.parse_args()))

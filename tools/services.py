@@ -152,3 +152,34 @@ class TcpSource(_Service):
         self.sent[conn] = sent
         if sent >= self.nbytes:
             conn.close()
+
+
+class TcpSink(_Service):
+    """Reads to EOF, hashing what it gets; answers ``<bytes> <sha256>`` and closes (half-close friendly)."""
+
+    def __init__(self, stack, port: int, backlog: int = 256):
+        super().__init__(stack, port, backlog)
+        self.state: dict = {}
+        self.results: list = []  # (bytes, sha256 hex) per finished connection
+
+    def opened(self, conn) -> None:
+        self.state[conn] = [hashlib.sha256(), 0]
+
+    def closed(self, conn) -> None:
+        self.state.pop(conn, None)
+
+    def step(self, conn) -> None:
+        st = self.state.get(conn)
+        if st is None:
+            return
+        while True:
+            data = conn.recv(1 << 20)
+            if not data:
+                break
+            st[0].update(data)
+            st[1] += len(data)
+        if conn.eof and not conn.wr_shutdown:
+            digest = st[0].hexdigest()
+            self.results.append((st[1], digest))
+            conn.send(f"{st[1]} {digest}\n".encode())
+            conn.close()

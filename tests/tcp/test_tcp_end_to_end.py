@@ -184,3 +184,8 @@ def test_lossy_link_with_all_options():
 def test_small_buffers_and_nagle_off_transfer():
     transfer(5, 500_000, 500_000, dict(loss=0.03, reorder=0.05, delay=0.003),
              rcvbuf=3000, sndbuf=5000, nodelay=True, delayed_ack=False)
+
+
+def test_cubic_transfer():
+    w, a, b = transfer(6, 2_000_000, 200_000, dict(loss=0.01, reorder=0.02, delay=0.01), congestion="cubic")
+    assert a.info().congestion == "cubic" and b.info().congestion == "cubic"

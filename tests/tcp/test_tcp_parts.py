@@ -229,3 +229,45 @@ def test_cookie_roundtrip_expiry_and_forgery():
     assert check_cookie(SECRET, A, 80, B, 5000, 778, c, 1000.0) is None  # other client ISN
     assert check_cookie(SECRET, A, 80, B, 5001, 777, c, 1000.0) is None  # other port
     assert check_cookie(SECRET, A, 80, B, 5000, 777, c ^ 1, 1000.0) is None  # flipped MAC bit
+
+
+def test_cubic_decrease_and_return_to_w_max():
+    from ustack.tcp.congestion import Cubic
+
+    mss = 1000
+    cc = Cubic(mss)
+    cc.cwnd = 100 * mss
+    cc.srtt = 0.1
+    cc.on_loss(100 * mss, 0.0)
+    assert cc.ssthresh == 70 * mss and cc.window == 70 * mss and cc.w_max == 100
+    # one window of ACKs per RTT: the window climbs back to W_max around t = K = cbrt(30 / 0.4)
+    k = (30 / 0.4) ** (1 / 3)
+    now = 0.0
+    while now < k:
+        for _ in range(cc.window // mss):
+            cc.on_ack(0, mss, 0, 0, now)
+        now += 0.1
+    assert 95 * mss <= cc.window <= 105 * mss
+    plateau = cc.window
+    for _ in range(10):  # concave near W_max: slow growth
+        for _ in range(cc.window // mss):
+            cc.on_ack(0, mss, 0, 0, now)
+        now += 0.1
+    assert cc.window - plateau < 5 * mss
+    for _ in range(30):  # then convex: faster again
+        for _ in range(cc.window // mss):
+            cc.on_ack(0, mss, 0, 0, now)
+        now += 0.1
+    assert cc.window > 115 * mss
+
+
+def test_cubic_fast_convergence_and_timeout():
+    from ustack.tcp.congestion import Cubic
+
+    cc = Cubic(1000)
+    cc.cwnd = 100_000
+    cc.on_loss(100_000, 0.0)
+    cc.on_loss(cc.window, 1.0)  # lost again below the last W_max
+    assert cc.w_max == pytest.approx(70 * 1.7 / 2)
+    cc.on_rto(40_000, 1, 2.0)
+    assert cc.window == 1000 and cc.ssthresh == 28_000

@@ -1,4 +1,4 @@
-"""Congestion control: a small hook interface and NewReno (RFC 5681, RFC 6582).
+"""Congestion control: a small hook interface, NewReno (RFC 5681, RFC 6582) and CUBIC (RFC 9438).
 
 The connection detects events and calls the hooks; the algorithm owns cwnd,
 ssthresh and, for NewReno, the fast-recovery state:
@@ -21,8 +21,8 @@ ssthresh and, for NewReno, the fast-recovery state:
   nothing here, because the SACK scoreboard (``ustack.tcp.sack``) decides
   what to send by RFC 6675's pipe.
 
-``make(name, mss)`` builds one by name ("newreno"); connections take the
-name from their ``congestion`` knob.
+``make(name, mss)`` builds one by name ("newreno", "cubic"); connections
+take the name from their ``congestion`` knob.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class NewReno:
     """RFC 5681 slow start / congestion avoidance with RFC 6582 fast recovery."""
 
     name = "newreno"
-    __slots__ = ("mss", "cwnd", "ssthresh", "dupacks", "in_recovery", "recover", "sack", "_bytes_acked")
+    __slots__ = ("mss", "cwnd", "ssthresh", "dupacks", "in_recovery", "recover", "sack", "srtt", "_bytes_acked")
 
     def __init__(self, mss: int, iss: int = 0):
         self.mss = mss
@@ -55,6 +55,7 @@ class NewReno:
         self.in_recovery = False
         self.recover = iss  # RFC 6582 3.2 step 1: initialised to the ISS
         self.sack = False
+        self.srtt = None  # kept current by the connection (CUBIC uses it)
         self._bytes_acked = 0
 
     @property
@@ -91,12 +92,15 @@ class NewReno:
             # slow start, RFC 5681 equation (2) (bytes counted, at most SMSS per ACK)
             self.cwnd += min(acked, mss)
         else:
-            # congestion avoidance, 3.1: +SMSS once per cwnd of bytes acknowledged
-            self._bytes_acked += acked
-            if self._bytes_acked >= self.cwnd:
-                self._bytes_acked -= self.cwnd
-                self.cwnd += mss
+            self._avoid(acked, now)
         return False
+
+    def _avoid(self, acked: int, now: float) -> None:
+        # congestion avoidance, RFC 5681 3.1: +SMSS once per cwnd of bytes acknowledged
+        self._bytes_acked += acked
+        if self._bytes_acked >= self.cwnd:
+            self._bytes_acked -= self.cwnd
+            self.cwnd += self.mss
 
     def on_dup_ack(self, ack: int, flight: int, snd_max: int, now: float) -> bool:
         if self.in_recovery:
@@ -135,7 +139,61 @@ class NewReno:
         self._bytes_acked = 0
 
 
-ALGORITHMS = {"newreno": NewReno, "reno": NewReno}
+class Cubic(NewReno):
+    """CUBIC (RFC 9438) window growth and decrease, on NewReno's loss recovery (or SACK's).
+
+    Windows in the formulas are in segments, time in seconds: W_cubic(t) =
+    C (t - K)^3 + W_max with C = 0.4, K = cbrt((W_max - cwnd_epoch) / C);
+    each ACK moves cwnd by (target - cwnd) / cwnd, target = W_cubic(t + RTT)
+    clamped to [cwnd, 1.5 cwnd]; the Reno-friendly estimate W_est (4.3) is a
+    floor; a congestion event keeps beta = 0.7 of the flight, with fast
+    convergence (4.7).
+    """
+
+    name = "cubic"
+    C = 0.4
+    BETA = 0.7
+    ALPHA = 3 * (1 - 0.7) / (1 + 0.7)
+    __slots__ = ("w_max", "k", "epoch", "w_est")
+
+    def __init__(self, mss: int, iss: int = 0):
+        super().__init__(mss, iss)
+        self.w_max = 0.0
+        self.k = 0.0
+        self.epoch = None
+        self.w_est = 0.0
+
+    def _halve(self, flight: int) -> None:
+        mss = self.mss
+        cw = self.cwnd / mss
+        # 4.7 fast convergence: a flow that lost before reaching its last W_max releases bandwidth
+        self.w_max = cw * (1 + self.BETA) / 2 if cw < self.w_max else cw
+        self.ssthresh = max(int(flight * self.BETA), 2 * mss)  # 4.6
+        self.epoch = None
+
+    def _avoid(self, acked: int, now: float) -> None:
+        mss = self.mss
+        cw = self.cwnd / mss
+        if self.epoch is None:  # 4.2: a new congestion avoidance epoch
+            self.epoch = now
+            if self.w_max < cw:
+                self.w_max = cw
+            self.k = ((self.w_max - cw) / self.C) ** (1 / 3)
+            self.w_est = cw
+        t = now - self.epoch
+        rtt = self.srtt or 0.0
+        target = self.C * (t + rtt - self.k) ** 3 + self.w_max
+        target = min(max(target, cw), 1.5 * cw)
+        segs = acked / mss
+        self.w_est += self.ALPHA * segs / cw  # 4.3 Reno-friendly region
+        if self.C * (t - self.k) ** 3 + self.w_max < self.w_est:
+            new = max(cw, self.w_est)
+        else:
+            new = cw + (target - cw) / cw * segs  # 4.4 concave / 4.5 convex regions
+        self.cwnd = max(self.cwnd, int(round(new * mss)))
+
+
+ALGORITHMS = {"newreno": NewReno, "reno": NewReno, "cubic": Cubic}
 
 
 def make(name: str, mss: int, iss: int = 0):

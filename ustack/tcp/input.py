@@ -349,6 +349,7 @@ class SegmentInput:
         elif self._rtt_seq is not None and seq_ge(ack, self._rtt_seq):
             self.rtt.sample(now - self._rtt_time)
             self._rtt_seq = None
+        self.cc.srtt = self.rtt.srtt
         if self.cc.on_ack(ack, data_acked, seq_diff(tcb.snd_max, ack), tcb.snd_max, now):
             self.host.stats.inc("tcp.partial_acks")
             self._retransmit_head(now)  # NewReno partial ACK (RFC 6582 3.2 step 4)

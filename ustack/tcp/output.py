@@ -272,10 +272,11 @@ class SegmentOutput:
         if tcb.state not in SENDING:
             return
         off = seq_diff(tcb.snd_nxt, tcb.snd_una)
-        if off >= len(self.sndbuf):
-            return  # nothing unsent any more
+        closed = tcb.snd_wnd == 0
+        if not len(self.sndbuf) or (off >= len(self.sndbuf) and not closed):
+            return  # nothing left to push
         self._persist_backoff += 1
-        if min(tcb.snd_wnd, self.cc.window) - off <= 0:
+        if closed:
             # Zero-window probe: one octet of new data past the window (RFC 9293 3.8.6.1). The
             # connection stays open while the peer answers (RFC 1122 4.2.2.17); unanswered
             # probes count like retransmissions.
@@ -285,11 +286,13 @@ class SegmentOutput:
                 return
             self.window_probes += 1
             self.host.stats.inc("tcp.window_probes")
-            self._send_data(tcb.snd_nxt, 1, False, now, probe=True)
+            tcb.snd_nxt = tcb.snd_una  # always the first unacknowledged octet
+            self._send_data(tcb.snd_una, 1, False, now, probe=True)
         else:
             self._force = True  # SWS override timeout
             self._output(now)
-        if seq_diff(tcb.snd_nxt, tcb.snd_una) < len(self.sndbuf) and self._rtx_timer.deadline is None:
+        if self._rtx_timer.deadline is None and (
+                tcb.snd_wnd == 0 or seq_diff(tcb.snd_nxt, tcb.snd_una) < len(self.sndbuf)):
             self._arm_persist(now)
         self._notify()
 
