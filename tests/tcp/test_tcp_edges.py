@@ -213,3 +213,22 @@ def test_input_frame_takes_a_classify_record():
     assert rec[0] == 3  # K_TCP
     h.layer.input_frame(memoryview(frame), rec, h.now)
     h.peer.expect(flags="SA", ack=42)
+
+
+def test_abort_all():
+    h = Harness()
+    h.layer.listen((LOCAL, 80), 5)
+    conn = h.open_active()
+    h.layer.abort_all()
+    assert not h.layer.connections and not h.layer.listeners and conn.state == State.CLOSED
+    assert h.drain()[-1].flag_str == "RA"
+
+
+def test_icmp_error_quoting_a_sequence_number_we_never_sent_is_ignored():
+    h = Harness()
+    conn = h.layer.connect(None, (PEER, 5000), h.now)
+    iss = conn.tcb.iss
+    h.layer.icmp_error(LOCAL, conn.local_port, PEER, 5000, 3, 3, quoted_seq=iss + 100)
+    assert conn.state == State.SYN_SENT and h.stats["drop.tcp.icmp_bad_seq"] == 1
+    h.layer.icmp_error(LOCAL, conn.local_port, PEER, 5000, 3, 3, quoted_seq=iss)
+    assert conn.state == State.CLOSED

@@ -296,6 +296,7 @@ def test_syn_cookies_when_the_syn_queue_is_full():
     conn = lst.accept()
     assert conn is not None and conn.state == State.ESTABLISHED and conn.remote == (PEER, 5001)
     assert conn.info().snd_mss == 1400 and h.stats["tcp.syncookies_accepted"] == 1  # from the MSS table
+    assert conn.info().rto == 1.0 and conn.info().srtt is None  # no handshake sample, initial RTO
     p2.send(flags="PA", ack=cookie.seq + 1, payload=b"over a cookie")
     assert conn.recv(100) == b"over a cookie"
     conn.send(b"reply", now=h.now)

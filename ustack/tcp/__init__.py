@@ -1,12 +1,13 @@
-"""TCP (RFC 9293 with RFC 5961, 6528, 6298, 5681, 6582, 7323, 4987, 896, 1122): the protocol engine.
+"""TCP (RFC 9293 with RFC 5961, 6528, 6298, 5681, 6582, 7323, 4987, 896, 1122, 2018, 6675, 3042, 9438).
 
 Rooms: ``seq`` (sequence arithmetic), ``tcb`` (per-connection state),
 ``sendbuf``/``recvbuf`` (buffers, reassembly), ``rtt`` (RFC 6298),
-``congestion`` (hook interface, NewReno), ``isn`` (RFC 6528 ISNs, SYN
-cookies), ``input``/``output`` (segment arrival, sending), ``connection``
-(state machine user side, timers), ``listener`` (SYN and accept queues),
-``layer`` (demux, closed ports; what the stack calls), ``config`` (knobs),
-``info`` (TCP_INFO-like snapshot).
+``congestion`` (hook interface, NewReno, CUBIC), ``sack`` (scoreboard, RFC
+6675 recovery), ``isn`` (RFC 6528 ISNs, SYN cookies), ``input`` / ``output``
+(segment arrival, sending), ``connection`` (user side of the state machine,
+timers), ``listener`` (SYN and accept queues), ``layer`` (demux, closed
+ports: what the stack calls), ``config`` (knobs), ``info`` (TCP_INFO-like
+snapshot).
 """
 
 from ustack.tcp.config import TcpConfig

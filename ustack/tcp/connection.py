@@ -198,9 +198,8 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         tcb.snd_wl2 = hdr.ack
         self._syn_time = now
         self._last_rcv = now
-        self._syn_retransmitted = True  # no handshake RTT sample
         self.host.stats.inc("tcp.passive_opens")
-        self._become_established(now)
+        self._become_established(now)  # no handshake RTT sample: the SYN-ACK time was not kept
 
     def _negotiate(self, hdr, now: float) -> None:
         """Options of the peer's SYN or SYN-ACK (RFC 9293 3.7.1, RFC 7323 2.2/3.2, RFC 2018)."""

@@ -15,9 +15,10 @@ synchronized connection (and SYN-RECEIVED), in order:
    (RFC 5961 3.2).
 5. ACK: SYN-RECEIVED -> ESTABLISHED; acceptable range
    SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT else challenge ACK (RFC 5961
-   5.2); new data acknowledged (RTT, congestion control, RTO restart),
-   duplicate ACKs (RFC 5681 2), window update (SND.WL1/WL2); FIN-WAIT-1,
-   CLOSING and LAST-ACK transitions.
+   5.2); new data acknowledged (RTT, congestion control, RTO restart), SACK
+   blocks into the scoreboard, duplicate ACKs (RFC 5681 2) and fast
+   retransmit (NewReno, or RFC 6675 when SACK was negotiated), window update
+   (SND.WL1/WL2); FIN-WAIT-1, CLOSING and LAST-ACK transitions.
 6. URG: ignored (urgent data is delivered in line, RFC 6093).
 7. Text: delivered in order, out-of-order runs kept for reassembly;
    delayed ACK (every second full segment, bounded delay), immediate ACK

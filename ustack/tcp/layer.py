@@ -13,6 +13,20 @@ calls (send, close, reads that open the window) left pending.
 ``TcpHost`` is what the layer needs from the stack: the timer heap, the
 counters, a secret for ISNs and cookies, an output function, and routing
 facts (MTU, source address).
+
+Drops (``stats.drop``): the parse errors (tcp.truncated, tcp.bad_data_offset,
+tcp.bad_checksum, tcp.bad_options), tcp.bad_port, tcp.no_socket; per
+connection tcp.unacceptable, tcp.paws, tcp.no_timestamp, tcp.syn_in_window,
+tcp.rst_not_exact, tcp.rst_out_of_window, tcp.rst_without_ack, tcp.no_ack,
+tcp.no_syn, tcp.bad_ack, tcp.ack_unsent, tcp.ack_too_old,
+tcp.accept_queue_full, tcp.ooo_overflow, tcp.data_after_fin,
+tcp.data_after_close, tcp.icmp_no_connection, tcp.icmp_bad_seq; per listener tcp.listen_rst,
+tcp.listen_bad_ack, tcp.listen_no_syn, tcp.listen_overflow,
+tcp.syn_queue_full, tcp.syncookie_bad. Counters (``stats.inc``) include
+tcp.in_segs, tcp.out_segs, tcp.retrans_segs, tcp.rto_expired,
+tcp.fast_retransmits, tcp.partial_acks, tcp.out_rsts, tcp.challenge_acks(_suppressed),
+tcp.window_probes, tcp.keepalive_probes, tcp.syncookies_sent/accepted,
+tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>.
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from ustack.tcp.config import TcpConfig
 from ustack.tcp.connection import Connection
 from ustack.tcp.isn import initial_sequence_number, keyed_hash32
 from ustack.tcp.listener import Listener
-from ustack.tcp.seq import seq_add, seq_gt
+from ustack.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
 from ustack.tcp.tcb import State
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
@@ -123,18 +137,25 @@ class TcpLayer:
                    checksum_ok)
 
     def icmp_error(self, laddr, lport: int, raddr, rport: int, itype: int, code: int, extra: int = 0,
-                   now: float | None = None) -> None:
+                   now: float | None = None, quoted_seq: int | None = None) -> None:
         """An ICMP error quoting one of our segments (RFC 1122 4.2.3.9, RFC 5927, RFC 1191).
 
         Addresses are 4-byte strings or integers. ``extra`` is the next-hop
         MTU for "fragmentation needed" (type 3 code 4). Without ``now`` the
-        resend after an MTU drop waits for the retransmission timer.
+        resend after an MTU drop waits for the retransmission timer. When the
+        caller passes the quoted segment's sequence number, errors quoting
+        anything outside SND.UNA..SND.MAX are ignored (RFC 5927 4.1).
         """
         key = (_addr(laddr), lport, _addr(raddr), rport)
         conn = self.connections.get(key)
         if conn is None:
             self.host.stats.drop("tcp.icmp_no_connection")
             return
+        if quoted_seq is not None:
+            tcb = conn.tcb
+            if not (seq_ge(quoted_seq, tcb.snd_una) and seq_lt(quoted_seq, tcb.snd_max)):
+                self.host.stats.drop("tcp.icmp_bad_seq")
+                return
         conn._icmp_error(itype, code, extra, now)
 
     def flush(self, now: float) -> None:
@@ -176,6 +197,13 @@ class TcpLayer:
         lst = Listener(self, key, backlog, self.config.derive(**opts))
         self.listeners[key] = lst
         return lst
+
+    def abort_all(self) -> None:
+        """Reset every connection and close every listener (the stack is going away)."""
+        for lst in list(self.listeners.values()):
+            lst.close()
+        for conn in list(self.connections.values()):
+            conn.abort()
 
     def find(self, local: tuple, remote: tuple) -> Connection | None:
         return self.connections.get((bytes(local[0]), local[1], bytes(remote[0]), remote[1]))

@@ -4,7 +4,9 @@
 own). The output loop sends what the windows allow, in this order of
 rules:
 
-- usable window = min(SND.WND, cwnd) - (SND.NXT - SND.UNA);
+- usable window = min(SND.WND, cwnd) - (SND.NXT - SND.UNA), cwnd raised by
+  one segment per duplicate ACK for the first two (limited transmit, RFC
+  3042); during SACK recovery new data is sent by ``SackSender`` instead;
 - a full-sized segment always goes; a short one goes only when it empties
   the send queue and nothing is unacknowledged (Nagle, RFC 896 / RFC 1122
   4.2.3.4) or TCP_NODELAY is set or the FIN follows, or when it is at least

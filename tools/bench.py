@@ -1,0 +1,663 @@
+"""``ustack bench``: ustack on each backend side by side with the kernel's own stack.
+
+    ustack bench [--quick] [--backends afxdp,packet,tap,pytcp] [--json FILE] [--png FILE]
+    python -m tools.bench ...
+
+One run measures, for every row, the same kernel client (sockets in the
+peer namespace of a tools.netns topology) against a server in the stack
+namespace:
+
+- UDP and TCP 64-byte echo round-trip time, p50 and p99 (ping-pong on one
+  socket / one connection, after a warm-up);
+- TCP push (client -> server's discard) and pull (server's source -> client)
+  throughput in MB/s at 1500 MTU, each transfer bounded in bytes and time;
+- TCP connections per second: connect, one 64-byte request/response, close,
+  counted over a fixed time.
+
+Rows: ``kernel`` (the kernel's own sockets serving in the stack namespace
+of a veth topology of its own, so it never sees ustack's frames), ``ustack``
+on each backend (``python -m ustack serve --backend B``, veth topology; TAP
+topology for tap), and ``pytcp`` (PyTCP, the pmd-pytcp package, on a TAP
+topology) when that package is installed. Figures are medians of
+``--reps`` repetitions; each repetition's figure is in the JSON.
+
+A second table gives the per-backend ring cost: raw 60-byte (64 on a wire)
+UDP frames per second received and transmitted and this process's CPU µs
+per frame, next to a kernel UDP socket, measured by tools.bench_rings (tap,
+packet) and tools.bench_afxdp (afxdp, kernel socket).
+
+Placement: with two or more CPUs the server process (ustack serve, the
+kernel server, PyTCP) is pinned to one CPU and the client (this process) to
+another (taskset / sched_setaffinity); in the ring benchmark this process is
+the stack side and the kernel sender/receiver processes are pinned to the
+client CPU. The kernel's own softirq work runs wherever the sending thread
+runs. The machine is shared: the spread between repetitions is in the JSON.
+
+Every namespace and process the run starts is removed on exit, on errors and
+on Ctrl-C (tools.netns reaps topologies and the processes they started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import errno
+import json
+import os
+import platform
+import re
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+USTACK_BACKENDS = ("afxdp", "packet", "tap")
+ROW_KINDS = USTACK_BACKENDS + ("pytcp",)
+UDP_ECHO, TCP_ECHO, TCP_DISCARD, TCP_SOURCE = 7, 7, 9, 19
+MESSAGE = 64  # bytes of payload in every echo request
+PYTCP_MIN_VERSION = "0.3"
+
+# (key, column header, unit); RTTs in µs, throughput in MB/s (10^6 bytes), connections/s.
+METRICS = (
+    ("udp_rtt_p50_us", "UDP p50", "µs"),
+    ("udp_rtt_p99_us", "UDP p99", "µs"),
+    ("tcp_rtt_p50_us", "TCP p50", "µs"),
+    ("tcp_rtt_p99_us", "TCP p99", "µs"),
+    ("push_mbps", "push", "MB/s"),
+    ("pull_mbps", "pull", "MB/s"),
+    ("conn_per_s", "conn/s", "1/s"),
+)
+RING_METRICS = (
+    ("rx_kpps", "rx kpps", "kpps"),
+    ("rx_cpu_us", "rx µs/frame", "µs"),
+    ("tx_kpps", "tx kpps", "kpps"),
+    ("tx_cpu_us", "tx µs/frame", "µs"),
+)
+
+
+@dataclass
+class BenchConfig:
+    """Sizes and repetitions; ``for_args`` picks the default or the --quick suite."""
+
+    reps: int = 3
+    rtt_count: int = 2000
+    rtt_warmup: int = 200
+    bulk_bytes: int = 20_000_000
+    bulk_seconds: float = 8.0  # a transfer stops here even if bulk_bytes are not through
+    cps_seconds: float = 2.0
+    ring_seconds: float = 1.0
+    ring_runs: int = 3
+    rings: bool = True
+
+    @classmethod
+    def for_args(cls, args) -> "BenchConfig":
+        if args.quick:
+            cfg = cls(reps=1, rtt_count=300, rtt_warmup=50, bulk_bytes=4_000_000, bulk_seconds=3.0,
+                      cps_seconds=1.0, ring_seconds=0.5, ring_runs=1)
+        else:
+            cfg = cls()
+        for name in ("reps", "rtt_count", "rtt_warmup", "bulk_bytes", "bulk_seconds", "cps_seconds",
+                     "ring_seconds", "ring_runs"):
+            value = getattr(args, name, None)
+            if value is not None:
+                setattr(cfg, name, value)
+        cfg.rings = not args.no_rings
+        return cfg
+
+
+# -- machine, placement ----------------------------------------------------------------------
+
+
+def machine_info() -> dict:
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (0.0, 0.0, 0.0)
+    return {
+        "cpu_model": model,
+        "cpus": os.cpu_count(),
+        "cpus_allowed": sorted(os.sched_getaffinity(0)),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_at_start": [round(x, 2) for x in load],
+    }
+
+
+@dataclass
+class Placement:
+    client: Optional[set]
+    server: Optional[set]
+    text: str
+
+    @classmethod
+    def plan(cls) -> "Placement":
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            return cls(None, None, f"one CPU ({cpus[0] if cpus else '?'}): server and client share it, not pinned")
+        client, server = {cpus[0]}, {cpus[1]}
+        return cls(client, server, f"server (ustack serve / kernel server / PyTCP; ring bench: this process) on CPU "
+                                   f"{cpus[1]}, client (this process; ring bench: kernel sender/receiver) on CPU "
+                                   f"{cpus[0]}; kernel softirq work runs on the sending side's CPU")
+
+    def argv(self, argv: list, cpus: Optional[set]) -> list:
+        """``argv`` prefixed with taskset when pinning and taskset is there (else pin after start)."""
+        if cpus and shutil.which("taskset"):
+            return ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
+        return list(argv)
+
+    @staticmethod
+    def pin(pid: int, cpus: Optional[set]) -> None:
+        if cpus:
+            try:
+                os.sched_setaffinity(pid, cpus)
+            except OSError:
+                pass
+
+
+def _topology_class(placement: Placement):
+    """A tools.netns Topology whose child processes are pinned: peer side -> client CPU, stack side -> server CPU."""
+    from tools.netns import Topology
+
+    class PinnedTopology(Topology):
+        def peer_popen(self, argv, **kw):
+            proc = super().peer_popen(placement.argv(argv, placement.client), **kw)
+            placement.pin(proc.pid, placement.client) if not shutil.which("taskset") else None
+            return proc
+
+        def stack_popen(self, argv, **kw):
+            proc = super().stack_popen(placement.argv(argv, placement.server), **kw)
+            placement.pin(proc.pid, placement.server) if not shutil.which("taskset") else None
+            return proc
+
+    return PinnedTopology
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def percentile(values, q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100)
+    return float(ordered[min(int(rank), len(ordered)) - 1])
+
+
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+# -- the kernel client (runs in this process, sockets made in the peer namespace) -------------
+
+
+class ClientError(RuntimeError):
+    pass
+
+
+def _client_socket(topo, kind: int) -> socket.socket:
+    from tools.netns import peer_socket
+
+    s = peer_socket(topo, type=kind)
+    if kind == socket.SOCK_STREAM:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _recv_exactly(s: socket.socket, n: int) -> None:
+    got = 0
+    while got < n:
+        chunk = s.recv(n - got)
+        if not chunk:
+            raise ClientError("connection closed in the middle of an echo")
+        got += len(chunk)
+
+
+def udp_rtts(topo, host: str, port: int, count: int, warmup: int, timeout: float = 1.0) -> dict:
+    """Ping-pong ``count`` 64-byte datagrams after ``warmup``; RTTs in µs. Lost ones are counted, not timed."""
+    payload = bytes(MESSAGE)
+    with _client_socket(topo, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        s.connect((host, port))
+        rtts, lost, in_a_row = [], 0, 0
+        clock = time.perf_counter_ns
+        for i in range(warmup + count):
+            t0 = clock()
+            s.send(payload)
+            try:
+                while len(s.recv(2048)) != MESSAGE:
+                    pass
+            except TimeoutError:
+                lost += 1
+                in_a_row += 1
+                if in_a_row >= 10:
+                    raise ClientError(f"UDP echo: 10 requests in a row unanswered ({lost} lost)")
+                continue
+            in_a_row = 0
+            if i >= warmup:
+                rtts.append((clock() - t0) / 1e3)
+    if not rtts:
+        raise ClientError("UDP echo: no replies")
+    return {"p50": percentile(rtts, 50), "p99": percentile(rtts, 99), "n": len(rtts), "lost": lost}
+
+
+def tcp_rtts(topo, host: str, port: int, count: int, warmup: int, timeout: float = 5.0) -> dict:
+    """Ping-pong 64-byte messages on one connection to the echo service; RTTs in µs."""
+    payload = bytes(MESSAGE)
+    with _client_socket(topo, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect((host, port))
+        rtts = []
+        clock = time.perf_counter_ns
+        for i in range(warmup + count):
+            t0 = clock()
+            s.sendall(payload)
+            _recv_exactly(s, MESSAGE)
+            if i >= warmup:
+                rtts.append((clock() - t0) / 1e3)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)  # the echo closes after our FIN
+    return {"p50": percentile(rtts, 50), "p99": percentile(rtts, 99), "n": len(rtts)}
+
+
+def push(topo, host: str, port: int, nbytes: int, seconds: float) -> dict:
+    """Send up to ``nbytes`` (or for ``seconds``) to the discard service, half-close, wait for its FIN."""
+    from tools.services import PATTERN_BLOCK
+
+    block = memoryview(PATTERN_BLOCK)
+    with _client_socket(topo, socket.SOCK_STREAM) as s:
+        s.settimeout(seconds + 10)
+        s.connect((host, port))
+        sent = 0
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+        while sent < nbytes and time.perf_counter() < deadline:
+            chunk = block[:min(len(block), nbytes - sent)]
+            s.sendall(chunk)
+            sent += len(chunk)
+        s.shutdown(socket.SHUT_WR)
+        if s.recv(1):  # the discard service closes after our FIN, once it has read everything
+            raise ClientError("discard service sent data")
+        elapsed = time.perf_counter() - t0
+    return {"bytes": sent, "seconds": elapsed, "mbps": sent / elapsed / 1e6, "complete": sent >= nbytes}
+
+
+def pull(topo, host: str, port: int, nbytes: int, seconds: float) -> dict:
+    """Read the source service's stream to EOF (``nbytes`` expected) or for ``seconds``."""
+    buf = bytearray(1 << 18)
+    with _client_socket(topo, socket.SOCK_STREAM) as s:
+        s.settimeout(seconds + 10)
+        s.connect((host, port))
+        got = 0
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+        complete = False
+        while time.perf_counter() < deadline:
+            k = s.recv_into(buf)
+            if not k:
+                complete = True
+                break
+            got += k
+        elapsed = time.perf_counter() - t0
+    if complete and got != nbytes:
+        raise ClientError(f"source sent {got} bytes, expected {nbytes}")
+    return {"bytes": got, "seconds": elapsed, "mbps": got / elapsed / 1e6, "complete": complete}
+
+
+def connections_per_second(topo, host: str, port: int, seconds: float) -> dict:
+    """Connect, one 64-byte request/response, close, for ``seconds``; count completed connections."""
+    payload = bytes(MESSAGE)
+    done = failed = 0
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    while time.perf_counter() < deadline:
+        s = _client_socket(topo, socket.SOCK_STREAM)
+        try:
+            s.settimeout(3.0)
+            s.connect((host, port))
+            s.sendall(payload)
+            _recv_exactly(s, MESSAGE)
+            done += 1
+        except (OSError, ClientError):
+            failed += 1
+            if failed >= 20 and failed > done:
+                raise ClientError(f"{failed} connections failed ({done} completed)")
+        finally:
+            s.close()
+    elapsed = time.perf_counter() - t0
+    return {"completed": done, "failed": failed, "seconds": elapsed, "rate": done / elapsed}
+
+
+def _widen_port_range(topo) -> None:
+    """Closed client connections sit in TIME_WAIT: give the peer namespace the whole ephemeral range."""
+    with topo.in_peer_ns():
+        with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:
+            f.write("10000 65000")
+
+
+# -- servers (each a process in the stack namespace) ------------------------------------------
+
+
+class Server:
+    """A server process: collects its output, knows when it is ready, stops it with SIGTERM."""
+
+    ready_line = "ready"
+
+    def __init__(self, topo, argv: list, env: Optional[dict] = None):
+        self.topo = topo
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+        full_env.update(env or {})
+        self.proc = topo.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     bufsize=1, cwd=str(REPO_ROOT), env=full_env)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if line.strip() == self.ready_line:
+                self._ready.set()
+        self._ready.set()  # EOF: the process is gone
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"server did not become ready: {' | '.join(self.lines[-8:]) or '(no output)'}")
+
+    @property
+    def cpus(self) -> list:
+        try:
+            return sorted(os.sched_getaffinity(self.proc.pid))
+        except OSError:
+            return []
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(5)
+        return rc
+
+
+def ustack_server(topo, backend: str, source_bytes: int, xdp_mode: Optional[str]) -> tuple[Server, str]:
+    """``python -m ustack serve`` on the topology's stack end; returns (server, mode it reported)."""
+    argv = [sys.executable, "-m", "ustack", "serve", "--backend", backend, "--ifname", topo.stack_ifname,
+            "--addr", f"{topo.stack_addr}/{topo.prefixlen}", "--udp-echo", str(UDP_ECHO),
+            "--tcp-echo", str(TCP_ECHO), "--tcp-discard", str(TCP_DISCARD), "--tcp-source", str(TCP_SOURCE),
+            "--source-bytes", str(source_bytes)]
+    if backend == "afxdp" and xdp_mode:
+        argv += ["--xdp-mode", xdp_mode]
+    server = Server(topo, argv)
+    server.wait_ready()
+    mode = backend
+    for line in server.lines:
+        m = re.match(r"ustack: .* on \S+ \((.*)\)$", line)
+        if m:
+            mode = m.group(1)
+    return server, mode
+
+
+def ustack_drops(lines: list[str]) -> dict:
+    """The ``drops by reason`` block that ``ustack serve`` prints when it stops."""
+    drops, inside = {}, False
+    for line in lines:
+        if line.startswith("drops by reason"):
+            inside = True
+            continue
+        m = re.match(r"^\s+(\S+)\s+(\d+)$", line) if inside else None
+        if m:
+            drops[m.group(1)] = int(m.group(2))
+    return drops
+
+
+def kernel_server(topo, source_bytes: int) -> Server:
+    from pyroute2 import IPRoute
+
+    with topo.in_stack_ns(), IPRoute() as ipr:
+        index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
+        ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
+    code = "import sys; from tools.bench import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
+    server = Server(topo, [sys.executable, "-c", code, topo.stack_addr, str(source_bytes)])
+    server.wait_ready()
+    return server
+
+
+def kernel_serve(addr: str, source_bytes: int) -> None:
+    """The kernel row's server: UDP echo, TCP echo/discard/source on kernel sockets, one selector loop.
+
+    Same services and same single-threaded event-driven shape as tools.services
+    in ``ustack serve``; runs until SIGTERM/SIGINT.
+    """
+    from tools.services import PATTERN_BLOCK
+
+    sel = selectors.DefaultSelector()
+    stop = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.append(1))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind((addr, UDP_ECHO))
+    udp.setblocking(False)
+    sel.register(udp, selectors.EVENT_READ, ("udp", None))
+    for port, kind in ((TCP_ECHO, "echo"), (TCP_DISCARD, "discard"), (TCP_SOURCE, "source")):
+        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lst.bind((addr, port))
+        lst.listen(256)
+        lst.setblocking(False)
+        sel.register(lst, selectors.EVENT_READ, ("listen", kind))
+    state: dict = {}  # conn -> [kind, pending bytes (echo) or bytes sent (source)]
+    buf = bytearray(1 << 18)
+    block = memoryview(PATTERN_BLOCK)
+
+    def close(conn) -> None:
+        sel.unregister(conn)
+        state.pop(conn, None)
+        conn.close()
+
+    print("ready", flush=True)
+    while not stop:
+        for key, events in sel.select(0.5):
+            sock, (what, kind) = key.fileobj, key.data
+            try:
+                if what == "udp":
+                    while True:
+                        try:
+                            n, peer = sock.recvfrom_into(buf)
+                        except BlockingIOError:
+                            break
+                        sock.sendto(memoryview(buf)[:n], peer)
+                elif what == "listen":
+                    while True:
+                        try:
+                            conn, _ = sock.accept()
+                        except BlockingIOError:
+                            break
+                        conn.setblocking(False)
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        state[conn] = [kind, bytearray() if kind == "echo" else 0]
+                        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if kind == "source" else 0)
+                        sel.register(conn, mask, ("conn", kind))
+                elif kind == "source":
+                    _source_step(sock, events, state, block, source_bytes, close)
+                else:
+                    _stream_step(sock, kind, state, buf, sel, close)
+            except (ConnectionError, OSError):
+                if what == "conn" and sock in state:
+                    close(sock)
+
+
+def _stream_step(conn, kind, state, buf, sel, close) -> None:
+    pending = state[conn][1]
+    if pending:
+        try:
+            del pending[:conn.send(pending)]
+        except BlockingIOError:
+            pass
+    while not pending:
+        try:
+            n = conn.recv_into(buf)
+        except BlockingIOError:
+            break
+        if not n:
+            close(conn)
+            return
+        if kind == "echo":
+            try:
+                k = conn.send(memoryview(buf)[:n])
+            except BlockingIOError:
+                k = 0
+            pending += buf[k:n]
+    want = selectors.EVENT_WRITE if pending else selectors.EVENT_READ
+    if sel.get_key(conn).events != want:
+        sel.modify(conn, want, ("conn", kind))
+
+
+def _source_step(conn, events, state, block, nbytes, close) -> None:
+    if events & selectors.EVENT_READ:
+        try:
+            if not conn.recv(65536):
+                pass  # the client's FIN; keep sending
+        except BlockingIOError:
+            pass
+    sent = state[conn][1]
+    while sent < nbytes:
+        start = sent % 256
+        try:
+            n = conn.send(block[start:start + min(nbytes - sent, len(block) - start)])
+        except BlockingIOError:
+            break
+        sent += n
+    state[conn][1] = sent
+    if sent >= nbytes:
+        close(conn)
+
+
+def pytcp_problem() -> Optional[str]:
+    """Why the PyTCP row cannot run, or None."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("pmd-pytcp")
+        except PackageNotFoundError:
+            return "pmd-pytcp is not installed (pip install 'ustack[bench]')"
+        import pmd_pytcp.stack  # noqa: F401
+        import pmd_pytcp.socket  # noqa: F401
+    except Exception as exc:  # an import failing for any reason makes the row unavailable
+        return f"pmd-pytcp cannot be imported: {exc!r}"
+    if found.split(".")[:2] < PYTCP_MIN_VERSION.split("."):
+        return f"pmd-pytcp {found} is older than {PYTCP_MIN_VERSION} (different API)"
+    return None
+
+
+def pytcp_server(topo, source_bytes: int) -> tuple[Server, str]:
+    from importlib.metadata import version
+
+    from tools.netns import TAP_STACK_MAC
+
+    code = ("import sys; from tools.bench import pytcp_serve; "
+            "pytcp_serve(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))")
+    server = Server(topo, [sys.executable, "-c", code, topo.stack_ifname, f"{topo.stack_addr}/{topo.prefixlen}",
+                           TAP_STACK_MAC.hex(":"), str(source_bytes)])
+    server.wait_ready(60)
+    topo.wait_running()
+    return server, f"pmd-pytcp {version('pmd-pytcp')} on TAP, asyncio"
+
+
+def pytcp_serve(ifname: str, addr: str, mac: str, source_bytes: int) -> None:
+    """The PyTCP row's server: PyTCP's stack on a TAP with the same four services, on its asyncio API."""
+    import asyncio
+
+    from pmd_net_addr import Ip4IfAddr, MacAddress
+    from pmd_pytcp import stack
+    from pmd_pytcp.socket import AddressFamily, SocketType
+    from pmd_pytcp.socket import socket as pytcp_socket
+
+    from tools.services import PATTERN_BLOCK
+
+    stack.LOG__CHANNEL = set()  # no per-packet logging
+
+    async def serve_udp(sock) -> None:
+        while True:
+            data, peer = await sock.recvfrom()
+            await sock.sendto(data, peer)
+
+    async def serve_tcp(port: int, handler) -> None:
+        lst = pytcp_socket(AddressFamily.INET4, SocketType.STREAM)
+        lst.bind(("0.0.0.0", port))
+        lst.listen()
+        while True:
+            conn, _ = await lst.accept()
+            asyncio.get_running_loop().create_task(handler(conn))
+
+    async def echo(conn) -> None:
+        with contextlib.suppress(OSError):
+            while data := await conn.recv():
+                await conn.send(data)
+        conn.close()
+
+    async def discard(conn) -> None:
+        with contextlib.suppress(OSError):
+            while await conn.recv():
+                pass
+        conn.close()
+
+    async def source(conn) -> None:
+        sent = 0
+        with contextlib.suppress(OSError):
+            while sent < source_bytes:
+                start = sent % 256
+                sent += await conn.send(PATTERN_BLOCK[start:start + min(source_bytes - sent, len(PATTERN_BLOCK) - start)])
+        conn.close()
+
+    async def main() -> None:
+        stack.init()
+        ifindex = stack.add_interface(**stack.initialize_interface__tap(ifname, mac_address=MacAddress(mac)),
+                                      ip4_dhcp=False, ip6_support=False, ip6_gua_autoconfig=False,
+                                      ip6_lla_autoconfig=False)
+        # Installed through the address API: a static ip4_host would first go
+        # through ~10 s of RFC 5227 probing.
+        stack.address.interface(ifindex).add(ifaddr=Ip4IfAddr(addr))
+        await stack.start()
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, done.set)
+        udp = pytcp_socket(AddressFamily.INET4, SocketType.DGRAM)
+        udp.bind(("0.0.0.0", UDP_ECHO))
+        tasks = [loop.create_task(serve_udp(udp)), loop.create_task(serve_tcp(TCP_ECHO, echo)),
+                 loop.create_task(serve_tcp(TCP_DISCARD, discard)), loop.create_task(serve_tcp(TCP_SOURCE, source))]
+        print(f"pytcp: {addr} on {ifname}", flush=True)
+        print("ready", flush=True)
+        await done.wait()
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(stack.stop(), 5)
+
+    asyncio.run(main())
