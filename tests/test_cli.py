@@ -60,3 +60,39 @@ def test_serve_reports_a_missing_interface_clearly():
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert "nosuchif0" in out.stderr
+
+
+def test_stats_command_reads_a_running_serve(tmp_path):
+    import os
+    import re
+
+    env = dict(os.environ, USTACK_STATS_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "ustack", "serve", "--backend", "pipe", "--addr", "198.18.0.2/24",
+                             "--udp-echo", "7"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    ready = threading.Event()
+
+    def reader():
+        for line in proc.stdout:
+            lines.append(line)
+            if "udp echo from" in line:
+                ready.set()
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        assert ready.wait(30), "".join(lines)
+        m = re.search(r"ustack stats --socket (\S+)", "".join(lines))
+        assert m, "".join(lines)
+        out = subprocess.run([sys.executable, "-m", "ustack", "stats", "--socket", m.group(1), "-n"],
+                             capture_output=True, text=True, timeout=30, env=env)
+        assert out.returncode == 0, out.stderr
+        assert re.search(r"icmp\.echo_replies_sent\s+3", out.stdout), out.stdout
+        auto = subprocess.run([sys.executable, "-m", "ustack", "stats", "--json"], capture_output=True, text=True,
+                              timeout=30, env=env)
+        assert auto.returncode == 0 and '"udp.datagrams_received": 1' in auto.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        t.join(10)
+    assert not any(tmp_path.iterdir())  # the socket file is removed on exit

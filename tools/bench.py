@@ -158,11 +158,14 @@ class Placement:
                                    f"{cpus[1]}, client (this process; ring bench: kernel sender/receiver) on CPU "
                                    f"{cpus[0]}; kernel softirq work runs on the sending side's CPU")
 
-    def argv(self, argv: list, cpus: Optional[set]) -> list:
-        """``argv`` prefixed with taskset when pinning and taskset is there (else pin after start)."""
-        if cpus and shutil.which("taskset"):
-            return ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
-        return list(argv)
+    def spawn(self, popen, argv, cpus: Optional[set], **kw):
+        """``popen(argv)`` pinned to ``cpus``: under taskset when there is one, else pinned right after the start."""
+        taskset = shutil.which("taskset")
+        if cpus and taskset:
+            return popen([taskset, "-c", ",".join(map(str, sorted(cpus))), *argv], **kw)
+        proc = popen(argv, **kw)
+        self.pin(proc.pid, cpus)
+        return proc
 
     @staticmethod
     def pin(pid: int, cpus: Optional[set]) -> None:
@@ -179,14 +182,10 @@ def _topology_class(placement: Placement):
 
     class PinnedTopology(Topology):
         def peer_popen(self, argv, **kw):
-            proc = super().peer_popen(placement.argv(argv, placement.client), **kw)
-            placement.pin(proc.pid, placement.client) if not shutil.which("taskset") else None
-            return proc
+            return placement.spawn(super().peer_popen, argv, placement.client, **kw)
 
         def stack_popen(self, argv, **kw):
-            proc = super().stack_popen(placement.argv(argv, placement.server), **kw)
-            placement.pin(proc.pid, placement.server) if not shutil.which("taskset") else None
-            return proc
+            return placement.spawn(super().stack_popen, argv, placement.server, **kw)
 
     return PinnedTopology
 
@@ -661,3 +660,427 @@ def pytcp_serve(ifname: str, addr: str, mac: str, source_bytes: int) -> None:
             await asyncio.wait_for(stack.stop(), 5)
 
     asyncio.run(main())
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], None]) -> tuple[dict, dict]:
+    """Every service metric against a ready server; returns (medians, per-repetition samples)."""
+    samples: dict = {"udp_rtt": [], "tcp_rtt": [], "push": [], "pull": [], "cps": []}
+    for rep in range(cfg.reps):
+        samples["udp_rtt"].append(udp_rtts(topo, host, UDP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
+        samples["tcp_rtt"].append(tcp_rtts(topo, host, TCP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
+        samples["push"].append(push(topo, host, TCP_DISCARD, cfg.bulk_bytes, cfg.bulk_seconds))
+        samples["pull"].append(pull(topo, host, TCP_SOURCE, cfg.bulk_bytes, cfg.bulk_seconds))
+        samples["cps"].append(connections_per_second(topo, host, TCP_ECHO, cfg.cps_seconds))
+        last = {k: v[-1] for k, v in samples.items()}
+        log(f"    rep {rep + 1}/{cfg.reps}: udp p50 {last['udp_rtt']['p50']:.0f} µs, "
+            f"tcp p50 {last['tcp_rtt']['p50']:.0f} µs, push {last['push']['mbps']:.1f} MB/s, "
+            f"pull {last['pull']['mbps']:.1f} MB/s, {last['cps']['rate']:.0f} conn/s")
+    metrics = {
+        "udp_rtt_p50_us": median_or_none(s["p50"] for s in samples["udp_rtt"]),
+        "udp_rtt_p99_us": median_or_none(s["p99"] for s in samples["udp_rtt"]),
+        "tcp_rtt_p50_us": median_or_none(s["p50"] for s in samples["tcp_rtt"]),
+        "tcp_rtt_p99_us": median_or_none(s["p99"] for s in samples["tcp_rtt"]),
+        "push_mbps": median_or_none(s["mbps"] for s in samples["push"]),
+        "pull_mbps": median_or_none(s["mbps"] for s in samples["pull"]),
+        "conn_per_s": median_or_none(s["rate"] for s in samples["cps"]),
+    }
+    return metrics, samples
+
+
+def row_result(name: str, stack: str, topology: str, status: str = "ok", **extra) -> dict:
+    return {"name": name, "stack": stack, "topology": topology, "status": status, "mode": extra.pop("mode", ""),
+            "note": extra.pop("note", ""), "metrics": extra.pop("metrics", {k: None for k, _, _ in METRICS}),
+            **extra}
+
+
+def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optional[str],
+            log: Callable[[str], None]) -> dict:
+    """One row: a topology of its own, a server in its stack namespace, the client here."""
+    Topology = _topology_class(placement)
+    if kind == "kernel":
+        name, stack, topo_kind = "kernel", "kernel", "veth"
+    elif kind == "pytcp":
+        name, stack, topo_kind = "pytcp/tap", "pytcp", "tap"
+        problem = pytcp_problem()
+        if problem:
+            return row_result(name, stack, topo_kind, "not available", note=problem)
+    else:
+        name, stack, topo_kind = f"ustack/{kind}", "ustack", "tap" if kind == "tap" else "veth"
+    log(f"  {name} ({topo_kind} topology)")
+    t0 = time.monotonic()
+    try:
+        with Topology(topo_kind, tag="bn") as topo:
+            _widen_port_range(topo)
+            server = None
+            try:
+                if kind == "kernel":
+                    server, mode = kernel_server(topo, cfg.bulk_bytes), "kernel sockets"
+                elif kind == "pytcp":
+                    server, mode = pytcp_server(topo, cfg.bulk_bytes)
+                else:
+                    server, mode = ustack_server(topo, kind, cfg.bulk_bytes, xdp_mode)
+                cpus = server.cpus
+                metrics, samples = measure_services(topo, topo.stack_addr, cfg, log)
+            finally:
+                rc = server.stop() if server is not None else None
+            extra = {}
+            if stack == "ustack":
+                extra["server_drops"] = ustack_drops(server.lines)
+            note = "" if rc in (0, None) else f"server exited with status {rc}"
+            return row_result(name, stack, topo_kind, mode=mode, metrics=metrics, samples=samples,
+                              server_cpus=cpus, seconds=round(time.monotonic() - t0, 1), note=note, **extra)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a row that fails is reported, the others still run
+        log(f"    failed: {exc!r}")
+        return row_result(name, stack, topo_kind, "error", note=f"{type(exc).__name__}: {exc}",
+                          seconds=round(time.monotonic() - t0, 1))
+
+
+# -- ring cost (tools/bench_rings.py and tools/bench_afxdp.py) --------------------------------
+
+
+def _ring_median(fn, runs: int) -> dict:
+    results = [fn() for _ in range(runs)]
+    keys = [k for k, v in results[0].items() if isinstance(v, (int, float))]
+    return {k: statistics.median(r[k] for r in results) for k in keys}
+
+
+def run_ring(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optional[str],
+             log: Callable[[str], None]) -> dict:
+    """Raw 60-byte UDP frames through one backend's rings (or a kernel UDP socket), this process as the stack."""
+    Topology = _topology_class(placement)
+    name = "kernel UDP socket" if kind == "kernel" else kind
+    log(f"  ring {name}")
+    try:
+        if kind in ("tap", "packet"):
+            from tools import bench_rings
+
+            burst = 64
+            rx_fn = lambda topo: bench_rings.bench_rx(kind, topo, cfg.ring_seconds, burst)  # noqa: E731
+            tx_fn = lambda topo: bench_rings.bench_tx(kind, topo, cfg.ring_seconds, burst)  # noqa: E731
+            cpu_of = lambda r: r["user_us"] + r["sys_us"]  # noqa: E731
+            source = "tools.bench_rings"
+        else:
+            from tools import bench_afxdp
+
+            mode = xdp_mode or "auto"
+            if kind == "afxdp":
+                rx_fn = lambda topo: bench_afxdp.bench_afxdp_rx(topo, mode, cfg.ring_seconds, 64)  # noqa: E731
+                tx_fn = lambda topo: bench_afxdp.bench_afxdp_tx(topo, mode, cfg.ring_seconds, 64)  # noqa: E731
+            else:
+                rx_fn = lambda topo: bench_afxdp.bench_kernel_rx(topo, cfg.ring_seconds, 64)  # noqa: E731
+                tx_fn = lambda topo: bench_afxdp.bench_kernel_tx(topo, cfg.ring_seconds)  # noqa: E731
+            cpu_of = lambda r: r["cpu_us"]  # noqa: E731
+            source = "tools.bench_afxdp"
+    except Exception as exc:  # e.g. bench_afxdp cannot import the afxdp backend
+        return {"name": name, "status": "not available", "note": f"{type(exc).__name__}: {exc}"}
+    home = os.sched_getaffinity(0)
+    try:
+        placement.pin(0, placement.server)  # this thread is the stack side here
+        with Topology("tap" if kind == "tap" else "veth", tag="br") as topo:
+            topo.add_peer_neighbour()
+            if kind == "kernel":
+                with topo.in_stack_ns():
+                    from pyroute2 import IPRoute
+
+                    with IPRoute() as ipr:
+                        index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
+                        ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
+            rx = _ring_median(lambda: rx_fn(topo), cfg.ring_runs)
+            tx = _ring_median(lambda: tx_fn(topo), cfg.ring_runs)
+        result = {"name": name, "status": "ok", "source": source,
+                  "rx_kpps": rx["pps"] / 1e3, "rx_cpu_us": cpu_of(rx), "tx_kpps": tx["pps"] / 1e3,
+                  "tx_cpu_us": cpu_of(tx), "rx": rx, "tx": tx}
+        log(f"    rx {result['rx_kpps']:.0f} kpps {result['rx_cpu_us']:.2f} µs/frame, "
+            f"tx {result['tx_kpps']:.0f} kpps {result['tx_cpu_us']:.2f} µs/frame")
+        return result
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        log(f"    failed: {exc!r}")
+        return {"name": name, "status": "error", "note": f"{type(exc).__name__}: {exc}"}
+    finally:
+        placement.pin(0, home)
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def _fmt(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "MB/s":
+        return f"{value:.1f}"
+    if unit == "µs" and value < 10:
+        return f"{value:.2f}"
+    return f"{value:.0f}"
+
+
+def format_table(result: dict) -> str:
+    """The human-readable report: machine, placement, both tables, notes."""
+    m = result["machine"]
+    out = [
+        f"machine: {m['cpu_model']}, {m['cpus']} CPUs, kernel {m['kernel']}, Python {m['python']}, "
+        f"load {' '.join(str(x) for x in m.get('loadavg_at_start', []))} (shared machine: expect noise)",
+        f"placement: {result['placement']['text']}",
+        f"suite: {'quick' if result['config'].get('quick') else 'default'}, median of {result['config']['reps']} "
+        f"reps; RTT over {result['config']['rtt_count']} round trips of {MESSAGE} B; bulk "
+        f"{result['config']['bulk_bytes'] / 1e6:g} MB (capped at {result['config']['bulk_seconds']:g} s) at 1500 MTU; "
+        f"conn/s over {result['config']['cps_seconds']:g} s",
+        "",
+    ]
+    heads = [h for _, h, _ in METRICS]
+    units = [u for _, _, u in METRICS]
+    width = max([len("row")] + [len(r["name"]) for r in result["rows"]])
+    out.append(f"{'row':{width}}  " + "  ".join(f"{h:>8}" for h in heads) + "  mode")
+    out.append(f"{'':{width}}  " + "  ".join(f"{u:>8}" for u in units))
+    for row in result["rows"]:
+        if row["status"] != "ok":
+            out.append(f"{row['name']:{width}}  {row['status']}: {row['note']}")
+            continue
+        cells = "  ".join(f"{_fmt(row['metrics'].get(k), u):>8}" for k, _, u in METRICS)
+        out.append(f"{row['name']:{width}}  {cells}  {row['mode']}" + (f" ({row['note']})" if row["note"] else ""))
+    if result.get("rings"):
+        out += ["", "ring cost, 60-byte UDP frames (64 on a wire); CPU of the stack-side thread per frame:"]
+        width = max([len("path")] + [len(r["name"]) for r in result["rings"]])
+        out.append(f"{'path':{width}}  " + "  ".join(f"{h:>11}" for _, h, _ in RING_METRICS))
+        for ring in result["rings"]:
+            if ring["status"] != "ok":
+                out.append(f"{ring['name']:{width}}  {ring['status']}: {ring['note']}")
+                continue
+            out.append(f"{ring['name']:{width}}  " + "  ".join(
+                f"{(f'{ring[k]:.0f}' if u == 'kpps' else f'{ring[k]:.2f}'):>11}" for k, _, u in RING_METRICS))
+    if result.get("notes"):
+        out += ["", "notes:"] + [f"- {n}" for n in result["notes"]]
+    out.append(f"\ntook {result.get('duration_s', 0):.0f} s")
+    return "\n".join(out)
+
+
+def write_json(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2, sort_keys=False, default=str)
+        f.write("\n")
+
+
+def draw_png(result: dict, path: str) -> Optional[str]:
+    """Bar charts of every metric; returns None on success or why no chart was drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # not installed (an optional extra) or broken
+        return f"matplotlib not available ({type(exc).__name__}: {exc}); no chart (pip install 'ustack[bench]')"
+    rows = [r for r in result["rows"] if r["status"] == "ok"]
+    rings = [r for r in result.get("rings", []) if r["status"] == "ok"]
+    panels = [
+        ("UDP echo RTT (µs, log)", [("p50", "udp_rtt_p50_us"), ("p99", "udp_rtt_p99_us")], True),
+        ("TCP echo RTT (µs, log)", [("p50", "tcp_rtt_p50_us"), ("p99", "tcp_rtt_p99_us")], True),
+        ("TCP throughput (MB/s)", [("push", "push_mbps"), ("pull", "pull_mbps")], False),
+        ("TCP connections/s", [("conn/s", "conn_per_s")], False),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    axes = axes.ravel()
+    names = [r["name"] for r in rows]
+    for ax, (title, series, logy) in zip(axes, panels):
+        _bars(ax, names, [(label, [r["metrics"].get(key) for r in rows]) for label, key in series], title, logy)
+    ring_names = [r["name"] for r in rings]
+    _bars(axes[4], ring_names, [("rx", [r["rx_kpps"] for r in rings]), ("tx", [r["tx_kpps"] for r in rings])],
+          "ring: 60-byte frames (kpps)", False)
+    _bars(axes[5], ring_names, [("rx", [r["rx_cpu_us"] for r in rings]), ("tx", [r["tx_cpu_us"] for r in rings])],
+          "ring: CPU µs per frame", False)
+    m = result["machine"]
+    fig.suptitle(f"ustack bench vs the kernel — {m['cpu_model']}, {m['cpus']} CPUs, kernel {m['kernel']}, "
+                 f"Python {m['python']} — {result['started'][:16]}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def _bars(ax, names, series, title, logy) -> None:
+    if not names:
+        ax.set_title(title, fontsize=10)
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))]
+        ys = [v if v is not None else 0 for v in values]
+        bars = ax.bar(xs, ys, width, label=label)
+        for bar, v in zip(bars, values):
+            if v is not None:
+                ax.annotate(f"{v:.0f}" if v >= 10 else f"{v:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                            va="bottom", fontsize=7)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20, fontsize=8)
+    ax.set_title(title, fontsize=10)
+    if logy:
+        ax.set_yscale("log")
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+
+
+def notes_for(result: dict) -> list[str]:
+    """Observations worth a line under the tables."""
+    notes = []
+    rows = {r["name"]: r for r in result["rows"] if r["status"] == "ok"}
+    packet = rows.get("ustack/packet")
+    if packet and packet["metrics"]["udp_rtt_p50_us"] and packet["metrics"]["udp_rtt_p50_us"] > 700:
+        notes.append("ustack/packet RTTs sit near 1 ms: a lone frame waits in a half-empty TPACKET_V3 block "
+                     "until the kernel's block-retire timer (1 ms, the smallest it accepts) hands the block over")
+    for row in rows.values():
+        drops = row.get("server_drops") or {}
+        if drops:
+            top = ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])[:4])
+            notes.append(f"{row['name']} server drops: {top}")
+        for what in ("push", "pull"):
+            incomplete = [s for s in row.get("samples", {}).get(what, []) if not s.get("complete", True)]
+            if incomplete:
+                notes.append(f"{row['name']} {what}: {len(incomplete)} transfer(s) stopped at the time cap "
+                             f"(rate from the bytes moved)")
+        lost = sum(s.get("lost", 0) for s in row.get("samples", {}).get("udp_rtt", []))
+        if lost:
+            notes.append(f"{row['name']}: {lost} UDP echo requests unanswered (not timed)")
+    return notes
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def _selection(text: Optional[str]) -> list[str]:
+    if text is None:
+        from backends.registry import available_backends
+
+        return [k for k in USTACK_BACKENDS if k in available_backends()] + ["pytcp"]
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in ROW_KINDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(unknown)} (known: {', '.join(ROW_KINDS)})")
+    return kinds
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="the under-a-minute suite (1 rep, fewer round trips)")
+    p.add_argument("--backends", metavar="LIST",
+                   help=f"comma-separated rows besides the kernel's, from {','.join(ROW_KINDS)} "
+                        "(default: every available backend, and pytcp)")
+    p.add_argument("--json", default="bench.json", metavar="FILE", help="results as JSON (default: %(default)s)")
+    p.add_argument("--png", default="bench.png", metavar="FILE",
+                   help="chart (needs matplotlib; default: %(default)s); '' for none")
+    p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), default="auto", help="afxdp attach mode")
+    p.add_argument("--no-rings", action="store_true", help="skip the per-backend ring cost table")
+    tune = p.add_argument_group("sizes (override the suite's)")
+    tune.add_argument("--reps", type=_positive(int), help="repetitions per metric (median reported)")
+    tune.add_argument("--rtt-count", type=_positive(int), help="timed round trips per RTT repetition")
+    tune.add_argument("--rtt-warmup", type=_positive(int, zero=True), help="untimed round trips first")
+    tune.add_argument("--bulk-bytes", type=_positive(int), help="bytes per push/pull transfer")
+    tune.add_argument("--bulk-seconds", type=_positive(float), help="time cap per push/pull transfer")
+    tune.add_argument("--cps-seconds", type=_positive(float), help="seconds of connect/request/close per rep")
+    tune.add_argument("--ring-seconds", type=_positive(float), help="seconds per ring benchmark run")
+    tune.add_argument("--ring-runs", type=_positive(int), help="ring benchmark runs (median reported)")
+
+
+def _positive(kind, zero: bool = False):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"must be {'>= 0' if zero else '> 0'}: {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``bench`` subcommand to the ``ustack`` command line."""
+    p = subparsers.add_parser("bench", help="benchmark ustack on each backend side by side with the kernel",
+                              description=__doc__.split("\n\n")[0].splitlines()[0])
+    add_arguments(p)
+    p.set_defaults(func=cmd_bench)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ustack bench", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    p.set_defaults(func=cmd_bench)
+    return p
+
+
+def cmd_bench(args) -> int:
+    try:
+        kinds = _selection(args.backends)
+    except argparse.ArgumentTypeError as exc:
+        print(f"ustack bench: {exc}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("ustack bench: needs root (network namespaces, veth, TAP, AF_PACKET, AF_XDP)", file=sys.stderr)
+        return 2
+    if str(REPO_ROOT) not in sys.path and (REPO_ROOT / "tests").is_dir():
+        sys.path.insert(0, str(REPO_ROOT))  # tools.bench_rings builds its TX frame with tests.backends.link
+    cfg = BenchConfig.for_args(args)
+    placement = Placement.plan()
+    result = {
+        "tool": "ustack bench", "format": 1,
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine_info(), "placement": {"text": placement.text,
+                                                 "client_cpus": sorted(placement.client or []),
+                                                 "server_cpus": sorted(placement.server or [])},
+        "config": {**asdict(cfg), "quick": args.quick, "xdp_mode": args.xdp_mode, "rows": ["kernel"] + kinds},
+        "rows": [], "rings": [], "notes": [],
+    }
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    t0 = time.monotonic()
+    home = os.sched_getaffinity(0)
+    interrupted = False
+    try:
+        placement.pin(0, placement.client)
+        log(f"ustack bench: rows kernel, {', '.join(kinds)}; {placement.text}")
+        for kind in ["kernel"] + kinds:
+            result["rows"].append(run_row(kind, cfg, placement, args.xdp_mode, log))
+        if cfg.rings:
+            for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
+                result["rings"].append(run_ring(kind, cfg, placement, args.xdp_mode, log))
+    except KeyboardInterrupt:
+        interrupted = True
+        result["notes"].append("interrupted: partial results")
+    finally:
+        placement.pin(0, home)
+    result["duration_s"] = round(time.monotonic() - t0, 1)
+    result["notes"] += notes_for(result)
+    chart_problem = None
+    if args.png:
+        try:
+            chart_problem = draw_png(result, args.png)
+        except Exception as exc:  # a chart must never cost the numbers
+            chart_problem = f"chart failed: {type(exc).__name__}: {exc}"
+        if chart_problem:
+            result["notes"].append(chart_problem)
+    if args.json:
+        write_json(result, args.json)
+    print(format_table(result))
+    written = [f for f in (args.json, args.png if args.png and not chart_problem else None) if f]
+    if written:
+        print(f"wrote {', '.join(written)}")
+    if interrupted:
+        return 130
+    failed = [r for r in result["rows"] if r["status"] == "error"]
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

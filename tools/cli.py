@@ -102,9 +102,13 @@ def cmd_serve(args) -> int:
     if args.tcp_source:
         services.append(TcpSource(stack, args.tcp_source, args.source_bytes))
     stack.poll(clock())
+    from tools.stats import StatsPublisher
+
+    publisher = StatsPublisher(stack, driver).start()
     caps = stack.device.capabilities
     print(f"ustack: {stack.addr}/{stack.iface.prefixlen} mac {stack.iface.mac.hex(':')} mtu {stack.iface.mtu} "
           f"on {args.backend}:{args.ifname or '-'} ({caps.mode})", flush=True)
+    print(f"ustack: live stats with: ustack stats --socket {publisher.path}", flush=True)
     print("ready", flush=True)
     if args.backend == "pipe":
         import threading
@@ -125,6 +129,7 @@ def cmd_serve(args) -> int:
                             stack.stats.inc("udp.echo_send_errors")
                             stack.stats.inc(f"udp.echo_send_error.{type(e).__name__}")
     finally:
+        publisher.close()
         stack.close()
         if hasattr(stack.device, "flush"):
             stack.device.flush()
@@ -403,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo_arguments(demo)
     demo.set_defaults(func=cmd_demo)
+    from tools import stats as stats_tool
+
+    stats_tool.add_parser(sub)
     ping = sub.add_parser("ping", help="ping from the user-space stack, like ping(8)")
     _common(ping)
     ping.add_argument("dest")

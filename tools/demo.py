@@ -80,14 +80,9 @@ class UstackSide:
             self.sink = TcpSink(self.stack, SINK_PORT)
         self.driver.start()
         self.http = HttpServer(self.stack, HTTP_PORT).start()
-        self.publisher = None
-        try:
-            from tools.stats import StatsPublisher
+        from tools.stats import StatsPublisher
 
-            self.publisher = StatsPublisher(self.stack, self.driver)
-            self.publisher.start()
-        except Exception as e:  # stats are a convenience here: say why they are off
-            say(f"    (live stats unavailable: {e})")
+        self.publisher = StatsPublisher(self.stack, self.driver).start()
 
     def ping(self, dst: str, count: int = 3) -> None:
         stack_ping(self.stack, self.driver, dst, count)
@@ -112,8 +107,7 @@ class UstackSide:
 
     def close(self) -> None:
         self.http.close()
-        if self.publisher is not None:
-            self.publisher.close()
+        self.publisher.close()
         self.driver.close()
         self.stack.device.close()
 
@@ -342,8 +336,7 @@ def run_kernel_tour(args) -> int:
         device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen)
         us = UstackSide(device, f"{topo.stack_addr}/{topo.prefixlen}", clock, args.bytes)
         say(f"    mode: {device.capabilities.mode}; mac {us.stack.iface.mac.hex(':')}; pcap -> {args.pcap}")
-        if us.publisher is not None:
-            say(f"    live stats: ustack stats --socket {us.publisher.path}")
+        say(f"    live stats while it runs: ustack stats --socket {us.publisher.path}")
         return tour(us, KernelSide(topo), topo.stack_addr, topo.peer_addr, args.bytes, args.pcap)
     except KeyboardInterrupt:
         say("\ninterrupted: cleaning up")

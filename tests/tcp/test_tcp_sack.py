@@ -146,3 +146,12 @@ def test_limited_transmit_sends_new_data_on_the_first_two_duplicates():
     h.peer.expect(flags="A", seq=una + 5 * MSS, payload=b"M" * MSS)
     h.peer.ack(ack=una)  # third: fast retransmit, not more new data
     h.peer.expect(flags="A", seq=una, payload=segs[0].payload)
+
+
+def test_scoreboard_is_bounded():
+    from ustack.tcp.sack import MAX_BLOCKS
+
+    b = Scoreboard()
+    for i in range(1, 400):
+        b.update([(i * 10, i * 10 + 1)], 0, 100_000)
+    assert len(b.blocks) == MAX_BLOCKS and b.blocks[0] == [10, 11]

@@ -27,6 +27,8 @@ take the name from their ``congestion`` knob.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from ustack.tcp.seq import seq_add, seq_gt
 
 INFINITE_SSTHRESH = 1 << 30
@@ -193,7 +195,7 @@ class Cubic(NewReno):
         self.cwnd = max(self.cwnd, int(round(new * mss)))
 
 
-ALGORITHMS = {"newreno": NewReno, "reno": NewReno, "cubic": Cubic}
+ALGORITHMS = MappingProxyType({"newreno": NewReno, "reno": NewReno, "cubic": Cubic})
 
 
 def make(name: str, mss: int, iss: int = 0):

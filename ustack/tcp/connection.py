@@ -1,10 +1,11 @@
 """A TCP connection: the RFC 9293 state machine's user side, timers and lifecycle.
 
-``Connection`` combines ``SegmentInput`` (segment arrival) and
-``SegmentOutput`` (sending) with what the user calls: ``send``, ``recv``,
-``recv_into``, ``shutdown``, ``close``, ``abort``, ``info``, knobs and
-callbacks. Connections are made by ``TcpLayer.connect`` (active open) and by
-a ``Listener`` (passive open); the layer owns them.
+``Connection`` combines ``SegmentInput`` (segment arrival),
+``SegmentOutput`` (sending) and ``SackSender`` (SACK loss recovery) with
+what the user calls: ``send``, ``recv``, ``recv_into``, ``shutdown``,
+``close``, ``abort``, ``info``, knobs and callbacks. Connections are made
+by ``TcpLayer.connect`` (active open) and by a ``Listener`` (passive open);
+the layer owns them.
 
 User calls that produce segments (``send``, ``shutdown``, ``close``, a read
 that opens the window) do not need the time: they mark the connection

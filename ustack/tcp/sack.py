@@ -25,6 +25,7 @@ from __future__ import annotations
 from ustack.tcp.seq import seq_add, seq_diff
 
 DUP_THRESH = 3
+MAX_BLOCKS = 128  # a peer cannot make the scoreboard (and each ACK's work) grow without bound
 
 
 class Scoreboard:
@@ -67,6 +68,8 @@ class Scoreboard:
             keep.append(merged)
             keep.sort()
             blocks = keep
+        if len(blocks) > MAX_BLOCKS:
+            del blocks[MAX_BLOCKS:]  # forget the highest ranges: only makes losses look later
         self.blocks = blocks
 
     @property
