@@ -1039,6 +1039,11 @@ def cmd_bench(args) -> int:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt  # like Ctrl-C: tools.netns reaps first, then the partial report
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_sigterm)
     t0 = time.monotonic()
     home = os.sched_getaffinity(0)
     interrupted = False

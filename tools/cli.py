@@ -64,6 +64,22 @@ def open_stack(args, clock):
     return stack, extras
 
 
+def start_stack(args, name: str):
+    """Open the device and stack for a command, with its Driver; None (reported) when that fails."""
+    clock = MonotonicClock()
+    try:
+        stack, extras = open_stack(args, clock)
+    except (DeviceError, OSError, ValueError) as e:
+        print(f"ustack {name}: {e}", file=sys.stderr)
+        return None
+    return stack, Driver(stack, clock), extras
+
+
+def stop_stack(stack) -> None:
+    stack.close()
+    stack.device.close()
+
+
 def _pipe_peer(stack, link, clock):
     """For --backend pipe: a second stack on the other end of the link."""
     net = stack.iface
@@ -73,13 +89,11 @@ def _pipe_peer(stack, link, clock):
 
 
 def cmd_serve(args) -> int:
-    clock = MonotonicClock()
-    try:
-        stack, extras = open_stack(args, clock)
-    except (DeviceError, OSError, ValueError) as e:
-        print(f"ustack serve: {e}", file=sys.stderr)
+    started = start_stack(args, "serve")
+    if started is None:
         return 2
-    driver = Driver(stack, clock)
+    stack, driver, extras = started
+    clock = driver.clock
     stop = {"flag": False}
 
     def on_signal(signum, frame):
@@ -181,13 +195,11 @@ def _pipe_selftest(stack, peer, clock, args) -> None:
 
 
 def cmd_ping(args) -> int:
-    clock = MonotonicClock()
-    try:
-        stack, _ = open_stack(args, clock)
-    except (DeviceError, OSError, ValueError) as e:
-        print(f"ustack ping: {e}", file=sys.stderr)
+    started = start_stack(args, "ping")
+    if started is None:
         return 2
-    driver = Driver(stack, clock)
+    stack, driver, _ = started
+    clock = driver.clock
     try:
         dst = ip_int(args.dest)
     except ValueError:
@@ -244,8 +256,7 @@ def cmd_ping(args) -> int:
             mdev = statistics.pstdev(rtts)
             print(f"rtt min/avg/max/mdev = {min(rtts):.3f}/{statistics.mean(rtts):.3f}/{max(rtts):.3f}/{mdev:.3f} ms")
         sys.stdout.flush()
-        stack.close()
-        stack.device.close()
+        stop_stack(stack)
     return 0 if received == transmitted and transmitted else 1
 
 
@@ -261,15 +272,17 @@ def cmd_send(args) -> int:
     from tools.services import PATTERN_BLOCK
     from ustack.socket import socket as usocket
 
-    clock = MonotonicClock()
     try:
-        stack, _ = open_stack(args, clock)
         host, _, port = args.connect.rpartition(":")
         port = int(port)
-    except (DeviceError, OSError, ValueError) as e:
-        print(f"ustack send: {e}", file=sys.stderr)
+    except ValueError:
+        print(f"ustack send: --connect wants HOST:PORT, not {args.connect!r}", file=sys.stderr)
         return 2
-    Driver(stack, clock)
+    started = start_stack(args, "send")
+    if started is None:
+        return 2
+    stack, driver, _ = started
+    clock = driver.clock
     try:
         with usocket(stack) as s:
             s.settimeout(30)
@@ -305,8 +318,7 @@ def cmd_send(args) -> int:
         print(f"ustack send: {e}", file=sys.stderr)
         return 1
     finally:
-        stack.close()
-        stack.device.close()
+        stop_stack(stack)
 
 
 def cmd_recv(args) -> int:
@@ -314,13 +326,11 @@ def cmd_recv(args) -> int:
 
     from ustack.socket import socket as usocket
 
-    clock = MonotonicClock()
-    try:
-        stack, _ = open_stack(args, clock)
-    except (DeviceError, OSError, ValueError) as e:
-        print(f"ustack recv: {e}", file=sys.stderr)
+    started = start_stack(args, "recv")
+    if started is None:
         return 2
-    Driver(stack, clock)
+    stack, driver, _ = started
+    clock = driver.clock
     try:
         with usocket(stack) as srv:
             if args.connect:
@@ -356,8 +366,7 @@ def cmd_recv(args) -> int:
         print(f"ustack recv: {e}", file=sys.stderr)
         return 1
     finally:
-        stack.close()
-        stack.device.close()
+        stop_stack(stack)
 
 
 def cmd_demo(args) -> int:

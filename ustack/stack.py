@@ -177,7 +177,8 @@ class Stack:
                 self.stats.drop("ipv4.not_for_us" if not self.iface.is_local_dest(dst) else "tcp.broadcast")
                 return
             l3, tot, l4 = rec[2], rec[4], rec[8]
-            self.tcp.input(rec[6].to_bytes(4, "big"), self.iface.addr_bytes, frame[l4:l3 + tot], now)
+            # classify verified the checksum (or the device did): the layer need not redo it
+            self.tcp.input(rec[6].to_bytes(4, "big"), self.iface.addr_bytes, frame[l4:l3 + tot], now, checksum_ok=True)
         elif kind == K_ICMP:
             if self.iface.is_local_dest(rec[7]):
                 self.icmp.input(frame, rec, now)
@@ -197,7 +198,7 @@ class Stack:
 
     # -- errors from below ----------------------------------------------------
     def transport_error(self, proto: int, laddr: int, lport: int, raddr: int, rport: int, itype: int, code: int,
-                        extra: int) -> None:
+                        extra: int, quoted_seq: Optional[int] = None) -> None:
         """An ICMP error quoting one of our datagrams: surface it on the endpoint (RFC 1122 4.1.3.3)."""
         if itype == 3 and code in (2, 3):
             err = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
@@ -213,11 +214,7 @@ class Stack:
             if not self.udp.icmp_error(laddr, lport, raddr, rport, err):
                 self.stats.drop("icmp.error_no_socket")
         elif proto == 6:
-            icmp_error = getattr(self.tcp, "icmp_error", None)
-            if icmp_error is not None:
-                icmp_error(laddr.to_bytes(4, "big"), lport, raddr.to_bytes(4, "big"), rport, itype, code, extra)
-            else:
-                self.stats.drop("icmp.tcp_error_ignored")
+            self.tcp.icmp_error(laddr, lport, raddr, rport, itype, code, extra, now=self.now, quoted_seq=quoted_seq)
 
     # -- TcpHost: what the TCP layer needs from the stack ----------------------
     def tcp_output(self, src: bytes, dst: bytes, segment) -> None:

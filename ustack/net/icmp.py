@@ -107,7 +107,10 @@ class IcmpLayer:
         if qsrc != self.stack.iface.addr:
             stats.drop("icmp.error_not_ours")
             return
-        self.stack.transport_error(proto, qsrc, sport, qdst, dport, msg.type, msg.code, msg.seq)
+        # RFC 792: the quote holds at least 8 bytes of the transport header; for TCP that includes
+        # the sequence number, which RFC 5927 uses to tell a genuine error from a blind forgery.
+        quoted_seq = int.from_bytes(quoted[qihl + 4:qihl + 8], "big")
+        self.stack.transport_error(proto, qsrc, sport, qdst, dport, msg.type, msg.code, msg.seq, quoted_seq)
 
     # -- output ---------------------------------------------------------------
     def send_error(self, itype: int, code: int, original, dst: int, rest: int = 0) -> bool:
