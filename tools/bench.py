@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import errno
 import json
 import os
 import platform
@@ -556,6 +555,10 @@ def _source_step(conn, events, state, block, nbytes, close) -> None:
         close(conn)
 
 
+def _version_tuple(text: str) -> tuple:
+    return tuple(int(m) for m in re.findall(r"\d+", text)[:2])
+
+
 def pytcp_problem() -> Optional[str]:
     """Why the PyTCP row cannot run, or None."""
     try:
@@ -569,7 +572,7 @@ def pytcp_problem() -> Optional[str]:
         import pmd_pytcp.socket  # noqa: F401
     except Exception as exc:  # an import failing for any reason makes the row unavailable
         return f"pmd-pytcp cannot be imported: {exc!r}"
-    if found.split(".")[:2] < PYTCP_MIN_VERSION.split("."):
+    if _version_tuple(found) < _version_tuple(PYTCP_MIN_VERSION):
         return f"pmd-pytcp {found} is older than {PYTCP_MIN_VERSION} (different API)"
     return None
 
@@ -934,6 +937,10 @@ def notes_for(result: dict) -> list[str]:
     if packet and packet["metrics"]["udp_rtt_p50_us"] and packet["metrics"]["udp_rtt_p50_us"] > 700:
         notes.append("ustack/packet RTTs sit near 1 ms: a lone frame waits in a half-empty TPACKET_V3 block "
                      "until the kernel's block-retire timer (1 ms, the smallest it accepts) hands the block over")
+    on_tap = [name for name, row in rows.items() if row["topology"] == "tap"]
+    if on_tap:
+        notes.append(f"{', '.join(on_tap)} ran over a TAP topology (the kernel client reaches the stack through the "
+                     f"tun driver in the same namespace); the other rows over a veth pair")
     for row in rows.values():
         drops = row.get("server_drops") or {}
         if drops:

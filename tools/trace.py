@@ -69,7 +69,7 @@ one) seen so far in that direction.
     number equals the greatest one sent so far in its direction, with the
     same window as the previous segment of its direction, while the other
     side has data outstanding (it has sent beyond that acknowledgment
-    number). ``n`` counts these for the same acknowledgment number: the
+    number). A zero-window ACK (the answer to a window probe) is not counted. ``n`` counts these for the same acknowledgment number: the
     first duplicate is #1; a higher acknowledgment number restarts it.
 
 Filters: ``--port P`` keeps TCP/UDP frames (and first IP fragments) with P
@@ -166,6 +166,9 @@ def parse_global_header(head: bytes):
         if magic in (PCAP_MAGIC_US, PCAP_MAGIC_NS):
             _, _, _, _, snaplen, linktype = struct.unpack(order + "HHiIII", head[4:24])
             return order, (10**9 if magic == PCAP_MAGIC_NS else 10**6), snaplen, linktype & 0x0FFFFFFF
+    if struct.unpack("<I", head[:4])[0] == PCAPNG_MAGIC:
+        raise CaptureError("a pcapng file cannot be followed: only pcap (as `ustack serve --pcap` writes)",
+                           EXIT_USAGE)
     raise CaptureError(f"not a pcap file (magic 0x{head[:4].hex()})", EXIT_USAGE)
 
 
@@ -436,7 +439,7 @@ class TcpAnalysis:
             if win != d.last_win:
                 if win != 0 and d.last_win is not None:
                     markers.append("window update")
-            elif rev.nxt is not None and rev.nxt > ack_ext:  # RFC 5681 2: data outstanding
+            elif win and rev.nxt is not None and rev.nxt > ack_ext:  # RFC 5681 2: data outstanding
                 d.dups += 1
                 markers.append(f"dup ack #{d.dups}")
         if not rst:
@@ -798,8 +801,8 @@ def _check_args(args) -> str | None:
     for port in args.port:
         if not 0 <= port <= 65535:
             return f"--port {port}: not a port number"
-    if args.count is not None and args.count < 0:
-        return f"-c {args.count}: must be 0 or more"
+    if args.count is not None and args.count < 1:
+        return f"-c {args.count}: must be 1 or more"
     if args.interval <= 0:
         return f"--interval {args.interval}: must be positive"
     return None
@@ -833,8 +836,6 @@ def _trace(args, out, err) -> int:
     follow = args.follow
     limit = args.count
     code = EXIT_OK
-    if limit == 0:
-        return EXIT_OK
     try:
         records = read_records(args.file, follow=follow, interval=args.interval, note=note,
                                sleep=lambda s: (_flush(out, pending), time.sleep(s)))

@@ -55,6 +55,7 @@ class StreamSocket(socket):
         self._knobs: dict = {}
         self._reuseaddr = False
         self._linger: Optional[tuple[int, int]] = None
+        self._connect_reported = _conn is not None  # an accepted socket has nothing to report
         if _conn is not None:
             self._local = (int.from_bytes(_conn.local_addr, "big"), _conn.local_port)
 
@@ -171,6 +172,7 @@ class StreamSocket(socket):
         if self._local is not None:
             local = (self._local[0].to_bytes(4, "big"), self._local[1])
         remote = (addr.to_bytes(4, "big"), port)
+        self._connect_reported = False
         self._conn = self._call(lambda now: self.stack.tcp.connect(local, remote, now, **self._knobs))
 
     def _connect_result(self) -> int:
@@ -185,8 +187,8 @@ class StreamSocket(socket):
         return errno.EINPROGRESS
 
     def connect(self, address) -> None:
-        if self._conn is not None and not self._conn.connected and self._conn.state != State.CLOSED:
-            pending = True  # a non-blocking connect in progress: report its outcome
+        if self._conn is not None and not self._connect_reported:
+            pending = True  # a non-blocking connect in progress: report its outcome (0 once, like Linux)
         else:
             pending = False
             self._start_connect(address)
@@ -196,8 +198,9 @@ class StreamSocket(socket):
             with self._driver.lock:
                 result = self._connect_result()
             if result == errno.EINPROGRESS:
-                raise BlockingIOError(errno.EALREADY if pending else errno.EINPROGRESS,
-                                      "Operation now in progress")
+                if pending:
+                    raise BlockingIOError(errno.EALREADY, "Operation already in progress")
+                raise BlockingIOError(errno.EINPROGRESS, "Operation now in progress")
         else:
             try:
                 self._wait(ready)
@@ -208,6 +211,7 @@ class StreamSocket(socket):
                 raise TimeoutError("timed out") from None
             with self._driver.lock:
                 result = self._connect_result()
+        self._connect_reported = True
         if result:
             self._conn = None
             if result == errno.ECONNREFUSED:
@@ -361,21 +365,23 @@ class StreamSocket(socket):
         if self._conn is not None:
             self._call(lambda now: self._conn.configure(now, **knobs))
 
-    def on_send_low_water(self, callback: Optional[Callable[[], None]], low_water: Optional[int] = None) -> None:
-        """Call ``callback()`` (from the poll loop) when the send queue drains to ``low_water`` bytes."""
+    def on_send_low_water(self, callback: Optional[Callable[["StreamSocket"], None]],
+                          low_water: Optional[int] = None) -> None:
+        """Call ``callback(sock)`` (from the poll loop) when the send queue drains to ``low_water`` bytes."""
         conn = self._require_conn()
         with self._driver.lock:
             if low_water is not None:
                 conn.configure(send_low_water=low_water)
-            conn.on_send_low_water = callback
+            conn.on_send_low_water = None if callback is None else (lambda c: callback(self))
 
-    def on_recv_high_water(self, callback: Optional[Callable[[], None]], high_water: Optional[int] = None) -> None:
-        """Call ``callback()`` (from the poll loop) when readable bytes reach ``high_water``."""
+    def on_recv_high_water(self, callback: Optional[Callable[["StreamSocket"], None]],
+                           high_water: Optional[int] = None) -> None:
+        """Call ``callback(sock)`` (from the poll loop) when readable bytes reach ``high_water``."""
         conn = self._require_conn()
         with self._driver.lock:
             if high_water is not None:
                 conn.configure(recv_high_water=high_water)
-            conn.on_recv_high_water = callback
+            conn.on_recv_high_water = None if callback is None else (lambda c: callback(self))
 
     @property
     def connection(self):

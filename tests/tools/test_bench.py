@@ -194,8 +194,14 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
     argv = [sys.executable, "-m", "tools.bench", "--quick", "--backends", "packet", "--rtt-count", "100",
             "--rtt-warmup", "20", "--bulk-bytes", "1000000", "--bulk-seconds", "3", "--cps-seconds", "0.5",
             "--ring-seconds", "0.3", "--ring-runs", "1", "--json", str(out_json), "--png", str(out_png)]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        table, log = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, table + log
     result = json.loads(out_json.read_text())
     rows = {r["name"]: r for r in result["rows"]}
     assert list(rows) == ["kernel", "ustack/packet"]
@@ -212,9 +218,9 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
         assert ring["status"] == "ok", ring
         assert all(ring[k] > 0 for k, _, _ in bench.RING_METRICS), ring
     assert result["machine"]["kernel"] == os.uname().release
-    table = proc.stdout
     assert "UDP p50" in table and "\nkernel " in table and "\nustack/packet " in table
     assert "placement:" in table
-    pid_names = f"usbn{proc.args and ''}"  # namespaces carry the bench process's pid; none may be left
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not [l for l in listed.splitlines() if l.startswith(("usbn", "usbr")) and pid_names], listed
+    from pyroute2 import netns
+
+    left = [n for n in netns.listnetns() if n.startswith((f"usbn{proc.pid}", f"usbr{proc.pid}"))]
+    assert not left, left  # every namespace the run made is gone
