@@ -293,21 +293,20 @@ def _read_pcapng(path):
         reader = RawPcapNgReader(path)
     except Exception as e:  # scapy raises several kinds for a bad section header
         raise CaptureError(f"{path}: not a readable pcapng file ({e})", EXIT_USAGE) from None
-    with reader:
+    try:
         while True:
             try:
-                got = reader.read_packet()
-            except EOFError:
+                data, meta = next(reader)
+            except StopIteration:
                 return
             except Exception as e:
                 raise CaptureError(f"{path}: damaged pcapng block ({e})", EXIT_DAMAGED) from None
-            if got is None:
-                return
-            data, meta = got
             ts_ns = 0
             if meta.tshigh is not None and meta.tsresol:
                 ts_ns = ((meta.tshigh << 32) + meta.tslow) * 10**9 // int(meta.tsresol)
             yield ts_ns, meta.linktype, data, meta.wirelen if meta.wirelen is not None else len(data)
+    finally:
+        reader.close()
 
 
 # ---------------------------------------------------------------- TCP analysis
