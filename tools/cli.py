@@ -417,9 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo_arguments(demo)
     demo.set_defaults(func=cmd_demo)
+    from tools import bench as bench_tool
     from tools import stats as stats_tool
 
     stats_tool.add_parser(sub)
+    bench_tool.add_parser(sub)
     ping = sub.add_parser("ping", help="ping from the user-space stack, like ping(8)")
     _common(ping)
     ping.add_argument("dest")
