@@ -96,3 +96,20 @@ def test_stats_command_reads_a_running_serve(tmp_path):
         proc.wait(20)
         t.join(10)
     assert not any(tmp_path.iterdir())  # the socket file is removed on exit
+
+
+def test_trace_follows_a_running_serve_capture(tmp_path):
+    pcap = tmp_path / "live.pcap"
+    proc = subprocess.Popen([sys.executable, "-m", "ustack", "serve", "--backend", "pipe", "--addr", "198.18.0.2/24",
+                             "--udp-echo", "7", "--pcap", str(pcap)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        out = subprocess.run([sys.executable, "-m", "ustack", "trace", "--follow", "-c", "8", str(pcap)],
+                             capture_output=True, text=True, timeout=60)
+        assert proc.poll() is None, "serve must still be running: the trace followed it live"
+        lines = out.stdout.strip().splitlines()
+        assert len(lines) == 8, out.stdout + out.stderr
+        assert any("ICMP" in l and "echo request" in l for l in lines), out.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)

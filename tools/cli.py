@@ -23,6 +23,7 @@ import signal
 import statistics
 import sys
 
+from ustack.capture import PcapDevice
 from ustack.clock import MonotonicClock
 from ustack.device import DeviceError
 from ustack.driver import Driver
@@ -57,8 +58,6 @@ def open_stack(args, clock):
 
         device = open_device(args.backend, args.ifname, **_device_opts(args))
     if getattr(args, "pcap", None):
-        from ustack.capture import PcapDevice
-
         device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen)
     stack = Stack(device, args.addr, gateway=args.gateway, mtu=args.mtu, clock=clock)
     return stack, extras
@@ -129,9 +128,13 @@ def cmd_serve(args) -> int:
 
         peer = _pipe_peer(stack, extras["link"], clock)
         threading.Thread(target=_pipe_selftest, args=(stack, peer, clock, args), daemon=True).start()
+    capture = stack.device if isinstance(stack.device, PcapDevice) else None
     try:
         while not stop["flag"]:
             driver.wait_until(lambda: stop["flag"] or (echo is not None and bool(echo.queue)), 0.25)
+            if capture is not None:
+                with driver.lock:
+                    capture.flush()  # at most ~0.25 s behind: `ustack trace --follow` sees it live
             if echo is not None and echo.queue:
                 with driver.lock, stack.tx_batch():
                     now = clock()
@@ -419,8 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     from tools import bench as bench_tool
     from tools import stats as stats_tool
+    from tools import trace as trace_tool
 
     stats_tool.add_parser(sub)
+    trace_tool.add_parser(sub)
     bench_tool.add_parser(sub)
     ping = sub.add_parser("ping", help="ping from the user-space stack, like ping(8)")
     _common(ping)

@@ -14,7 +14,7 @@ then, like ``tcpdump -nn`` (numbers, never names)::
     0.000010 ICMP 198.18.0.2 > 198.18.0.1 type 8 code 0 echo request id 1 seq 1 len 56
     0.000020 UDP 198.18.0.2:5000 > 198.18.0.1:7 len 11
     0.000030 IP 198.18.0.2:5000 > 198.18.0.1:7 frag id 9 offset 0 MF proto udp len 1480
-    0.000040 TCP 198.18.0.2:40000 > 198.18.0.1:80 [S] seq 0 win 64240 len 0 options [mss 1460,sackOK,TS val 1 ecr 0,nop,wscale 7]
+    0.000040 TCP 198.18.0.2:40000 > 198.18.0.1:80 [S] seq 0 win 64240 len 0 options [mss 1460,nop,wscale 7]
     0.000050 TCP 198.18.0.1:80 > 198.18.0.2:40000 [P.] seq 1:101 ack 1 win 512 (x128=65536) len 100 [retransmission]
 
 ``len`` is always the payload length (UDP: the datagram's data, from the UDP
@@ -69,7 +69,8 @@ one) seen so far in that direction.
     number equals the greatest one sent so far in its direction, with the
     same window as the previous segment of its direction, while the other
     side has data outstanding (it has sent beyond that acknowledgment
-    number). A zero-window ACK (the answer to a window probe) is not counted. ``n`` counts these for the same acknowledgment number: the
+    number). A zero-window ACK (the answer to a window probe) is not
+    counted. ``n`` counts these for the same acknowledgment number: the
     first duplicate is #1; a higher acknowledgment number restarts it.
 
 Filters: ``--port P`` keeps TCP/UDP frames (and first IP fragments) with P
@@ -88,10 +89,18 @@ until Ctrl-C (exit 0) or -c N.
 
 Exit status: 0 when every record was read; 1 when the file ends inside a
 record or a record header is corrupt (every frame before it is printed
-first); 2 for a file that is missing, unreadable or not a capture, and
-for usage errors. A frame that scapy cannot dissect, or that is
-malformed, is printed as far as possible (``? len N undecodable ...``),
-never as a traceback.
+first; for pcapng, scapy's reader takes a cut block for the end of the
+file); 2 for a file that is missing, unreadable or not a capture, and for
+usage errors; 130 for Ctrl-C without --follow. A frame that is malformed
+is printed as far as it can be (``IP ... bad header (...)``, ``TCP ...
+truncated header``, ``[bad udp length N]``, ``bad-opt``...), one that
+cannot be dissected at all as ``? len N ...`` with its first octets in
+hex; never a traceback. With a filter, frames that cannot be dissected
+are left out.
+
+Not done: IP reassembly (each fragment is its own line), TCP over IPv6
+(IPv6 gets a one-line summary), checksum verification, SACK-aware or
+RTT-based analysis, and payload printing.
 """
 
 from __future__ import annotations
@@ -101,8 +110,10 @@ import bisect
 import ipaddress
 import logging
 import os
+import signal
 import struct
 import sys
+import threading
 import time
 
 PCAP_MAGIC_US = 0xA1B2C3D4
@@ -123,7 +134,6 @@ EXIT_USAGE = 2
 
 _SHORT_RECORD = {"<": struct.Struct("<IIII"), ">": struct.Struct(">IIII")}
 _U16 = struct.Struct("!H")
-_U32 = struct.Struct("!I")
 _TS = struct.Struct("!II")
 
 # tcpdump's flag letters, in its order (F S R P . U E W in the output).
@@ -513,19 +523,16 @@ class Tracer:
 
     def __init__(self, hosts=(), ports=(), absolute=False, number=False):
         _quiet_scapy()
+        import scapy.layers.l2 as l2
         from scapy.config import conf
-        from scapy.layers.inet import ICMP, IP, TCP, UDP  # noqa: F401  (registers the IP bindings)
-        from scapy.layers.l2 import ARP, Dot1Q, Ether
+        from scapy.layers.inet import ICMP, IP, TCP, UDP
 
         self._conf = conf
-        self._IP, self._TCP, self._UDP, self._ICMP, self._ARP = IP, TCP, UDP, ICMP, ARP
-        self._l2 = (Ether, Dot1Q)
-        for name in ("CookedLinux", "CookedLinuxV2"):
-            import scapy.layers.l2 as l2
-
-            if hasattr(l2, name):
-                self._l2 += (getattr(l2, name),)
-        self._Ether = Ether
+        self._IP, self._TCP, self._UDP, self._ICMP, self._ARP = IP, TCP, UDP, ICMP, l2.ARP
+        self._Ether = l2.Ether
+        # Link layers to step over on the way to IP or ARP.
+        self._l2 = tuple(getattr(l2, name) for name in ("Ether", "Dot1Q", "CookedLinux", "CookedLinuxV2")
+                         if hasattr(l2, name))
         self.hosts = frozenset(hosts)
         self.ports = frozenset(ports)
         self.absolute = absolute
@@ -557,7 +564,8 @@ class Tracer:
         try:
             body = self._describe(linktype, data)
         except Exception as e:  # whatever scapy or a mangled frame does: one line, never a traceback
-            body = f"? len {len(data)} undecodable ({type(e).__name__}: {e}) {bytes(data[:32]).hex()}"
+            why = " ".join(str(e).split())
+            body = f"? len {len(data)} undecodable ({type(e).__name__}: {why}) {bytes(data[:32]).hex()}"
             if self.hosts or self.ports:
                 return None
         if body is None:
@@ -572,8 +580,37 @@ class Tracer:
             return f"{self.frames} {stamp} {body}"
         return f"{stamp} {body}"
 
+    def _excluded(self, data) -> bool:
+        """A cheap look at a plain Ethernet/IPv4 frame: True if the filters surely drop it (saves scapy)."""
+        n = len(data)
+        off = 12
+        while off + 4 <= n and data[off] == 0x81 and data[off + 1] == 0x00:  # 802.1Q tags
+            off += 4
+        if off + 2 + 20 > n or data[off] != 0x08 or data[off + 1] != 0x00:
+            return False
+        ip = off + 2
+        ihl = (data[ip] & 15) * 4
+        if data[ip] >> 4 != 4 or ihl < 20 or ip + ihl > n:
+            return False
+        if self.hosts:
+            src = ".".join(map(str, data[ip + 12:ip + 16]))
+            dst = ".".join(map(str, data[ip + 16:ip + 20]))
+            if src not in self.hosts and dst not in self.hosts:
+                return True
+        if self.ports:
+            if data[ip + 9] not in (6, 17):
+                return True
+            if _U16.unpack_from(data, ip + 6)[0] & 0x3FFF or ip + ihl + 4 > n:
+                return False  # a fragment, or ports not captured: let the full path decide
+            sport, dport = struct.unpack_from("!HH", data, ip + ihl)
+            if sport not in self.ports and dport not in self.ports:
+                return True
+        return False
+
     def _describe(self, linktype: int, data: bytes):
         if linktype == LINKTYPE_ETHERNET:
+            if (self.hosts or self.ports) and self._excluded(data):
+                return None
             if len(data) < 14:
                 return None if self.hosts or self.ports else f"? len {len(data)} short frame {bytes(data).hex()}"
             cls = self._Ether
@@ -663,8 +700,10 @@ class Tracer:
             return None
         if self.ports:
             return None
-        if proto == 1 and isinstance(payload, self._ICMP):
-            return self._icmp(payload, src, dst, plen)
+        if proto == 1:
+            if isinstance(payload, self._ICMP):
+                return self._icmp(payload, src, dst, plen)
+            return f"ICMP {src} > {dst} truncated header ({len(payload.original or b'') if payload else 0} bytes)"
         return f"IP {src} > {dst} proto {_PROTO_NAMES.get(proto, proto)} len {plen}"
 
     def _fragment(self, ip, src, dst, proto, plen, offset, mf, ident) -> str | None:
@@ -694,7 +733,10 @@ class Tracer:
         return text
 
     def _icmp(self, icmp, src, dst, plen) -> str:
-        itype, code = icmp.type, icmp.code
+        raw = icmp.original or b""
+        if len(raw) < 8:
+            return f"ICMP {src} > {dst} truncated header ({len(raw)} bytes)"
+        itype, code = raw[0], raw[1]
         text = f"ICMP {src} > {dst} type {itype} code {code}"
         name = _ICMP_TYPES.get(itype)
         if itype in (0, 8):
@@ -818,8 +860,11 @@ def cmd_trace(args, out=None, err=None) -> int:
         return EXIT_OK
 
 
+class _Interrupted(Exception):
+    """Ctrl-C while following: raised at a clean point (between records, or around a sleep)."""
+
+
 def _trace(args, out, err) -> int:
-    err = err or sys.stderr
     problem = _check_args(args)
     if problem:
         print(f"ustack trace: {problem}", file=err)
@@ -830,14 +875,25 @@ def _trace(args, out, err) -> int:
     def note(text):
         print(f"ustack trace: {text}", file=err, flush=True)
 
-    printed = 0
     pending: list = []
+    stop: list = []  # SIGINT seen (follow mode)
+
+    def sleep(interval: float) -> None:
+        _flush(out, pending)  # show what we have before waiting for more
+        if not stop:
+            time.sleep(interval)
+        if stop:
+            raise _Interrupted
+
     follow = args.follow
+    old_handler = None
+    if follow and threading.current_thread() is threading.main_thread():
+        old_handler = signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
+    printed = 0
     limit = args.count
     code = EXIT_OK
     try:
-        records = read_records(args.file, follow=follow, interval=args.interval, note=note,
-                               sleep=lambda s: (_flush(out, pending), time.sleep(s)))
+        records = read_records(args.file, follow=follow, interval=args.interval, note=note, sleep=sleep)
         try:
             for rec in records:
                 if rec is Restart:
@@ -846,26 +902,29 @@ def _trace(args, out, err) -> int:
                     tracer.reset()
                     continue
                 line = tracer.frame(*rec)
-                if line is None:
-                    continue
-                pending.append(line)
-                printed += 1
-                if limit is not None and printed >= limit:
+                if line is not None:
+                    pending.append(line)
+                    printed += 1
+                    if limit is not None and printed >= limit:
+                        break
+                    if len(pending) >= 512:
+                        _flush(out, pending)
+                if stop:
                     break
-                if len(pending) >= 512:
-                    _flush(out, pending)
         finally:
             records.close()
     except CaptureError as e:
         _flush(out, pending)
         note(str(e))
         code = e.exit_code
-    except KeyboardInterrupt:
-        code = EXIT_OK if follow else 130
-    try:
-        _flush(out, pending)
-    except KeyboardInterrupt:
+    except _Interrupted:
         pass
+    except KeyboardInterrupt:  # batch mode: as any command interrupted
+        code = 130
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
+    _flush(out, pending)
     return code
 
 

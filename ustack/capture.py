@@ -5,8 +5,10 @@
 ManualClock run shows simulated time) at nanosecond resolution (pcap magic
 0xa1b23c4d); ``scapy.rdpcap`` and ``tcpdump -r`` read the file. Frames longer
 than ``snaplen`` are truncated in the file (orig_len keeps the real length).
-Writing happens as frames pass, buffered, and the file is flushed on
-``flush()`` and ``close()``.
+Writing happens as frames pass, buffered; the buffer is flushed when
+``flush_interval`` seconds of stack time have passed since the last flush
+(so ``ustack trace --follow`` sees a live capture), on ``flush()`` and on
+``close()``.
 
 ``dissect(path)`` returns scapy packets for debugging and tests.
 """
@@ -25,9 +27,11 @@ _RECORD = struct.Struct("<IIII")
 
 
 class PcapWriter:
-    def __init__(self, path: str, snaplen: int = 65535):
+    def __init__(self, path: str, snaplen: int = 65535, flush_interval: float = 0.2):
         self.path = path
         self.snaplen = snaplen
+        self.flush_interval = flush_interval
+        self._flushed_at = None
         self.file = open(path, "wb", buffering=1 << 16)
         self.file.write(_GLOBAL.pack(PCAP_MAGIC_NS, 2, 4, 0, 0, snaplen, LINKTYPE_ETHERNET))
         self.frames = 0
@@ -42,6 +46,11 @@ class PcapWriter:
         self.file.write(_RECORD.pack(sec & 0xFFFFFFFF, nsec, cap, n))
         self.file.write(frame[:cap])
         self.frames += 1
+        if self._flushed_at is None:
+            self._flushed_at = when
+        elif when - self._flushed_at >= self.flush_interval:
+            self.file.flush()
+            self._flushed_at = when
 
     def flush(self) -> None:
         if not self.file.closed:
