@@ -3,9 +3,12 @@
 # Included into ustack/_fastpath.pyx. Batch functions over the mmap'd ring
 # (passed as a writable buffer, normally a memoryview of the mapping):
 #
+#   tpv2_rx_take(ring, frame_size, frame_nr, head, lent, max_frames,
+#                frames, statuses) -> (taken, head, truncated, corrupt, notready, valid, losing)
+#   tpv2_rx_release(ring, frames, frame_size, frame_nr, lent) -> (released, foreign)
 #   tpv3_block_open(ring, block_off, block_size) -> (num_pkts, first_offset)
 #   tpv3_rx_take(ring, block_off, block_size, pos, left, max_frames,
-#                frames, statuses) -> (taken, pos, left, truncated, notready, valid)
+#                frames, statuses) -> (taken, pos, left, truncated, notready, valid, losing)
 #   tpv3_rx_release(ring, frames, rx_size, block_size, refs) -> (returned, foreign)
 #   tpv3_block_unref(ring, refs, block, block_size) -> 1 if the block went back
 #   tpv3_tx_available(ring, tx_off, frame_size, frame_nr, head, n) -> (count, reset)
