@@ -274,7 +274,7 @@ class PacketRingDevice:
                     continue
                 pos, left = first, npkts
                 stats.inc("packet_ring.rx_blocks")
-            taken, pos, left, truncated, notready, valid = fp.tpv3_rx_take(
+            taken, pos, left, truncated, notready, valid, losing = fp.tpv3_rx_take(
                 mv, boff, bsize, pos, left, max_frames - len(frames), frames, statuses
             )
             refs[block] += taken
@@ -284,6 +284,8 @@ class PacketRingDevice:
                 stats.inc("packet_ring.rx_csum_notready", notready)
             if valid:
                 stats.inc("packet_ring.rx_csum_valid", valid)
+            if losing:
+                stats.inc("packet_ring.rx_losing", losing)
             if left <= 0:
                 if left < 0:
                     stats.drop("packet_ring.corrupt_block")

@@ -40,13 +40,11 @@ on Ctrl-C (tools.netns reaps topologies and the processes they started).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import platform
 import re
-import selectors
 import shutil
 import signal
 import socket
@@ -439,120 +437,10 @@ def kernel_server(topo, source_bytes: int) -> Server:
     with topo.in_stack_ns(), IPRoute() as ipr:
         index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
         ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
-    code = "import sys; from tools.bench import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
+    code = "import sys; from tools.bench_servers import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
     server = Server(topo, [sys.executable, "-c", code, topo.stack_addr, str(source_bytes)])
     server.wait_ready()
     return server
-
-
-def kernel_serve(addr: str, source_bytes: int) -> None:
-    """The kernel row's server: UDP echo, TCP echo/discard/source on kernel sockets, one selector loop.
-
-    Same services and same single-threaded event-driven shape as tools.services
-    in ``ustack serve``; runs until SIGTERM/SIGINT.
-    """
-    from tools.services import PATTERN_BLOCK
-
-    sel = selectors.DefaultSelector()
-    stop = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.append(1))
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind((addr, UDP_ECHO))
-    udp.setblocking(False)
-    sel.register(udp, selectors.EVENT_READ, ("udp", None))
-    for port, kind in ((TCP_ECHO, "echo"), (TCP_DISCARD, "discard"), (TCP_SOURCE, "source")):
-        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lst.bind((addr, port))
-        lst.listen(256)
-        lst.setblocking(False)
-        sel.register(lst, selectors.EVENT_READ, ("listen", kind))
-    state: dict = {}  # conn -> [kind, pending bytes (echo) or bytes sent (source)]
-    buf = bytearray(1 << 18)
-    block = memoryview(PATTERN_BLOCK)
-
-    def close(conn) -> None:
-        sel.unregister(conn)
-        state.pop(conn, None)
-        conn.close()
-
-    print("ready", flush=True)
-    while not stop:
-        for key, events in sel.select(0.5):
-            sock, (what, kind) = key.fileobj, key.data
-            try:
-                if what == "udp":
-                    while True:
-                        try:
-                            n, peer = sock.recvfrom_into(buf)
-                        except BlockingIOError:
-                            break
-                        sock.sendto(memoryview(buf)[:n], peer)
-                elif what == "listen":
-                    while True:
-                        try:
-                            conn, _ = sock.accept()
-                        except BlockingIOError:
-                            break
-                        conn.setblocking(False)
-                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                        state[conn] = [kind, bytearray() if kind == "echo" else 0]
-                        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if kind == "source" else 0)
-                        sel.register(conn, mask, ("conn", kind))
-                elif kind == "source":
-                    _source_step(sock, events, state, block, source_bytes, close)
-                else:
-                    _stream_step(sock, kind, state, buf, sel, close)
-            except (ConnectionError, OSError):
-                if what == "conn" and sock in state:
-                    close(sock)
-
-
-def _stream_step(conn, kind, state, buf, sel, close) -> None:
-    pending = state[conn][1]
-    if pending:
-        try:
-            del pending[:conn.send(pending)]
-        except BlockingIOError:
-            pass
-    while not pending:
-        try:
-            n = conn.recv_into(buf)
-        except BlockingIOError:
-            break
-        if not n:
-            close(conn)
-            return
-        if kind == "echo":
-            try:
-                k = conn.send(memoryview(buf)[:n])
-            except BlockingIOError:
-                k = 0
-            pending += buf[k:n]
-    want = selectors.EVENT_WRITE if pending else selectors.EVENT_READ
-    if sel.get_key(conn).events != want:
-        sel.modify(conn, want, ("conn", kind))
-
-
-def _source_step(conn, events, state, block, nbytes, close) -> None:
-    if events & selectors.EVENT_READ:
-        try:
-            if not conn.recv(65536):
-                pass  # the client's FIN; keep sending
-        except BlockingIOError:
-            pass
-    sent = state[conn][1]
-    while sent < nbytes:
-        start = sent % 256
-        try:
-            n = conn.send(block[start:start + min(nbytes - sent, len(block) - start)])
-        except BlockingIOError:
-            break
-        sent += n
-    state[conn][1] = sent
-    if sent >= nbytes:
-        close(conn)
 
 
 def _version_tuple(text: str) -> tuple:
@@ -582,90 +470,13 @@ def pytcp_server(topo, source_bytes: int) -> tuple[Server, str]:
 
     from tools.netns import TAP_STACK_MAC
 
-    code = ("import sys; from tools.bench import pytcp_serve; "
+    code = ("import sys; from tools.bench_servers import pytcp_serve; "
             "pytcp_serve(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))")
     server = Server(topo, [sys.executable, "-c", code, topo.stack_ifname, f"{topo.stack_addr}/{topo.prefixlen}",
                            TAP_STACK_MAC.hex(":"), str(source_bytes)])
     server.wait_ready(60)
     topo.wait_running()
     return server, f"pmd-pytcp {version('pmd-pytcp')} on TAP, asyncio"
-
-
-def pytcp_serve(ifname: str, addr: str, mac: str, source_bytes: int) -> None:
-    """The PyTCP row's server: PyTCP's stack on a TAP with the same four services, on its asyncio API."""
-    import asyncio
-
-    from pmd_net_addr import Ip4IfAddr, MacAddress
-    from pmd_pytcp import stack
-    from pmd_pytcp.socket import AddressFamily, SocketType
-    from pmd_pytcp.socket import socket as pytcp_socket
-
-    from tools.services import PATTERN_BLOCK
-
-    stack.LOG__CHANNEL = set()  # no per-packet logging
-
-    async def serve_udp(sock) -> None:
-        while True:
-            data, peer = await sock.recvfrom()
-            await sock.sendto(data, peer)
-
-    async def serve_tcp(port: int, handler) -> None:
-        lst = pytcp_socket(AddressFamily.INET4, SocketType.STREAM)
-        lst.bind(("0.0.0.0", port))
-        lst.listen()
-        while True:
-            conn, _ = await lst.accept()
-            asyncio.get_running_loop().create_task(handler(conn))
-
-    async def echo(conn) -> None:
-        with contextlib.suppress(OSError):
-            while data := await conn.recv():
-                await conn.send(data)
-        conn.close()
-
-    async def discard(conn) -> None:
-        with contextlib.suppress(OSError):
-            while await conn.recv():
-                pass
-        conn.close()
-
-    async def source(conn) -> None:
-        sent = 0
-        with contextlib.suppress(OSError):
-            while sent < source_bytes:
-                start = sent % 256
-                sent += await conn.send(PATTERN_BLOCK[start:start + min(source_bytes - sent, len(PATTERN_BLOCK) - start)])
-        conn.close()
-
-    async def main() -> None:
-        stack.init()
-        ifindex = stack.add_interface(**stack.initialize_interface__tap(ifname, mac_address=MacAddress(mac)),
-                                      ip4_dhcp=False, ip6_support=False, ip6_gua_autoconfig=False,
-                                      ip6_lla_autoconfig=False)
-        # Installed through the address API: a static ip4_host would first go
-        # through ~10 s of RFC 5227 probing.
-        stack.address.interface(ifindex).add(ifaddr=Ip4IfAddr(addr))
-        await stack.start()
-        done = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, done.set)
-        udp = pytcp_socket(AddressFamily.INET4, SocketType.DGRAM)
-        udp.bind(("0.0.0.0", UDP_ECHO))
-        tasks = [loop.create_task(serve_udp(udp)), loop.create_task(serve_tcp(TCP_ECHO, echo)),
-                 loop.create_task(serve_tcp(TCP_DISCARD, discard)), loop.create_task(serve_tcp(TCP_SOURCE, source))]
-        print(f"pytcp: {addr} on {ifname}", flush=True)
-        print("ready", flush=True)
-        await done.wait()
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(stack.stop(), 5)
-
-    asyncio.run(main())
-
-
-# -- rows --------------------------------------------------------------------------------------
 
 
 def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], None]) -> tuple[dict, dict]:

@@ -68,6 +68,10 @@ TP_STATUS_WRONG_FORMAT = 4
 TPV3_BLOCK_DESC_LEN = 48
 # struct tpacket3_hdr is 48 bytes; TPACKET_ALIGN(48) == 48 is where TX data starts
 TPV3_HDR_LEN = 48
+# struct tpacket2_hdr is 32 bytes (TPACKET_ALIGN(32) == 32)
+TPV2_HDR_LEN = 32
+# the per-frame status bits rx_take reports (rx_status in the backend)
+TP_STATUS_RX_FLAGS = TP_STATUS_LOSING | TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID
 
 cdef enum:
     _TPV3_BLK_STATUS = 8        # tpacket_hdr_v1.block_status
@@ -83,10 +87,17 @@ cdef enum:
     _TPV3_DESC_SIZE = 48
     _TPV3_ST_USER = 1
     _TPV3_ST_COPY = 2
+    _TPV3_ST_LOSING = 4
     _TPV3_ST_CSUMNOTREADY = 8
     _TPV3_ST_CSUM_VALID = 128
     _TPV3_ST_SEND_REQUEST = 1
     _TPV3_ST_WRONG_FORMAT = 4
+    _TPV3_ST_RX_FLAGS = 4 | 8 | 128  # LOSING | CSUMNOTREADY | CSUM_VALID
+    _TPV2_STATUS = 0            # tpacket2_hdr.tp_status
+    _TPV2_LEN = 4               # tpacket2_hdr.tp_len
+    _TPV2_SNAPLEN = 8           # tpacket2_hdr.tp_snaplen
+    _TPV2_MAC = 12              # tpacket2_hdr.tp_mac (u16)
+    _TPV2_HDR_SIZE = 32
 
 
 cdef inline int _ring_block_ok(Py_buffer *rb, Py_ssize_t block_off, Py_ssize_t block_size) noexcept:
@@ -136,11 +147,11 @@ def tpv3_rx_take(object ring, Py_ssize_t block_off, Py_ssize_t block_size,
     ``pos`` is the offset (within the block) of the next tpacket3_hdr and
     ``left`` how many packets remain in the block. For every packet, appends
     ``ring[start:start + tp_snaplen]`` (a memoryview slice: no copy) to
-    ``frames`` and ``tp_status & (CSUMNOTREADY | CSUM_VALID)`` to ``statuses``.
-    Truncated packets (tp_snaplen < tp_len, TP_STATUS_COPY) are skipped and
-    counted, not lent.
+    ``frames`` and ``tp_status & TP_STATUS_RX_FLAGS`` (LOSING, CSUMNOTREADY,
+    CSUM_VALID) to ``statuses``. Truncated packets (tp_snaplen < tp_len,
+    TP_STATUS_COPY) are skipped and counted, not lent.
 
-    Returns ``(taken, pos, left, truncated, csum_notready, csum_valid)``;
+    Returns ``(taken, pos, left, truncated, csum_notready, csum_valid, losing)``;
     ``left == -1`` means the packet chain is corrupt (a header or a frame
     would reach outside the block): the rest of the block must be abandoned.
     """
@@ -149,14 +160,14 @@ def tpv3_rx_take(object ring, Py_ssize_t block_off, Py_ssize_t block_size,
     cdef const unsigned char *h
     cdef unsigned int nxt, snaplen, plen, status
     cdef unsigned int mac
-    cdef Py_ssize_t taken = 0, truncated = 0, notready = 0, valid = 0
+    cdef Py_ssize_t taken = 0, truncated = 0, notready = 0, valid = 0, losing = 0
     cdef Py_ssize_t start
     if left <= 0 or max_frames <= 0:
-        return (0, pos, left, 0, 0, 0)
+        return (0, pos, left, 0, 0, 0, 0)
     PyObject_GetBuffer(ring, &rb, PyBUF_SIMPLE)
     try:
         if not _ring_block_ok(&rb, block_off, block_size):
-            return (0, pos, -1, 0, 0, 0)
+            return (0, pos, -1, 0, 0, 0, 0)
         blk = <const unsigned char *>rb.buf + block_off
         while left > 0 and taken < max_frames:
             if pos < _TPV3_DESC_SIZE or (pos & 3) != 0 or pos > block_size - _TPV3_H3_SIZE:
@@ -175,11 +186,13 @@ def tpv3_rx_take(object ring, Py_ssize_t block_off, Py_ssize_t block_size,
             else:
                 start = block_off + pos + mac
                 frames.append(PySequence_GetSlice(ring, start, start + snaplen))
-                statuses.append(status & (_TPV3_ST_CSUMNOTREADY | _TPV3_ST_CSUM_VALID))
+                statuses.append(status & _TPV3_ST_RX_FLAGS)
                 if status & _TPV3_ST_CSUMNOTREADY:
                     notready += 1
                 if status & _TPV3_ST_CSUM_VALID:
                     valid += 1
+                if status & _TPV3_ST_LOSING:
+                    losing += 1
                 taken += 1
             left -= 1
             if left > 0:
@@ -189,7 +202,7 @@ def tpv3_rx_take(object ring, Py_ssize_t block_off, Py_ssize_t block_size,
                     left = -1
                     break
                 pos += nxt
-        return (taken, pos, left, truncated, notready, valid)
+        return (taken, pos, left, truncated, notready, valid, losing)
     finally:
         PyBuffer_Release(&rb)
 
@@ -268,6 +281,143 @@ def tpv3_block_unref(object ring, object refs, Py_ssize_t blockno, Py_ssize_t bl
             return _ring_unref(&rb, counts, blockno, block_size)
         finally:
             PyBuffer_Release(&cb)
+    finally:
+        PyBuffer_Release(&rb)
+
+
+# -- TPACKET_V2 RX: fixed slots, one tp_status word per frame -------------------
+#
+# The kernel fills slot `head` only while its tp_status is TP_STATUS_KERNEL and
+# advances strictly in order (it drops the frame, and does not move on, when
+# that slot is still ours); each frame is handed over on its own (tp_status |=
+# TP_STATUS_USER, then a wake-up), with no block to wait for. Slot i of a ring
+# whose blocks are a multiple of frame_size lies at i * frame_size in the
+# mapping. ``lent`` (one byte per slot) marks the slots lent out and not yet
+# released: such a slot still says TP_STATUS_USER, so the walker stops there
+# instead of lending it again, and since the kernel cannot have passed it
+# either, slots released out of order behind it are never skipped.
+
+
+cdef inline int _ring_v2_ok(Py_buffer *rb, Py_buffer *lb, Py_ssize_t frame_size,
+                            Py_ssize_t frame_nr) noexcept:
+    """frame_nr slots of frame_size bytes fit the ring, and ``lent`` has a byte per slot."""
+    return (frame_size >= _TPV2_HDR_SIZE and (frame_size & 15) == 0 and frame_nr > 0
+            and frame_nr <= rb.len // frame_size and lb.len >= frame_nr)
+
+
+def tpv2_rx_take(object ring, Py_ssize_t frame_size, Py_ssize_t frame_nr, Py_ssize_t head,
+                 object lent, Py_ssize_t max_frames, list frames, list statuses):
+    """Lend up to ``max_frames`` frames from slot ``head`` on, in ring order.
+
+    Walks while the slot is not lent and its tp_status (acquire load) has
+    TP_STATUS_USER. Each good frame is appended to ``frames`` as
+    ``ring[slot + tp_mac : slot + tp_mac + tp_snaplen]`` (a memoryview slice:
+    no copy), its ``tp_status & TP_STATUS_RX_FLAGS`` to ``statuses``, and the
+    slot is marked in ``lent`` (a writable buffer of at least ``frame_nr``
+    bytes). A slot whose tp_mac/tp_snaplen reach outside it (corrupt) or whose
+    frame was truncated (tp_snaplen < tp_len, TP_STATUS_COPY) is not lent: it
+    goes straight back to the kernel (release store of TP_STATUS_KERNEL) and
+    is counted.
+
+    Returns ``(taken, head, truncated, corrupt, csum_notready, csum_valid,
+    losing)``; ``head`` is the next slot to look at. ValueError when the
+    geometry does not fit the buffers.
+    """
+    cdef Py_buffer rb, lb
+    cdef unsigned char *base
+    cdef unsigned char *slot
+    cdef unsigned char *lentp
+    cdef unsigned int status, snaplen, plen, mac
+    cdef Py_ssize_t taken = 0, truncated = 0, corrupt = 0, notready = 0, valid = 0, losing = 0
+    cdef Py_ssize_t steps = 0, start
+    PyObject_GetBuffer(ring, &rb, PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(lent, &lb, PyBUF_WRITABLE)
+        try:
+            if not _ring_v2_ok(&rb, &lb, frame_size, frame_nr) or not 0 <= head < frame_nr:
+                raise ValueError("bad TPACKET_V2 ring geometry")
+            base = <unsigned char *>rb.buf
+            lentp = <unsigned char *>lb.buf
+            # at most one lap: every step either lends a slot (which then stops
+            # the walk when it comes round again) or hands it to the kernel
+            while taken < max_frames and steps < frame_nr:
+                if lentp[head]:
+                    break
+                slot = base + head * frame_size
+                status = ustack_ring_load_acquire_u32(slot + _TPV2_STATUS)
+                if not (status & _TPV3_ST_USER):
+                    break
+                steps += 1
+                plen = ustack_ring_get_u32(slot + _TPV2_LEN)
+                snaplen = ustack_ring_get_u32(slot + _TPV2_SNAPLEN)
+                mac = ustack_ring_get_u16(slot + _TPV2_MAC)
+                if mac < _TPV2_HDR_SIZE or <Py_ssize_t>snaplen > frame_size - <Py_ssize_t>mac:
+                    corrupt += 1
+                    ustack_ring_store_release_u32(slot + _TPV2_STATUS, 0)
+                elif snaplen < plen or (status & _TPV3_ST_COPY):
+                    truncated += 1
+                    ustack_ring_store_release_u32(slot + _TPV2_STATUS, 0)
+                else:
+                    start = head * frame_size + mac
+                    frames.append(PySequence_GetSlice(ring, start, start + snaplen))
+                    statuses.append(status & _TPV3_ST_RX_FLAGS)
+                    lentp[head] = 1
+                    if status & _TPV3_ST_CSUMNOTREADY:
+                        notready += 1
+                    if status & _TPV3_ST_CSUM_VALID:
+                        valid += 1
+                    if status & _TPV3_ST_LOSING:
+                        losing += 1
+                    taken += 1
+                head += 1
+                if head == frame_nr:
+                    head = 0
+            return (taken, head, truncated, corrupt, notready, valid, losing)
+        finally:
+            PyBuffer_Release(&lb)
+    finally:
+        PyBuffer_Release(&rb)
+
+
+def tpv2_rx_release(object ring, frames, Py_ssize_t frame_size, Py_ssize_t frame_nr, object lent):
+    """Return lent frames to the kernel, in any order: for each view, the slot it
+    points into is unmarked in ``lent`` and its tp_status set to
+    TP_STATUS_KERNEL (release store, after every read of the frame).
+
+    Returns ``(released, foreign)``; ``foreign`` counts views that do not
+    point into the ring's slots or whose slot is not lent (double release).
+    """
+    cdef Py_buffer rb, lb, fb
+    cdef unsigned char *lentp
+    cdef Py_ssize_t off, index, released = 0, foreign = 0
+    PyObject_GetBuffer(ring, &rb, PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(lent, &lb, PyBUF_WRITABLE)
+        try:
+            if not _ring_v2_ok(&rb, &lb, frame_size, frame_nr):
+                raise ValueError("bad TPACKET_V2 ring geometry")
+            lentp = <unsigned char *>lb.buf
+            for frame in frames:
+                try:
+                    PyObject_GetBuffer(frame, &fb, PyBUF_SIMPLE)
+                except (TypeError, ValueError, BufferError):
+                    foreign += 1
+                    continue
+                off = <Py_ssize_t>(<const char *>fb.buf - <const char *>rb.buf)
+                PyBuffer_Release(&fb)
+                if off < 0 or off >= frame_nr * frame_size:
+                    foreign += 1
+                    continue
+                index = off // frame_size
+                if not lentp[index]:
+                    foreign += 1
+                    continue
+                lentp[index] = 0
+                ustack_ring_store_release_u32(<unsigned char *>rb.buf + index * frame_size + _TPV2_STATUS, 0)
+                released += 1
+            return (released, foreign)
+        finally:
+            PyBuffer_Release(&lb)
     finally:
         PyBuffer_Release(&rb)
 
