@@ -45,46 +45,12 @@ from pyroute2 import IPRoute
 
 from backends.afxdp import AfXdpDevice
 from backends.afxdp.sim import SimKernel
+from tools.bench_rings import RECEIVER, SENDER  # the kernel-side traffic scripts, shared
 from tools.netns import Topology
 
 RX_PORT = 7000
 TX_PORT = 9000
 PAYLOAD = 18  # 14 + 20 + 8 + 18 = 60-byte frames, 64 on a wire
-
-SENDER = """
-import socket, sys, time
-dst, seconds = (sys.argv[1], int(sys.argv[2])), float(sys.argv[3])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-payload = b"x" * int(sys.argv[4])
-n = 0
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    for _ in range(1000):
-        try:
-            s.sendto(payload, dst)
-        except OSError:
-            pass
-    n += 1000
-print(n)
-"""
-
-RECEIVER = """
-import socket, sys, select
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-s.bind((sys.argv[1], int(sys.argv[2])))
-print("ready", flush=True)
-buf = bytearray(2048)
-n = 0
-while select.select([s], [], [], 1.0)[0]:
-    while True:
-        try:
-            s.recv_into(buf, 2048, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            break
-        n += 1
-print(n, flush=True)
-"""
 
 
 class Cpu:

@@ -38,7 +38,7 @@ SENDER = """
 import socket, sys, time
 dst, seconds = (sys.argv[1], int(sys.argv[2])), float(sys.argv[3])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-payload = b"x" * {payload}
+payload = b"x" * int(sys.argv[4])
 n = 0
 end = time.monotonic() + seconds
 while time.monotonic() < end:
@@ -49,7 +49,7 @@ while time.monotonic() < end:
             pass
     n += 1000
 print(n)
-""".format(payload=PAYLOAD)
+"""
 
 RECEIVER = """
 import socket, sys, select
@@ -57,11 +57,12 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
 s.bind((sys.argv[1], int(sys.argv[2])))
 print("ready", flush=True)
+buf = bytearray(2048)
 n = 0
 while select.select([s], [], [], 1.0)[0]:
     while True:
         try:
-            s.recv(2048, socket.MSG_DONTWAIT)
+            s.recv_into(buf, 2048, socket.MSG_DONTWAIT)
         except BlockingIOError:
             break
         n += 1
@@ -85,7 +86,7 @@ def bench_rx(kind: str, topo: Topology, seconds: float, burst: int) -> dict:
     try:
         fd = dev.fileno()
         sender = topo.peer_popen(
-            [sys.executable, "-c", SENDER, topo.stack_addr, str(RX_PORT), str(seconds)], stdout=-1, text=True
+            [sys.executable, "-c", SENDER, topo.stack_addr, str(RX_PORT), str(seconds), str(PAYLOAD)], stdout=-1, text=True
         )
         frames_total = 0
         wakeups = 0
