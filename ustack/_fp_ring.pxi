@@ -351,7 +351,10 @@ def tpv2_rx_take(object ring, Py_ssize_t frame_size, Py_ssize_t frame_nr, Py_ssi
                 plen = ustack_ring_get_u32(slot + _TPV2_LEN)
                 snaplen = ustack_ring_get_u32(slot + _TPV2_SNAPLEN)
                 mac = ustack_ring_get_u16(slot + _TPV2_MAC)
-                if mac < _TPV2_HDR_SIZE or <Py_ssize_t>snaplen > frame_size - <Py_ssize_t>mac:
+                # the frame lies inside its slot, after the header; mac < frame_size
+                # also for an empty frame, so that its view maps back to this slot
+                if (mac < _TPV2_HDR_SIZE or <Py_ssize_t>mac >= frame_size
+                        or <Py_ssize_t>snaplen > frame_size - <Py_ssize_t>mac):
                     corrupt += 1
                     ustack_ring_store_release_u32(slot + _TPV2_STATUS, 0)
                 elif snaplen < plen or (status & _TPV3_ST_COPY):

@@ -33,8 +33,9 @@ from ustack.wire.checksum import ones_sum, pseudo_header_sum
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 
-# Per kind: which topology, small-buffer options and the most frames those
-# small buffers can hold.
+# Per kind: which topology, which backend with which options (``backend``
+# defaults to the kind, ``opts`` to none), small-buffer options and the most
+# frames those small buffers can hold.
 KERNEL_KINDS = {
     "tap": {
         "topology": Topology.tap,
@@ -43,6 +44,14 @@ KERNEL_KINDS = {
     },
     "packet": {
         "topology": Topology.veth,
+        # the default TPACKET_V2 RX ring: 32 one-page blocks of two 2 KiB slots
+        "small_opts": {"block_size": 4096, "block_count": 32, "tx_frames": 32},
+        "small_capacity": 64,
+    },
+    "packet-v3": {
+        "topology": Topology.veth,
+        "backend": "packet",
+        "opts": {"rx_version": 3},
         # 4 blocks of one page; a frame takes at least 144 bytes of a block
         # (tpacket3_hdr + sockaddr_ll + alignment + a 60-byte frame)
         "small_opts": {"block_size": 4096, "block_count": 4, "tx_frames": 32},
@@ -84,7 +93,8 @@ class KernelLink:
             raise
 
     def open(self, **opts):
-        return self.topo.open_device(self.kind, **opts)
+        backend = self.spec.get("backend", self.kind)
+        return self.topo.open_device(backend, **{**self.spec.get("opts", {}), **opts})
 
     def reopen(self, **opts):
         if self.device is not None:

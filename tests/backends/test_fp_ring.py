@@ -2,7 +2,7 @@
 
 Rings are built here byte by byte in the <linux/if_packet.h> layouts, valid
 and corrupted: a hostile header must stop the walk, never reach outside its
-block.
+block (TPACKET_V3) or its slot (TPACKET_V2).
 """
 
 from __future__ import annotations
@@ -56,16 +56,17 @@ def frames_of(ring, block=0, max_frames=64):
 def test_walk_a_valid_block_in_two_bursts():
     ring = bytearray(BS * 2)
     payloads = [bytes([i]) * (60 + i) for i in range(3)]
-    put_block(ring, 0, [(payloads[0], 1), (payloads[1], 1 | fp.TP_STATUS_CSUM_VALID), (payloads[2], 1 | fp.TP_STATUS_CSUMNOTREADY)])
+    put_block(ring, 0, [(payloads[0], 1), (payloads[1], 1 | fp.TP_STATUS_CSUM_VALID),
+                        (payloads[2], 1 | fp.TP_STATUS_CSUMNOTREADY | fp.TP_STATUS_LOSING)])
     mv = memoryview(ring)
     assert fp.tpv3_block_open(mv, 0, BS) == (3, 48)
     frames, statuses = [], []
-    taken, pos, left, truncated, notready, valid = fp.tpv3_rx_take(mv, 0, BS, 48, 3, 2, frames, statuses)
-    assert (taken, left, truncated, notready, valid) == (2, 1, 0, 0, 1)
-    taken, pos, left, truncated, notready, valid = fp.tpv3_rx_take(mv, 0, BS, pos, left, 64, frames, statuses)
-    assert (taken, left, notready) == (1, 0, 1)
+    taken, pos, left, truncated, notready, valid, losing = fp.tpv3_rx_take(mv, 0, BS, 48, 3, 2, frames, statuses)
+    assert (taken, left, truncated, notready, valid, losing) == (2, 1, 0, 0, 1, 0)
+    taken, pos, left, truncated, notready, valid, losing = fp.tpv3_rx_take(mv, 0, BS, pos, left, 64, frames, statuses)
+    assert (taken, left, notready, losing) == (1, 0, 1, 1)
     assert [bytes(f) for f in frames] == payloads
-    assert statuses == [0, fp.TP_STATUS_CSUM_VALID, fp.TP_STATUS_CSUMNOTREADY]
+    assert statuses == [0, fp.TP_STATUS_CSUM_VALID, fp.TP_STATUS_CSUMNOTREADY | fp.TP_STATUS_LOSING]
     # frames are views into the ring, not copies
     assert address(frames[0]) == address(mv) + 48 + MAC
 
@@ -271,3 +272,203 @@ def test_tx_status_reads_one_slot():
     assert [fp.tpv3_tx_status(mv, 4096, TX_FS, 4, i) for i in range(4)] == [0, 0, fp.TP_STATUS_SEND_REQUEST, 0]
     with pytest.raises(ValueError):
         fp.tpv3_tx_status(mv, 4096, TX_FS, 4, 4)
+
+
+# -- TPACKET_V2 RX: fixed slots with a tp_status word each ------------------------
+
+FS2 = 2048  # V2 slot size
+MAC2 = 66  # where the kernel puts an Ethernet frame in a V2 slot
+USER = fp.TP_STATUS_USER
+
+
+def put_slot(ring, index: int, data: bytes, status: int = USER, *, plen=None, snaplen=None, mac: int = MAC2) -> None:
+    """Write one struct tpacket2_hdr (status, len, snaplen, mac, net) and its frame, as the kernel does."""
+    base = index * FS2
+    snap = len(data) if snaplen is None else snaplen
+    struct.pack_into("=IIIHH", ring, base, status, len(data) if plen is None else plen, snap, mac, (mac + 14) & 0xFFFF)
+    if 0 <= mac and base + mac + len(data) <= len(ring):
+        ring[base + mac : base + mac + len(data)] = data
+
+
+def slot_status(ring, index: int) -> int:
+    return struct.unpack_from("=I", ring, index * FS2)[0]
+
+
+def take2(ring, lent, head=0, max_frames=64, nr=None):
+    frames, statuses = [], []
+    result = fp.tpv2_rx_take(memoryview(ring), FS2, nr or len(lent), head, lent, max_frames, frames, statuses)
+    return result, frames, statuses
+
+
+def test_v2_walk_valid_slots_in_two_bursts():
+    ring, lent = bytearray(FS2 * 4), bytearray(4)
+    payloads = [bytes([0x41 + i]) * (60 + i) for i in range(3)]
+    put_slot(ring, 0, payloads[0])
+    put_slot(ring, 1, payloads[1], USER | fp.TP_STATUS_CSUM_VALID)
+    put_slot(ring, 2, payloads[2], USER | fp.TP_STATUS_CSUMNOTREADY | fp.TP_STATUS_LOSING)
+    mv = memoryview(ring)
+    frames, statuses = [], []
+    assert fp.tpv2_rx_take(mv, FS2, 4, 0, lent, 2, frames, statuses) == (2, 2, 0, 0, 0, 1, 0)
+    assert fp.tpv2_rx_take(mv, FS2, 4, 2, lent, 64, frames, statuses) == (1, 3, 0, 0, 1, 0, 1)
+    assert [bytes(f) for f in frames] == payloads
+    assert statuses == [0, fp.TP_STATUS_CSUM_VALID, fp.TP_STATUS_CSUMNOTREADY | fp.TP_STATUS_LOSING]
+    assert list(lent) == [1, 1, 1, 0]
+    # lent slots stay the user's until released; views point into the slots, no copy
+    assert [slot_status(ring, i) & USER for i in range(4)] == [1, 1, 1, 0]
+    assert [address(f) - address(mv) for f in frames] == [MAC2, FS2 + MAC2, 2 * FS2 + MAC2]
+    # slot 3 is still the kernel's: nothing more
+    assert fp.tpv2_rx_take(mv, FS2, 4, 3, lent, 64, frames, statuses) == (0, 3, 0, 0, 0, 0, 0)
+
+
+def test_v2_walk_wraps_round_the_ring():
+    ring, lent = bytearray(FS2 * 4), bytearray(4)
+    put_slot(ring, 3, b"c" * 60)
+    put_slot(ring, 0, b"d" * 60)
+    (taken, head, *_), frames, _ = take2(ring, lent, head=3)
+    assert (taken, head) == (2, 1)
+    assert [bytes(f) for f in frames] == [b"c" * 60, b"d" * 60]
+
+
+def test_v2_release_in_any_order_never_lets_the_walker_skip():
+    ring, lent = bytearray(FS2 * 4), bytearray(4)
+    for i in range(4):
+        put_slot(ring, i, bytes([i]) * 60)
+    (taken, head, *_), frames, _ = take2(ring, lent)
+    assert (taken, head) == (4, 0)
+    mv = memoryview(ring)
+    # out of order: slots 2 and 0 go back, 1 and 3 stay lent (and say TP_STATUS_USER)
+    assert fp.tpv2_rx_release(mv, [frames[2], frames[0]], FS2, 4, lent) == (2, 0)
+    assert [slot_status(ring, i) for i in range(4)] == [0, USER, 0, USER]
+    assert list(lent) == [0, 1, 0, 1]
+    assert take2(ring, lent)[0][:2] == (0, 0)  # slot 0 is the kernel's again: nothing new
+    # the kernel refills slot 0 (it fills in order), and also -- hostile -- slot 2
+    put_slot(ring, 0, b"new0" * 15)
+    put_slot(ring, 2, b"new2" * 15)
+    (taken, head, *_), again, _ = take2(ring, lent)
+    # slot 1 is still lent: the walk stops there, it neither re-lends 1 nor skips to 2
+    assert (taken, head) == (1, 1)
+    assert [bytes(f) for f in again] == [b"new0" * 15]
+    assert bytes(frames[1]) == bytes([1]) * 60 and bytes(frames[3]) == bytes([3]) * 60  # held frames intact
+    assert fp.tpv2_rx_release(mv, [frames[1]], FS2, 4, lent) == (1, 0)
+    (taken, head, *_), more, _ = take2(ring, lent, head=1)
+    assert (taken, head) == (0, 1)  # slot 1 went back to the kernel; slot 2 waits behind it
+    put_slot(ring, 1, b"new1" * 15)
+    (taken, head, *_), more, _ = take2(ring, lent, head=1)
+    assert (taken, head) == (2, 3)  # 1 then 2, in ring order; 3 is still lent
+    assert [bytes(f) for f in more] == [b"new1" * 15, b"new2" * 15]
+    assert fp.tpv2_rx_release(mv, again + more + [frames[3]], FS2, 4, lent) == (4, 0)
+    assert list(lent) == [0, 0, 0, 0] and [slot_status(ring, i) for i in range(4)] == [0, 0, 0, 0]
+
+
+def test_v2_release_of_foreign_or_twice_released_views_changes_nothing():
+    ring, lent = bytearray(FS2 * 5), bytearray(4)  # a fifth slot's worth of bytes past the ring
+    put_slot(ring, 0, b"a" * 60)
+    (taken, *_), frames, _ = take2(ring, lent)
+    mv = memoryview(ring)
+    outsiders = [memoryview(bytearray(100)), b"xx", mv[4 * FS2 + 100 : 4 * FS2 + 160], mv[FS2 + 66 : FS2 + 126], 7]
+    assert fp.tpv2_rx_release(mv, outsiders, FS2, 4, lent) == (0, 5)
+    assert list(lent) == [1, 0, 0, 0] and slot_status(ring, 0) == USER
+    assert fp.tpv2_rx_release(mv, frames + frames, FS2, 4, lent) == (1, 1)
+    assert list(lent) == [0, 0, 0, 0] and slot_status(ring, 0) == 0
+
+
+@pytest.mark.parametrize(
+    "mac, snaplen",
+    [(0, 60), (31, 60), (FS2 - 59, 60), (FS2, 0), (0xFFFF, 60), (MAC2, FS2 - MAC2 + 1), (MAC2, 0xFFFFFFFF)],
+)
+def test_v2_slot_reaching_outside_itself_is_returned_and_counted(mac, snaplen):
+    ring, lent = bytearray(b"\xee" * (FS2 * 4)), bytearray(4)
+    put_slot(ring, 0, b"a" * 60, mac=mac, snaplen=snaplen, plen=min(snaplen, 60))
+    put_slot(ring, 1, b"b" * 60)
+    (taken, head, truncated, corrupt, *_), frames, statuses = take2(ring, lent)
+    assert (taken, head, truncated, corrupt) == (1, 2, 0, 1)
+    assert [bytes(f) for f in frames] == [b"b" * 60] and len(statuses) == 1
+    assert slot_status(ring, 0) == fp.TP_STATUS_KERNEL  # handed straight back
+    assert list(lent) == [0, 1, 0, 0]
+
+
+@pytest.mark.parametrize("status, plen", [(USER, 9000), (USER | fp.TP_STATUS_COPY, 60)])
+def test_v2_truncated_frame_is_returned_and_counted(status, plen):
+    ring, lent = bytearray(FS2 * 4), bytearray(4)
+    put_slot(ring, 0, b"a" * 60, status, plen=plen)
+    put_slot(ring, 1, b"b" * 60)
+    (taken, head, truncated, corrupt, *_), frames, _ = take2(ring, lent)
+    assert (taken, head, truncated, corrupt) == (1, 2, 1, 0)
+    assert bytes(frames[0]) == b"b" * 60
+    assert slot_status(ring, 0) == fp.TP_STATUS_KERNEL and list(lent) == [0, 1, 0, 0]
+
+
+def test_v2_one_lap_at_most_even_when_every_slot_is_bad():
+    ring, lent = bytearray(FS2 * 4), bytearray(4)
+    for i in range(4):
+        put_slot(ring, i, b"a" * 60, mac=0)
+    (taken, head, truncated, corrupt, *_), frames, _ = take2(ring, lent, head=2)
+    assert (taken, head, corrupt, frames) == (0, 2, 4, [])
+
+
+def test_v2_max_frames_bounds_the_walk():
+    ring, lent = bytearray(FS2 * 4), bytearray(4)
+    for i in range(4):
+        put_slot(ring, i, b"a" * 60)
+    assert take2(ring, lent, max_frames=0)[0][:2] == (0, 0)
+    assert take2(ring, lent, max_frames=3)[0][:2] == (3, 3)
+
+
+@pytest.mark.parametrize(
+    "frame_size, frame_nr, head, lent_len",
+    [(FS2, 5, 0, 5), (FS2 + 8, 4, 0, 4), (16, 4, 0, 4), (FS2, 4, 4, 4), (FS2, 4, -1, 4), (FS2, 4, 0, 3), (FS2, 0, 0, 4)],
+)
+def test_v2_geometry_outside_the_buffers_is_refused(frame_size, frame_nr, head, lent_len):
+    ring = bytearray(FS2 * 4)
+    with pytest.raises(ValueError):
+        fp.tpv2_rx_take(memoryview(ring), frame_size, frame_nr, head, bytearray(lent_len), 64, [], [])
+    if head == 0:
+        with pytest.raises(ValueError):
+            fp.tpv2_rx_release(memoryview(ring), [], frame_size, frame_nr, bytearray(lent_len))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    slots=st.lists(
+        st.tuples(
+            st.one_of(st.integers(0, 0xFF), st.integers(0, 0xFFFFFFFF)),  # tp_status
+            u32s(),  # tp_len
+            st.one_of(st.integers(0, FS2), u32s()),  # tp_snaplen
+            st.one_of(st.just(MAC2), st.integers(0, FS2 + 16), st.integers(0, 0xFFFF)),  # tp_mac
+        ),
+        min_size=4,
+        max_size=4,
+    ),
+    head=st.integers(0, 3),
+    max_frames=st.integers(1, 10),
+    pre_lent=st.lists(st.booleans(), min_size=4, max_size=4),
+)
+def test_v2_hostile_slots_never_lend_outside_them(slots, head, max_frames, pre_lent):
+    """Hostile headers in the 4 slots of a ring inside a larger buffer: every
+    lent frame lies inside its own slot after the header, no slot is lent
+    twice, the walk ends, and releasing everything hands the slots back."""
+    buf = bytearray(b"\xee" * (FS2 * 6))
+    ring = memoryview(buf)[FS2 : 5 * FS2]  # guard slots either side
+    for i, (status, plen, snaplen, mac) in enumerate(slots):
+        struct.pack_into("=IIIH", ring, i * FS2, status, plen, snaplen, mac)
+    lent = bytearray(1 if x else 0 for x in pre_lent)
+    frames, statuses = [], []
+    for _ in range(8):
+        taken, head, *_ = fp.tpv2_rx_take(ring, FS2, 4, head, lent, max_frames, frames, statuses)
+        if taken == 0:
+            break
+    assert len(statuses) == len(frames) <= 4
+    base = address(ring)
+    seen = set()
+    for frame in frames:
+        if len(frame) == 0:
+            continue
+        start = address(frame) - base
+        index = start // FS2
+        assert 0 <= index < 4 and index not in seen
+        seen.add(index)
+        assert start - index * FS2 >= 32 and start + len(frame) <= (index + 1) * FS2
+    # releasing every lent view (empty ones too) unmarks exactly the slots this walk lent
+    assert fp.tpv2_rx_release(ring, frames, FS2, 4, lent) == (len(frames), 0)
+    assert [bool(x) for x in lent] == pre_lent
+    assert bytes(buf[:FS2]) == b"\xee" * FS2 and bytes(buf[5 * FS2 :]) == b"\xee" * FS2

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-BACKENDS = ["tap", "packet"]
+BACKENDS = ["tap", "packet", "packet-v3"]
 
 
 def backend_params():
@@ -57,6 +57,8 @@ class Served:
         b = self.backend
         if b.startswith("afxdp"):
             return ["--backend", "afxdp", "--xdp-mode", b.split("-", 1)[1]]
+        if b == "packet-v3":
+            return ["--backend", "packet", "--rx-version", "3"]
         return ["--backend", b]
 
     def start(self):
@@ -73,6 +75,9 @@ class Served:
         head = "".join(self.lines)
         m = re.search(r"mac ([0-9a-f:]{17})", head)
         assert m, head
+        expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "afxdp-native": "afxdp native",
+                         "afxdp-generic": "afxdp generic", "tap": "tap"}[self.backend]
+        assert expected_mode in head, head
         self.mac = m.group(1)
 
     def _reader(self):
