@@ -10,31 +10,21 @@ backend has no interface name: its two ends come from ``backends.pipe.PipeLink``
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 import socket
 
 from ustack.device import Device, DeviceError
 
 KINDS = ("tap", "packet", "afxdp")
-# Names tried, in order, for the AF_XDP backend's entry point (a device class
-# or a factory taking (ifname, **opts)).
-AFXDP_ENTRY_POINTS = ("open_device", "AfXdpDevice", "AFXDPDevice", "XdpDevice", "XskDevice")
 
 
-def _afxdp_entry():
+def _afxdp_device():
+    """The AF_XDP device class; DeviceError when the backend cannot be loaded here."""
     try:
-        module = importlib.import_module("backends.afxdp")
+        from backends.afxdp import AfXdpDevice
     except Exception as exc:  # ImportError, or the module failing while it loads
         raise DeviceError(errno.ENOSYS, f"the afxdp backend cannot be imported: {exc!r}") from exc
-    for name in AFXDP_ENTRY_POINTS:
-        entry = getattr(module, name, None)
-        if callable(entry):
-            return entry
-    raise DeviceError(
-        errno.ENOSYS,
-        "the afxdp backend is not available: backends.afxdp defines none of " + ", ".join(AFXDP_ENTRY_POINTS),
-    )
+    return AfXdpDevice
 
 
 def open_device(kind: str, ifname: str, **opts) -> Device:
@@ -48,7 +38,7 @@ def open_device(kind: str, ifname: str, **opts) -> Device:
 
         return PacketRingDevice(ifname, **opts)
     if kind == "afxdp":
-        return _afxdp_entry()(ifname, **opts)
+        return _afxdp_device()(ifname, **opts)
     if kind == "pipe":
         raise DeviceError(
             errno.EINVAL, "pipe devices are not opened by interface name: create a backends.pipe.PipeLink and use its ends"
@@ -64,7 +54,7 @@ def available_backends() -> list[str]:
     if hasattr(socket, "AF_PACKET"):
         kinds.append("packet")
     try:
-        _afxdp_entry()
+        _afxdp_device()
     except DeviceError:
         pass
     else:

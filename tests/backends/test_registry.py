@@ -29,11 +29,11 @@ def test_unknown_kind():
     assert "unknown backend kind 'netmap'" in str(info.value)
 
 
-def test_afxdp_without_an_entry_point_is_a_device_error(monkeypatch):
+def test_afxdp_without_its_device_class_is_a_device_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "backends.afxdp", types.ModuleType("backends.afxdp"))
     with pytest.raises(DeviceError) as info:
         registry.open_device("afxdp", "eth0")
-    assert "afxdp backend is not available" in str(info.value)
+    assert "afxdp backend cannot be imported" in str(info.value)
     assert "afxdp" not in registry.available_backends()
 
 
@@ -44,7 +44,7 @@ def test_afxdp_that_fails_to_import_is_a_device_error(monkeypatch):
     assert "cannot be imported" in str(info.value)
 
 
-def test_afxdp_entry_point_is_used(monkeypatch):
+def test_afxdp_device_class_is_used(monkeypatch):
     module = types.ModuleType("backends.afxdp")
     module.AfXdpDevice = lambda ifname, **opts: ("afxdp", ifname, opts)
     monkeypatch.setitem(sys.modules, "backends.afxdp", module)
