@@ -87,7 +87,8 @@ class Stack:
         if used >= len(slots):
             if slots:
                 self._commit()
-            slots = self._tx_slots = self.device.tx_reserve(self.burst)
+            # In a poll round or a tx_batch, reserve a burst; a lone send reserves one slot.
+            slots = self._tx_slots = self.device.tx_reserve(self.burst if self._in_poll else 1)
             used = 0
             if not slots:
                 self.stats.drop("tx.ring_full")
