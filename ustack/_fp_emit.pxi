@@ -81,3 +81,71 @@ def emit_ipv4(unsigned char[::1] slot, const unsigned char[::1] template, unsign
         memcpy(out + tl, &payload[0], plen)
     _ipv4_finish(out + 14, ihl + plen, <uint16_t>ident, <uint16_t>frag)
     return tl + plen
+
+
+cdef inline void _put32(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+def emit_tcp(unsigned char[::1] slot, const unsigned char[::1] template, unsigned int ident,
+             unsigned int sport, unsigned int dport, unsigned long seq, unsigned long ack,
+             unsigned int flags, unsigned int window, tsval, unsigned long tsecr,
+             const unsigned char[::1] payload):
+    """Write one TCP segment of an established flow straight into a TX slot.
+
+    ``template`` is the flow's 14-byte Ethernet + 20-byte IPv4 header (proto 6).
+    The TCP header carries no options, or only the timestamps option as
+    NOP NOP TS (RFC 7323 appendix A layout) when ``tsval`` is not None.
+    Fills IPv4 total length, identification, DF and header checksum, and the
+    TCP checksum over the pseudo-header, header and payload. Returns the frame
+    length. (SYNs, RSTs and segments with SACK blocks take the general path.)
+    """
+    cdef Py_ssize_t plen = payload.shape[0]
+    cdef Py_ssize_t hl = 32 if tsval is not None else 20
+    cdef Py_ssize_t flen = 34 + hl + plen
+    cdef uint8_t *out
+    cdef uint8_t *t
+    cdef uint32_t tsv = 0
+    if template.shape[0] != 34 or (template[14] & 0x0f) != 5 or template[23] != 6:
+        raise ValueError("TCP template must be Ethernet + a 20-byte IPv4 header with protocol 6")
+    if sport > 0xffff or dport > 0xffff or flags > 0xff or window > 0xffff:
+        raise ValueError("port, flags or window out of range")
+    if seq > 0xffffffffUL or ack > 0xffffffffUL or tsecr > 0xffffffffUL:
+        raise ValueError("sequence numbers and timestamps are 32-bit")
+    if tsval is not None:
+        if not 0 <= tsval <= 0xffffffff:
+            raise ValueError("sequence numbers and timestamps are 32-bit")
+        tsv = <uint32_t>tsval
+    if 20 + hl + plen > 0xffff:
+        raise ValueError("IPv4 packet too long")
+    if slot.shape[0] < flen:
+        raise ValueError("TX slot too small for this frame")
+    out = &slot[0]
+    memcpy(out, &template[0], 34)
+    t = out + 34
+    _put16(t, <uint16_t>sport)
+    _put16(t + 2, <uint16_t>dport)
+    _put32(t + 4, <uint32_t>seq)
+    _put32(t + 8, <uint32_t>ack)
+    t[12] = <uint8_t>((hl // 4) << 4)
+    t[13] = <uint8_t>flags
+    _put16(t + 14, <uint16_t>window)
+    t[16] = 0
+    t[17] = 0
+    t[18] = 0
+    t[19] = 0
+    if hl == 32:
+        t[20] = 1
+        t[21] = 1
+        t[22] = 8
+        t[23] = 10
+        _put32(t + 24, tsv)
+        _put32(t + 28, <uint32_t>tsecr)
+    if plen:
+        memcpy(t + hl, &payload[0], plen)
+    _ipv4_finish(out + 14, 20 + hl + plen, <uint16_t>ident, 0x4000)
+    _put16(t + 16, c_checksum(t, hl + plen, c_pseudo_sum(_be32(out + 26), _be32(out + 30), 6, <uint32_t>(hl + plen))))
+    return flen

@@ -227,6 +227,41 @@ class Stack:
             # No route: the segment is lost like any other; TCP's timers recover or give up.
             self.stats.drop("tcp.output_" + (errno.errorcode.get(e.errno, "error").lower()))
 
+    def tcp_output_segment(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                           window: int, ts, payload) -> bool:
+        """Fast path for established flows: emit the segment straight into a TX slot (one C call).
+
+        ``ts`` is (TSval, TSecr) or None. Returns False, having sent nothing,
+        when the general path is needed (next hop not in the ARP cache, the
+        packet would not fit the MTU, or no TX slot): the caller then builds the
+        segment and uses ``tcp_output``.
+        """
+        iface = self.iface
+        n = 20 + (32 if ts is not None else 20) + len(payload)
+        if n > iface.mtu:
+            return False
+        d = int.from_bytes(dst, "big")
+        try:
+            hop = iface.next_hop(d)
+        except OSError:
+            return False
+        mac = self.arp.lookup(hop, self.now)
+        if mac is None:
+            return False
+        slot = self.tx_slot()
+        if slot is None:
+            return False
+        tmpl = self.ipv4.template(mac, int.from_bytes(src, "big"), d, 6, self.ipv4.ttl)
+        if ts is None:
+            length = _fastpath.emit_tcp(slot, tmpl, self.ipv4.next_ident(), sport, dport, seq, ack, flags, window,
+                                        None, 0, payload)
+        else:
+            length = _fastpath.emit_tcp(slot, tmpl, self.ipv4.next_ident(), sport, dport, seq, ack, flags, window,
+                                        ts[0], ts[1], payload)
+        self.tx_done(length)
+        self.stats.inc("ipv4.packets_sent")
+        return True
+
     def route_mtu(self, dst: bytes) -> int:
         return self.iface.mtu
 

@@ -230,3 +230,45 @@ def test_emit_ipv4_fragment_fields_and_bounds():
         fp.emit_ipv4(bytearray(50), tmpl, 1, 0, b"z" * 80)
     with pytest.raises(ValueError):
         fp.emit_udp(bytearray(1600), tmpl, 1, b"")
+
+
+@given(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFFFFFF),
+       st.integers(0, 0xFF), st.integers(0, 0xFFFF), st.one_of(st.none(), st.tuples(st.integers(0, 0xFFFFFFFF),
+                                                                                     st.integers(0, 0xFFFFFFFF))),
+       st.binary(max_size=1400), st.integers(0, 0xFFFF))
+@FUZZ
+def test_emit_tcp_matches_the_wire_reference_byte_for_byte(sport, dport, seq, ack, flags, window, ts, payload, ident):
+    src, dst = bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2])
+    tmpl = bytes(Ether(dst="02:00:00:00:00:02", src="02:00:00:00:00:01") / IP(src="198.18.0.1", dst="198.18.0.2",
+                                                                           proto=6, ttl=64))[:34]
+    slot = bytearray(1600)
+    n = fp.emit_tcp(slot, tmpl, ident, sport, dport, seq, ack, flags, window,
+                    None if ts is None else ts[0], 0 if ts is None else ts[1], payload)
+    hdr = TcpHeader(sport, dport, seq, ack, flags, window, 0, 0, timestamps=ts)
+    seg = bytearray(hdr.header_len + len(payload))
+    seg[hdr.header_len:] = payload
+    hdr.emit(seg, 0, src, dst, len(payload))
+    ref = bytearray(1600)
+    m = fp.emit_ipv4(ref, tmpl, ident, 0x4000, bytes(seg))
+    assert bytes(slot[:n]) == bytes(ref[:m])
+
+
+def test_emit_tcp_is_what_scapy_expects_and_refuses_bad_input():
+    tmpl = bytes(Ether() / IP(src="198.18.0.1", dst="198.18.0.2", proto=6))[:34]
+    slot = bytearray(1600)
+    n = fp.emit_tcp(slot, tmpl, 9, 1234, 80, 1000, 2000, 0x18, 512, 77, 88, b"hello")
+    p = Ether(bytes(slot[:n]))
+    assert (p[TCP].sport, p[TCP].dport, p[TCP].seq, p[TCP].ack, str(p[TCP].flags), p[TCP].window) == (
+        1234, 80, 1000, 2000, "PA", 512)
+    assert dict(p[TCP].options)["Timestamp"] == (77, 88) and bytes(p[TCP].payload) == b"hello"
+    q = Ether(bytes(slot[:n]))
+    del q[IP].chksum
+    del q[TCP].chksum
+    q = Ether(bytes(q))
+    assert (q[IP].chksum, q[TCP].chksum) == (p[IP].chksum, p[TCP].chksum)
+    with pytest.raises(ValueError):
+        fp.emit_tcp(bytearray(40), tmpl, 9, 1, 2, 3, 4, 0x10, 5, None, 0, b"")  # slot too small
+    with pytest.raises(ValueError):
+        fp.emit_tcp(slot, tmpl[:20], 9, 1, 2, 3, 4, 0x10, 5, None, 0, b"")  # bad template
+    with pytest.raises(ValueError):
+        fp.emit_tcp(slot, tmpl, 9, 70000, 2, 3, 4, 0x10, 5, None, 0, b"")  # port out of range

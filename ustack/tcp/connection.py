@@ -69,7 +69,7 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_wnd_update", "_soft_error",
         "_board", "_high_rxt", "_rescue_rxt", "_probes_out",
         "retransmits", "timeouts", "fast_retransmits", "dup_acks", "window_probes", "segs_in", "segs_out",
-        "bytes_acked", "bytes_received", "challenge_acks",
+        "bytes_acked", "bytes_received", "challenge_acks", "_fast_output",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -123,6 +123,8 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         self._offer_sack = config.sack
         self._dirty = False
         self._wnd_update = False
+        # The host's direct-to-TX-slot emitter for established segments, when it has one (see TcpHost).
+        self._fast_output = getattr(host, "tcp_output_segment", None)
         self._soft_error = None
         self._board = Scoreboard()
         self._high_rxt = 0

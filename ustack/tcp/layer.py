@@ -58,6 +58,10 @@ class TcpHost(Protocol):
     def tcp_output(self, src: bytes, dst: bytes, segment: bytes | bytearray) -> None:
         """Hand a full TCP segment (header + payload, checksum filled) to IPv4."""
 
+    # Optional: tcp_output_segment(src, dst, sport, dport, seq, ack, flags, window, ts, payload) -> bool
+    # writes an established segment (no options but timestamps) straight into a TX slot and returns
+    # True, or returns False and sends nothing; the connection then builds it and calls tcp_output.
+
     def route_mtu(self, dst: bytes) -> int:
         """IP MTU toward ``dst`` (our MSS = MTU - 40)."""
 

@@ -104,15 +104,20 @@ class SegmentOutput:
                 ts = (self._ts_now(now), tcb.ts_recent)
             if tcb.sack_ok and not payload and self.rcvbuf.ooo_bytes:
                 sack_blocks = self._sack_blocks(3 if ts else 4)
-        hdr = TcpHeader(self.local_port, self.remote_port, seq, ack, flags, window, 0, 0,
-                        mss, wscale, sack_perm, sack_blocks, ts)
-        hl = hdr.header_len
-        n = len(payload)
-        seg = bytearray(hl + n)
-        if n:
-            seg[hl:] = payload
-        hdr.emit(seg, 0, self.local_addr, self.remote_addr, n)
-        self.host.tcp_output(self.local_addr, self.remote_addr, seg)
+        fast = self._fast_output
+        if not (fast is not None and not sack_blocks and not flags & (SYN | RST)
+                and fast(self.local_addr, self.remote_addr, self.local_port, self.remote_port, seq, ack, flags,
+                         window, ts, payload)):
+            # The general path: SYNs and RSTs (options), SACK blocks, or a host without the fast emitter.
+            hdr = TcpHeader(self.local_port, self.remote_port, seq, ack, flags, window, 0, 0,
+                            mss, wscale, sack_perm, sack_blocks, ts)
+            hl = hdr.header_len
+            n = len(payload)
+            seg = bytearray(hl + n)
+            if n:
+                seg[hl:] = payload
+            hdr.emit(seg, 0, self.local_addr, self.remote_addr, n)
+            self.host.tcp_output(self.local_addr, self.remote_addr, seg)
         self.segs_out += 1
         self.host.stats.inc("tcp.out_segs")
         if flags & ACK and not flags & RST:
