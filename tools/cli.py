@@ -269,18 +269,25 @@ def _report(nbytes: int, seconds: float, digest: str, peer) -> None:
           flush=True)
 
 
+def _host_port(text: str, name: str):
+    """"HOST:PORT" -> (host, port), or None after saying what is wrong."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        print(f"ustack {name}: --connect wants HOST:PORT, not {text!r}", file=sys.stderr)
+        return None
+    return host, int(port)
+
+
 def cmd_send(args) -> int:
     import hashlib
 
     from tools.services import PATTERN_BLOCK
     from ustack.socket import socket as usocket
 
-    try:
-        host, _, port = args.connect.rpartition(":")
-        port = int(port)
-    except ValueError:
-        print(f"ustack send: --connect wants HOST:PORT, not {args.connect!r}", file=sys.stderr)
+    target = _host_port(args.connect, "send")
+    if target is None:
         return 2
+    host, port = target
     started = start_stack(args, "send")
     if started is None:
         return 2
@@ -329,6 +336,9 @@ def cmd_recv(args) -> int:
 
     from ustack.socket import socket as usocket
 
+    target = _host_port(args.connect, "recv") if args.connect else None
+    if args.connect and target is None:
+        return 2
     started = start_stack(args, "recv")
     if started is None:
         return 2
@@ -336,12 +346,11 @@ def cmd_recv(args) -> int:
     clock = driver.clock
     try:
         with usocket(stack) as srv:
-            if args.connect:
-                host, _, port = args.connect.rpartition(":")
+            if target is not None:
                 conn = usocket(stack)
                 conn.settimeout(30)
                 try:
-                    conn.connect((host, int(port)))
+                    conn.connect(target)
                 except OSError as e:
                     print(f"ustack recv: connect {args.connect}: {e.strerror or e}", file=sys.stderr)
                     return 1
