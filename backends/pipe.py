@@ -19,9 +19,18 @@ import itertools
 import os
 import random
 import threading
+import weakref
 from typing import Callable, Optional, Sequence
 
 from ustack.device import Capabilities
+
+
+def _close_fds(*fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class PipeEnd:
@@ -46,6 +55,8 @@ class PipeEnd:
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._rfd, False)
         os.set_blocking(self._wfd, False)
+        # The fds go when the end is closed or garbage-collected, whichever comes first.
+        self._release_fds = weakref.finalize(self, _close_fds, self._rfd, self._wfd)
         self._signalled = False
         self.closed = False
         self.counters = {"tx": 0, "rx": 0, "lost": 0, "duplicated": 0, "reordered": 0, "corrupted": 0}
@@ -98,8 +109,7 @@ class PipeEnd:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            os.close(self._rfd)
-            os.close(self._wfd)
+            self._release_fds()
 
     def __enter__(self):
         return self

@@ -372,11 +372,13 @@ class Topology:
             with _inside(nsname), IPRoute() as ipr:
                 ipr.bind()  # link notifications wake the wait early
                 index = ipr.link_lookup(ifname=ifname)[0]
+                poller = select.poll()  # not select(2): fds may exceed FD_SETSIZE in a busy process
+                poller.register(ipr.fileno(), select.POLLIN)
                 while ipr.link("get", index=index)[0].get_attr("IFLA_OPERSTATE") != "UP":
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise TopologyError(f"{ifname} in {nsname} not running after {timeout} s")
-                    if select.select([ipr.fileno()], [], [], min(remaining, 0.01))[0]:
+                    if poller.poll(min(remaining, 0.01) * 1000.0):
                         ipr.get()
 
     def open_device(self, kind: Optional[str] = None, **opts):

@@ -267,14 +267,17 @@ class StatsPublisher:
     # -- serving --------------------------------------------------------------
     def _serve(self) -> None:
         sock, wake = self._sock, self._wake_r
+        poller = select.poll()  # poll(2), not select(2): no FD_SETSIZE limit in busy processes
+        poller.register(sock.fileno(), select.POLLIN)
+        poller.register(wake, select.POLLIN)
         while not self._stop.is_set():
             try:
-                ready, _, _ = select.select([sock, wake], [], [])
-            except (OSError, ValueError):
+                ready = [fd for fd, _ in poller.poll()]
+            except OSError:
                 return
             if self._stop.is_set():
                 return
-            if sock not in ready:
+            if sock.fileno() not in ready:
                 continue
             try:
                 conn, _ = sock.accept()

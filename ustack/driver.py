@@ -6,7 +6,7 @@ start a thread. The wait policy (DESIGN.md "How the stack runs"):
 - a blocking call polls the stack itself until its condition holds or its
   timeout passes (the caller's thread becomes the poller);
 - it first spins on the RX ring for a short ``busy_poll`` budget (like
-  SO_BUSY_POLL), then sleeps in select() on the device's fd and a wake-up
+  SO_BUSY_POLL), then sleeps in poll() on the device's fd and a wake-up
   pipe until the stack's next deadline;
 - one lock makes sure one thread touches the stack at a time; sleeping
   happens outside the lock, so other threads can send meanwhile, and they
@@ -57,16 +57,26 @@ class Driver:
             except BlockingIOError:
                 pass
 
-    def _sleep(self, timeout: Optional[float]) -> None:
-        fds = [self._wake_r]
+    def _poller(self):
+        """A poll object on the wake-up pipe and the device fd (poll(2): no FD_SETSIZE limit).
+
+        One per sleep: several threads may sleep at once, and a poll object
+        refuses concurrent use.
+        """
+        p = select.poll()
+        p.register(self._wake_r, select.POLLIN)
         fd = self.stack.device.fileno()
         if fd >= 0:
-            fds.append(fd)
+            p.register(fd, select.POLLIN)
+        return p
+
+    def _sleep(self, timeout: Optional[float]) -> None:
         if timeout is None or timeout > MAX_SLEEP:
             timeout = MAX_SLEEP
+        poller = self._poller()
         self._sleepers += 1
         try:
-            ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+            ready = [fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)]
         finally:
             self._sleepers -= 1
         if self._wake_r in ready:

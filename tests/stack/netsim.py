@@ -16,6 +16,15 @@ class Net:
         self.b = Stack(self.link.b, b_addr, gateway=gateway_b, clock=self.clock)
         self.stacks = [self.a, self.b]
 
+    def close(self) -> None:
+        self.link.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def step(self) -> float | None:
         """Poll every stack once at the current time; return the earliest next deadline."""
         deadlines = [s.poll(self.clock.now) for s in self.stacks]

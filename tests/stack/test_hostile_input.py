@@ -69,23 +69,25 @@ def test_mutated_frames_never_crash_and_every_frame_is_accounted(batch):
         if cut:
             buf = buf[:max(0, len(buf) - cut % (len(buf) + 1))]
         frames.append(bytes(buf))
-    before = net.a.stats["eth.frames_received"]
-    inject(net, [f for f in frames if f])  # the pipe carries no empty frames
-    assert net.a.stats["eth.frames_received"] - before == len([f for f in frames if f])
-    net.run(max_time=35)  # let reassembly and TCP timers run out
-    still_works(net)
-    assert net.a.ipv4.reassembler.held == 0
+    with net:
+        before = net.a.stats["eth.frames_received"]
+        inject(net, [f for f in frames if f])  # the pipe carries no empty frames
+        assert net.a.stats["eth.frames_received"] - before == len([f for f in frames if f])
+        net.run(max_time=35)  # let reassembly and TCP timers run out
+        still_works(net)
+        assert net.a.ipv4.reassembler.held == 0
 
 
 @given(st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=40))
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_random_bytes_never_crash(frames):
     net, ep, lst = fresh()
-    inject(net, frames)
-    inject(net, [bytes.fromhex("02000000000a02000000000b0800") + f for f in frames])
-    drops = sum(net.a.stats.drops().values())
-    assert drops >= 1
-    still_works(net)
+    with net:
+        inject(net, frames)
+        inject(net, [bytes.fromhex("02000000000a02000000000b0800") + f for f in frames])
+        drops = sum(net.a.stats.drops().values())
+        assert drops >= 1
+        still_works(net)
 
 
 def test_syn_flood_is_bounded_by_cookies_and_real_clients_still_connect():
