@@ -33,6 +33,15 @@ def require_privileged() -> None:
     pytest.skip(problem)
 
 
+def require_tool(name: str) -> None:
+    """Skip when an external tool is missing, but fail under USTACK_REQUIRE_PRIVILEGED=1 (CI installs it)."""
+    if shutil.which(name) is not None:
+        return
+    if os.environ.get("USTACK_REQUIRE_PRIVILEGED") == "1":
+        pytest.fail(f"{name} is not installed (tools/run installs it; USTACK_REQUIRE_PRIVILEGED=1)")
+    pytest.skip(f"{name} is not installed")
+
+
 @pytest.fixture
 def privileged():
     require_privileged()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import re
 import select
-import shutil
 import signal
 import socket
 import struct
@@ -24,7 +23,7 @@ import threading
 
 import pytest
 
-from tests.conftest import privilege_problem, require_privileged
+from tests.conftest import privilege_problem, require_privileged, require_tool
 from tests.interop.harness import Served, ustack_cli
 from tools.services import PATTERN_BLOCK, pattern_sha256
 
@@ -320,8 +319,8 @@ def test_kernel_reset_mid_transfer_is_reported(served):
     assert re.search(r"Connection reset by peer|Broken pipe", out), out
 
 
-@pytest.mark.skipif(shutil.which("nft") is None, reason="nftables (nft) is not installed")
 def test_byte_exact_with_random_drops_injected_by_nftables(served):
+    require_tool("nft")
     stopped(served)
     t = served.topo
     rules = ("table inet ustest {\n"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
-import pytest
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.l2 import ARP
 
@@ -14,6 +12,8 @@ from ustack.capture import PcapDevice, dissect
 from ustack.clock import ManualClock
 from ustack.net.route import ip_int
 from ustack.stack import Stack
+
+from tests.conftest import require_tool
 
 
 def captured_ping(tmp_path):
@@ -47,8 +47,8 @@ def test_capture_holds_both_directions_with_stack_time(tmp_path):
     assert bytes(reply[ICMP].payload) == b"cap" and reply[IP].src == "198.18.0.1"
 
 
-@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump not installed")
 def test_tcpdump_reads_the_capture(tmp_path):
+    require_tool("tcpdump")
     path = captured_ping(tmp_path)
     out = subprocess.run(["tcpdump", "-nn", "-r", path], capture_output=True, text=True, timeout=20)
     assert out.returncode == 0, out.stderr

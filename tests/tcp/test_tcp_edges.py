@@ -200,7 +200,7 @@ def test_fragmentation_needed_lowers_the_mss_and_resends():
 
 
 def test_input_frame_takes_a_classify_record():
-    fastpath = pytest.importorskip("ustack._fastpath")
+    from ustack import _fastpath as fastpath
     from scapy.compat import raw
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
