@@ -30,7 +30,7 @@ from ustack.device import Device
 from ustack.net.arp import ArpLayer
 from ustack.net.icmp import IcmpLayer
 from ustack.net.ipv4 import Ipv4Layer
-from ustack.net.route import Interface, ip_int
+from ustack.net.route import Interface
 from ustack.stats import Stats
 from ustack.tcp.config import TcpConfig
 from ustack.tcp.layer import TcpLayer
@@ -68,7 +68,6 @@ class Stack:
         self.icmp = IcmpLayer(self)
         self.udp = UdpLayer(self)
         self.tcp = TcpLayer(self, tcp_config)
-        self._next_port = 0
         self._tx_slots: list = []
         self._tx_lens: list[int] = []
         self._in_poll = False
@@ -77,7 +76,6 @@ class Stack:
         self._started = False
         self._announce = announce
         self.driver = None  # set by ustack.driver.Driver
-        self.arp.on_unresolved = self._arp_failed
 
     # -- TX slots -----------------------------------------------------------
     def tx_slot(self) -> Optional[memoryview]:
@@ -268,22 +266,12 @@ class Stack:
     def pick_source(self, dst: bytes) -> bytes:
         return self.iface.addr_bytes
 
-    def ephemeral_port(self) -> int:
-        self._next_port = (self._next_port + 1) % 16384
-        return 49152 + self._next_port
-
-    def _arp_failed(self, ip: int, sends: list) -> None:
-        self.stats.inc("arp.resolution_failures")
-
     # -- conveniences ---------------------------------------------------------
     @property
     def addr(self) -> str:
         from ustack.net.route import ip_str
 
         return ip_str(self.iface.addr)
-
-    def resolve(self, host: str) -> int:
-        return ip_int(host)
 
     def socket(self, family: int = 2, type: int = 1, proto: int = 0):
         """A stdlib-shaped socket on this stack (needs a clock: see ustack.socket)."""

@@ -50,7 +50,6 @@ class FakeHost:
         self.mtu = mtu
         self.out: list = []
         self.sink = None  # when set, segments go there instead of ``out``
-        self._port = 40000
 
     def tcp_output(self, src, dst, segment) -> None:
         seg = (bytes(src), bytes(dst), bytes(segment))
@@ -64,10 +63,6 @@ class FakeHost:
 
     def pick_source(self, dst) -> bytes:
         return self.addr
-
-    def ephemeral_port(self) -> int:
-        self._port += 1
-        return self._port
 
 
 @dataclass

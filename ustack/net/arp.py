@@ -56,7 +56,6 @@ class ArpLayer:
         self.cache: dict[int, tuple[bytes, float]] = {}  # ip -> (mac, expires_at)
         self.pending: dict[int, _Pending] = {}
         self.queued = 0
-        self.on_unresolved: Optional[Callable[[int, list], None]] = None
 
     # -- lookups ------------------------------------------------------------
     def lookup(self, ip: int, now: float) -> Optional[bytes]:
@@ -111,8 +110,7 @@ class ArpLayer:
             del self.pending[ip]
             self.queued -= len(pending.packets)
             self.stack.stats.drop("arp.unresolved", len(pending.packets) or 1)
-            if self.on_unresolved is not None:
-                self.on_unresolved(ip, list(pending.packets))
+            self.stack.stats.inc("arp.resolution_failures")
             return
         self._request(ip)
         pending.timer.arm(now + self.retry_interval)

@@ -68,9 +68,6 @@ class TcpHost(Protocol):
     def pick_source(self, dst: bytes) -> bytes:
         """The local address to use toward ``dst``."""
 
-    def ephemeral_port(self) -> int:
-        """A free local port (the TCP layer allocates its own; this is not required to be used)."""
-
 
 class TcpLayer:
     """All TCP state of one stack."""
