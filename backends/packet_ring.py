@@ -43,7 +43,7 @@ per-frame status flags are kept in ``rx_status`` (parallel to the last burst:
 TP_STATUS_LOSING 0x4 = the kernel dropped frames since the last
 ``kernel_stats()``, TP_STATUS_CSUMNOTREADY 0x8 = L4 checksum only partial,
 TP_STATUS_CSUM_VALID 0x80 = verified) and counted in ``stats``; with the
-offloads that tools.netns turns off, the checksum flags should not appear.
+offloads that ustack.tools.netns turns off, the checksum flags should not appear.
 """
 
 from __future__ import annotations

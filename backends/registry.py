@@ -4,7 +4,7 @@
 the calling thread's network namespace (wrap the call in
 ``Topology.in_stack_ns()`` for a test topology). Backends are imported lazily
 so a missing or broken one only fails when it is asked for. The "pipe"
-backend has no interface name: its two ends come from ``backends.pipe.PipeLink``.
+backend has no interface name: its two ends come from ``ustack.backends.pipe.PipeLink``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ KINDS = ("tap", "packet", "afxdp")
 def _afxdp_device():
     """The AF_XDP device class; DeviceError when the backend cannot be loaded here."""
     try:
-        from backends.afxdp import AfXdpDevice
+        from ustack.backends.afxdp import AfXdpDevice
     except Exception as exc:  # ImportError, or the module failing while it loads
         raise DeviceError(errno.ENOSYS, f"the afxdp backend cannot be imported: {exc!r}") from exc
     return AfXdpDevice
@@ -30,18 +30,18 @@ def _afxdp_device():
 def open_device(kind: str, ifname: str, **opts) -> Device:
     """Open a ``kind`` device on ``ifname`` with backend-specific ``opts``."""
     if kind == "tap":
-        from backends.tap import TapDevice
+        from ustack.backends.tap import TapDevice
 
         return TapDevice(ifname, **opts)
     if kind == "packet":
-        from backends.packet_ring import PacketRingDevice
+        from ustack.backends.packet_ring import PacketRingDevice
 
         return PacketRingDevice(ifname, **opts)
     if kind == "afxdp":
         return _afxdp_device()(ifname, **opts)
     if kind == "pipe":
         raise DeviceError(
-            errno.EINVAL, "pipe devices are not opened by interface name: create a backends.pipe.PipeLink and use its ends"
+            errno.EINVAL, "pipe devices are not opened by interface name: create a ustack.backends.pipe.PipeLink and use its ends"
         )
     raise DeviceError(errno.EINVAL, f"unknown backend kind {kind!r} (known: {', '.join(KINDS)})")
 

@@ -47,7 +47,7 @@ class TapDevice:
     (default: keep the interface's). ``create=False`` refuses to create a
     device that does not exist yet; with ``create=True`` a missing device is
     created and lives as long as this object keeps it open (a persistent one
-    made by ``tools.netns.Topology.tap`` outlives it).
+    made by ``ustack.tools.netns.Topology.tap`` outlives it).
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""tools.netns.Topology: namespaces, links, offloads, and never leaving anything behind."""
+"""ustack.tools.netns.Topology: namespaces, links, offloads, and never leaving anything behind."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from pyroute2 import IPRoute
 from pyroute2 import netns as pyroute2_netns
 
-from tools import netns as tn
-from tools.netns import Topology
+from ustack.tools import netns as tn
+from ustack.tools.netns import Topology
 from ustack.wire.checksum import ones_sum, pseudo_header_sum
 
 pytestmark = pytest.mark.privileged
@@ -179,7 +179,7 @@ def test_set_offloads_reports_the_state(privileged):
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from tools.netns import Topology
+    from ustack.tools.netns import Topology
     topo = Topology.veth(tag="n")
     print(topo.stack_ns, topo.peer_ns, flush=True)
     if sys.argv[1] == "exit":

@@ -1,10 +1,10 @@
 """``ustack bench``: ustack on each backend side by side with the kernel's own stack.
 
     ustack bench [--quick] [--backends afxdp,packet,tap,pytcp] [--json FILE] [--png FILE]
-    python -m tools.bench ...
+    python -m ustack.tools.bench ...
 
 One run measures, for every row, the same kernel client (sockets in the
-peer namespace of a tools.netns topology) against a server in the stack
+peer namespace of a ustack.tools.netns topology) against a server in the stack
 namespace:
 
 - UDP and TCP 64-byte echo round-trip time, p50 and p99 (ping-pong on one
@@ -23,8 +23,8 @@ topology) when that package is installed. Figures are medians of
 
 A second table gives the per-backend ring cost: raw 60-byte (64 on a wire)
 UDP frames per second received and transmitted and this process's CPU µs
-per frame, next to a kernel UDP socket, measured by tools.bench_rings (tap,
-packet) and tools.bench_afxdp (afxdp, kernel socket).
+per frame, next to a kernel UDP socket, measured by ustack.tools.bench_rings (tap,
+packet) and ustack.tools.bench_afxdp (afxdp, kernel socket).
 
 Placement: with two or more CPUs the server process (ustack serve, the
 kernel server, PyTCP) is pinned to one CPU and the client (this process) to
@@ -34,7 +34,7 @@ client CPU. The kernel's own softirq work runs wherever the sending thread
 runs. The machine is shared: the spread between repetitions is in the JSON.
 
 Every namespace and process the run starts is removed on exit, on errors and
-on Ctrl-C (tools.netns reaps topologies and the processes they started).
+on Ctrl-C (ustack.tools.netns reaps topologies and the processes they started).
 """
 
 from __future__ import annotations
@@ -174,8 +174,8 @@ class Placement:
 
 
 def _topology_class(placement: Placement):
-    """A tools.netns Topology whose child processes are pinned: peer side -> client CPU, stack side -> server CPU."""
-    from tools.netns import Topology
+    """A ustack.tools.netns Topology whose child processes are pinned: peer side -> client CPU, stack side -> server CPU."""
+    from ustack.tools.netns import Topology
 
     class PinnedTopology(Topology):
         def peer_popen(self, argv, **kw):
@@ -212,7 +212,7 @@ class ClientError(RuntimeError):
 
 
 def _client_socket(topo, kind: int) -> socket.socket:
-    from tools.netns import peer_socket
+    from ustack.tools.netns import peer_socket
 
     s = peer_socket(topo, type=kind)
     if kind == socket.SOCK_STREAM:
@@ -278,7 +278,7 @@ def tcp_rtts(topo, host: str, port: int, count: int, warmup: int, timeout: float
 
 def push(topo, host: str, port: int, nbytes: int, seconds: float) -> dict:
     """Send up to ``nbytes`` (or for ``seconds``) to the discard service, half-close, wait for its FIN."""
-    from tools.services import PATTERN_BLOCK
+    from ustack.tools.services import PATTERN_BLOCK
 
     block = memoryview(PATTERN_BLOCK)
     with _client_socket(topo, socket.SOCK_STREAM) as s:
@@ -437,7 +437,7 @@ def kernel_server(topo, source_bytes: int) -> Server:
     with topo.in_stack_ns(), IPRoute() as ipr:
         index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
         ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
-    code = "import sys; from tools.bench_servers import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
+    code = "import sys; from ustack.tools.bench_servers import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
     server = Server(topo, [sys.executable, "-c", code, topo.stack_addr, str(source_bytes)])
     server.wait_ready()
     return server
@@ -468,9 +468,9 @@ def pytcp_problem() -> Optional[str]:
 def pytcp_server(topo, source_bytes: int) -> tuple[Server, str]:
     from importlib.metadata import version
 
-    from tools.netns import TAP_STACK_MAC
+    from ustack.tools.netns import TAP_STACK_MAC
 
-    code = ("import sys; from tools.bench_servers import pytcp_serve; "
+    code = ("import sys; from ustack.tools.bench_servers import pytcp_serve; "
             "pytcp_serve(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))")
     server = Server(topo, [sys.executable, "-c", code, topo.stack_ifname, f"{topo.stack_addr}/{topo.prefixlen}",
                            TAP_STACK_MAC.hex(":"), str(source_bytes)])
@@ -571,15 +571,15 @@ def run_ring(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Option
     log(f"  ring {name}")
     try:
         if kind in ("tap", "packet"):
-            from tools import bench_rings
+            from ustack.tools import bench_rings
 
             burst = 64
             rx_fn = lambda topo: bench_rings.bench_rx(kind, topo, cfg.ring_seconds, burst)  # noqa: E731
             tx_fn = lambda topo: bench_rings.bench_tx(kind, topo, cfg.ring_seconds, burst)  # noqa: E731
             cpu_of = lambda r: r["user_us"] + r["sys_us"]  # noqa: E731
-            source = "tools.bench_rings"
+            source = "ustack.tools.bench_rings"
         else:
-            from tools import bench_afxdp
+            from ustack.tools import bench_afxdp
 
             mode = xdp_mode or "auto"
             if kind == "afxdp":
@@ -589,7 +589,7 @@ def run_ring(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Option
                 rx_fn = lambda topo: bench_afxdp.bench_kernel_rx(topo, cfg.ring_seconds, 64)  # noqa: E731
                 tx_fn = lambda topo: bench_afxdp.bench_kernel_tx(topo, cfg.ring_seconds)  # noqa: E731
             cpu_of = lambda r: r["cpu_us"]  # noqa: E731
-            source = "tools.bench_afxdp"
+            source = "ustack.tools.bench_afxdp"
     except Exception as exc:  # e.g. bench_afxdp cannot import the afxdp backend
         return {"name": name, "status": "not available", "note": f"{type(exc).__name__}: {exc}"}
     home = os.sched_getaffinity(0)
@@ -752,7 +752,7 @@ def notes_for(result: dict) -> list[str]:
         notes.append("the client is one Python process on kernel sockets and the kernel row's server is Python too "
                      "(one selector loop): the kernel row is bounded by them, not by the kernel stack alone")
     if any(row["stack"] == "ustack" for row in rows.values()):
-        notes.append("ustack serve busy-polls its device for 50 µs (ustack.driver) before it sleeps; the kernel "
+        notes.append("ustack serve busy-polls its device for 50 µs (ustack.api.driver) before it sleeps; the kernel "
                      "server sleeps in epoll and pays a wake-up per request, so ping-pong RTTs of ustack can come "
                      "out below the kernel's")
     on_tap = [name for name, row in rows.items() if row["topology"] == "tap"]
@@ -780,7 +780,7 @@ def notes_for(result: dict) -> list[str]:
 
 def _selection(text: Optional[str]) -> list[str]:
     if text is None:
-        from backends.registry import available_backends
+        from ustack.backends.registry import available_backends
 
         return [k for k in USTACK_BACKENDS if k in available_backends()] + ["pytcp"]
     kinds = [k.strip() for k in text.split(",") if k.strip()]
@@ -848,7 +848,7 @@ def cmd_bench(args) -> int:
         print("ustack bench: needs root (network namespaces, veth, TAP, AF_PACKET, AF_XDP)", file=sys.stderr)
         return 2
     if str(REPO_ROOT) not in sys.path and (REPO_ROOT / "tests").is_dir():
-        sys.path.insert(0, str(REPO_ROOT))  # tools.bench_rings builds its TX frame with tests.backends.link
+        sys.path.insert(0, str(REPO_ROOT))  # ustack.tools.bench_rings builds its TX frame with tests.backends.link
     cfg = BenchConfig.for_args(args)
     placement = Placement.plan()
     result = {
@@ -865,7 +865,7 @@ def cmd_bench(args) -> int:
         print(text, file=sys.stderr, flush=True)
 
     def on_sigterm(signum, frame):
-        raise KeyboardInterrupt  # like Ctrl-C: tools.netns reaps first, then the partial report
+        raise KeyboardInterrupt  # like Ctrl-C: ustack.tools.netns reaps first, then the partial report
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_sigterm)

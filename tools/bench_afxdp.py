@@ -1,13 +1,13 @@
 """AF_XDP backend benchmark: frames/s and CPU µs per 64-byte frame, next to kernel UDP.
 
-    python -m tools.bench_afxdp [--seconds 1.5] [--runs 3] [--modes native,generic] [--burst 64]
+    python -m ustack.tools.bench_afxdp [--seconds 1.5] [--runs 3] [--modes native,generic] [--burst 64]
 
 Three parts, each the median of ``--runs`` runs:
 
 1. ring loop alone: the Cython data path over simulated kernel rings
    (backends/afxdp/sim.py, no syscalls): rx_burst + rx_release, and
    tx_reserve + 60-byte slot write + tx_commit, in ns per frame.
-2. AF_XDP on a veth pair (tools.netns), per XDP mode:
+2. AF_XDP on a veth pair (ustack.tools.netns), per XDP mode:
    - rx: a kernel UDP sender in the peer namespace (a Python sendto loop in a
      separate process) sends 60-byte frames (64 on a wire with the FCS); this
      process waits in select() on fileno() (need_wakeup) and drains with
@@ -43,10 +43,10 @@ import time
 
 from pyroute2 import IPRoute
 
-from backends.afxdp import AfXdpDevice
-from backends.afxdp.sim import SimKernel
-from tools.bench_rings import RECEIVER, SENDER  # the kernel-side traffic scripts, shared
-from tools.netns import Topology
+from ustack.backends.afxdp import AfXdpDevice
+from ustack.backends.afxdp.sim import SimKernel
+from ustack.tools.bench_rings import RECEIVER, SENDER  # the kernel-side traffic scripts, shared
+from ustack.tools.netns import Topology
 
 RX_PORT = 7000
 TX_PORT = 9000

@@ -1,8 +1,8 @@
 """Micro-benchmark of the TAP and AF_PACKET-ring backends: CPU µs per 64-byte frame.
 
-    python -m tools.bench_rings [--seconds 2] [--backends tap,packet] [--burst 64]
+    python -m ustack.tools.bench_rings [--seconds 2] [--backends tap,packet] [--burst 64]
 
-For each backend, in a fresh tools.netns topology:
+For each backend, in a fresh ustack.tools.netns topology:
 
 - rx: a kernel UDP sender in the peer namespace (a Python sendto loop in a
   separate process) sends 60-byte frames (64 on a wire with the FCS) to the
@@ -28,7 +28,7 @@ import select
 import sys
 import time
 
-from tools.netns import Topology
+from ustack.tools.netns import Topology
 
 RX_PORT = 7000
 TX_PORT = 9000

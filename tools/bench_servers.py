@@ -6,7 +6,7 @@
   a TAP with the same four services on its asyncio API.
 
 They print ``ready`` once listening and run until SIGTERM. Ports and sizes
-are the ones ``tools.bench`` measures against.
+are the ones ``ustack.tools.bench`` measures against.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ import signal
 import socket
 import contextlib
 
-from tools.bench import TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO
+from ustack.tools.bench import TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO
 
 
 def kernel_serve(addr: str, source_bytes: int) -> None:
     """The kernel row's server: UDP echo, TCP echo/discard/source on kernel sockets, one selector loop.
 
-    Same services and same single-threaded event-driven shape as tools.services
+    Same services and same single-threaded event-driven shape as ustack.tools.services
     in ``ustack serve``; runs until SIGTERM/SIGINT.
     """
-    from tools.services import PATTERN_BLOCK
+    from ustack.tools.services import PATTERN_BLOCK
 
     sel = selectors.DefaultSelector()
     stop = []
@@ -138,7 +138,7 @@ def pytcp_serve(ifname: str, addr: str, mac: str, source_bytes: int) -> None:
     from pmd_pytcp.socket import AddressFamily, SocketType
     from pmd_pytcp.socket import socket as pytcp_socket
 
-    from tools.services import PATTERN_BLOCK
+    from ustack.tools.services import PATTERN_BLOCK
 
     stack.LOG__CHANNEL = set()  # no per-packet logging
 

@@ -24,9 +24,9 @@ import statistics
 import sys
 
 from ustack.capture import PcapDevice
-from ustack.clock import MonotonicClock
+from ustack.api.clock import MonotonicClock
 from ustack.device import DeviceError
-from ustack.driver import Driver
+from ustack.api.driver import Driver
 from ustack.net.route import ip_int, ip_str
 from ustack.stack import Stack
 
@@ -46,7 +46,7 @@ def open_stack(args, clock):
     """Open the device named by the arguments and build a Stack on it. Returns (stack, extras)."""
     extras = {}
     if args.backend == "pipe":
-        from backends.pipe import PipeLink
+        from ustack.backends.pipe import PipeLink
 
         link = PipeLink(clock, mtu=args.mtu or 1500)
         device = link.a
@@ -54,7 +54,7 @@ def open_stack(args, clock):
     else:
         if not args.ifname:
             raise SystemExit(f"ustack: --ifname is required for the {args.backend} backend")
-        from backends.registry import open_device
+        from ustack.backends.registry import open_device
 
         device = open_device(args.backend, args.ifname, **_device_opts(args))
     if getattr(args, "pcap", None):
@@ -105,7 +105,7 @@ def cmd_serve(args) -> int:
     if args.udp_echo:
         echo = stack.udp.endpoint()
         stack.udp.bind(echo, 0, args.udp_echo)
-    from tools.services import TcpDiscard, TcpEcho, TcpSource
+    from ustack.tools.services import TcpDiscard, TcpEcho, TcpSource
 
     services = []
     if args.tcp_echo:
@@ -115,7 +115,7 @@ def cmd_serve(args) -> int:
     if args.tcp_source:
         services.append(TcpSource(stack, args.tcp_source, args.source_bytes))
     stack.poll(clock())
-    from tools.stats import StatsPublisher
+    from ustack.tools.stats import StatsPublisher
 
     publisher = StatsPublisher(stack, driver).start()
     caps = stack.device.capabilities
@@ -165,7 +165,7 @@ def cmd_serve(args) -> int:
 
 def _pipe_selftest(stack, peer, clock, args) -> None:
     """For --backend pipe: the peer stack pings the served stack and tries its UDP echo (own thread)."""
-    from ustack.socket import SOCK_DGRAM, socket as usocket
+    from ustack.api.socket import SOCK_DGRAM, socket as usocket
 
     driver = Driver(peer, clock)
     got = {}
@@ -281,8 +281,8 @@ def _host_port(text: str, name: str):
 def cmd_send(args) -> int:
     import hashlib
 
-    from tools.services import PATTERN_BLOCK
-    from ustack.socket import socket as usocket
+    from ustack.tools.services import PATTERN_BLOCK
+    from ustack.api.socket import socket as usocket
 
     target = _host_port(args.connect, "send")
     if target is None:
@@ -334,7 +334,7 @@ def cmd_send(args) -> int:
 def cmd_recv(args) -> int:
     import hashlib
 
-    from ustack.socket import socket as usocket
+    from ustack.api.socket import socket as usocket
 
     target = _host_port(args.connect, "recv") if args.connect else None
     if args.connect and target is None:
@@ -382,7 +382,7 @@ def cmd_recv(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from tools.demo import main as demo_main
+    from ustack.tools.demo import main as demo_main
 
     return demo_main(args)
 
@@ -428,13 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
     recv.set_defaults(func=cmd_recv)
     serve.set_defaults(func=cmd_serve)
     demo = sub.add_parser("demo", help="a guided tour: the kernel and ustack talking (root), or two stacks (no root)")
-    from tools.demo import add_arguments as demo_arguments
+    from ustack.tools.demo import add_arguments as demo_arguments
 
     demo_arguments(demo)
     demo.set_defaults(func=cmd_demo)
-    from tools import bench as bench_tool
-    from tools import stats as stats_tool
-    from tools import trace as trace_tool
+    from ustack.tools import bench as bench_tool
+    from ustack.tools import stats as stats_tool
+    from ustack.tools import trace as trace_tool
 
     stats_tool.add_parser(sub)
     trace_tool.add_parser(sub)

@@ -28,8 +28,8 @@ import sys
 import time
 
 from ustack.capture import PcapDevice
-from ustack.clock import MonotonicClock
-from ustack.driver import Driver
+from ustack.api.clock import MonotonicClock
+from ustack.api.driver import Driver
 from ustack.net.route import ip_int
 from ustack.stack import Stack
 
@@ -70,8 +70,8 @@ class UstackSide:
     """The stack under demonstration, with its services, driven by a background thread."""
 
     def __init__(self, device, addr: str, clock, nbytes: int):
-        from tools.httpd import HttpServer
-        from tools.services import TcpSink, TcpSource
+        from ustack.tools.httpd import HttpServer
+        from ustack.tools.services import TcpSink, TcpSource
 
         self.stack = Stack(device, addr, clock=clock)
         self.driver = Driver(self.stack, clock)
@@ -80,7 +80,7 @@ class UstackSide:
             self.sink = TcpSink(self.stack, SINK_PORT)
         self.driver.start()
         self.http = HttpServer(self.stack, HTTP_PORT).start()
-        from tools.stats import StatsPublisher
+        from ustack.tools.stats import StatsPublisher
 
         self.publisher = StatsPublisher(self.stack, self.driver).start()
 
@@ -201,7 +201,7 @@ class PipePeerSide:
         stack_ping(self.stack, self.driver, dst, 5)
 
     def _sock(self, host, port):
-        from ustack.socket import socket as usocket
+        from ustack.api.socket import socket as usocket
 
         s = usocket(self.stack)
         s.settimeout(30)
@@ -238,7 +238,7 @@ class PipePeerSide:
         return [str(got), f"{time.monotonic() - t0:.3f}", h.hexdigest()]
 
     def push(self, host: str, port: int, n: int):
-        from tools.services import PATTERN_BLOCK
+        from ustack.tools.services import PATTERN_BLOCK
 
         t0 = time.monotonic()
         with self._sock(host, port) as s:
@@ -263,7 +263,7 @@ class PipePeerSide:
 
 # -- the tour -----------------------------------------------------------------------------------------
 def tour(us: UstackSide, other, ustack_addr: str, other_addr: str, nbytes: int, pcap: str) -> int:
-    from tools.services import pattern_sha256
+    from ustack.tools.services import pattern_sha256
 
     want = pattern_sha256(nbytes)
     ok = True
@@ -312,8 +312,8 @@ def tour(us: UstackSide, other, ustack_addr: str, other_addr: str, nbytes: int, 
 
 
 def run_kernel_tour(args) -> int:
-    from backends.registry import available_backends, open_device
-    from tools.netns import Topology
+    from ustack.backends.registry import available_backends, open_device
+    from ustack.tools.netns import Topology
 
     have = available_backends()
     backend = args.backend or next((b for b in ("afxdp", "packet", "tap") if b in have), None)
@@ -348,7 +348,7 @@ def run_kernel_tour(args) -> int:
 
 
 def run_pipe_tour(args) -> int:
-    from backends.pipe import PipeLink
+    from ustack.backends.pipe import PipeLink
 
     say("(not root: the tour runs between two user-space stacks over the in-memory pipe backend)")
     clock = MonotonicClock()

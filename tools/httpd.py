@@ -11,14 +11,14 @@ from __future__ import annotations
 import html
 import threading
 
-from tools.services import pattern
+from ustack.tools.services import pattern
 
 MAX_REQUEST = 16 * 1024
 
 
 class HttpServer:
     def __init__(self, stack, port: int = 8080):
-        from ustack.socket import socket as usocket
+        from ustack.api.socket import socket as usocket
 
         self.stack = stack
         self.sock = usocket(stack)

@@ -388,7 +388,7 @@ class Topology:
         MAC, attaching to the existing device), then waits until the link is
         running. Returns the Device.
         """
-        from backends.registry import open_device
+        from ustack.backends.registry import open_device
 
         kind = kind or ("tap" if self.kind == "tap" else "packet")
         defaults = {"mac": self.stack_mac, "create": False} if kind == "tap" else {}

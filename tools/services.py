@@ -4,7 +4,7 @@ Used by ``ustack serve``: echo (RFC 862 style), discard (RFC 863 style) and
 a source that sends N bytes of a deterministic pattern to each client and
 then closes, so a client reading to EOF measures a finite transfer.
 
-They work on the protocol objects (ustack.tcp Listener / Connection) through
+They work on the protocol objects (ustack.transport.tcp Listener / Connection) through
 their ``on_event`` callbacks, which the TCP layer calls from inside
 ``Stack.poll`` after each segment it processes; whatever they send is
 flushed at the end of that poll round.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ustack.tcp.tcb import State
+from ustack.transport.tcp.tcb import State
 
 PATTERN_BLOCK = bytes(range(256)) * 256  # 64 KiB; the stream is bytes(range(256)) repeated
 

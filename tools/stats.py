@@ -12,7 +12,7 @@ the JSON snapshot without the lock.
 Protocol: the client connects, sends one line ``snapshot\\n`` and reads one
 JSON document until EOF.
 
-Client side: ``ustack stats`` (or ``python -m tools.stats``) finds the
+Client side: ``ustack stats`` (or ``python -m ustack.tools.stats``) finds the
 running stack (the only socket in the default directories, or ``--pid``,
 or ``--socket``) and prints an ``ss -tni``-like table of TCP connections
 and listeners, the UDP sockets, the ARP cache, an ``nstat``-like counter
@@ -39,7 +39,7 @@ import time
 from dataclasses import fields
 
 from ustack.net.route import ip_str
-from ustack.tcp.congestion import INFINITE_SSTHRESH
+from ustack.transport.tcp.congestion import INFINITE_SSTHRESH
 
 SNAPSHOT_VERSION = 1
 REQUEST_MAX = 256

@@ -1,7 +1,7 @@
 """``ustack trace FILE``: print a pcap capture one line per frame, with TCP analysis.
 
     ustack trace FILE [--follow] [-c N] [--port P]... [--host A]... [-S] [-N]
-    python -m tools.trace FILE ...
+    python -m ustack.tools.trace FILE ...
 
 The file is read by our own streaming record reader (pcap, microsecond or
 nanosecond, either byte order; pcapng through scapy's reader, not with

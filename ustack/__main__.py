@@ -2,6 +2,6 @@
 
 import sys
 
-from tools.cli import main
+from ustack.tools.cli import main
 
 sys.exit(main())

@@ -12,7 +12,7 @@
 
 It returns the next deadline (absolute time, or None when idle) so the
 caller knows how long it may sleep. Nothing here reads a clock, sleeps,
-blocks or starts a thread: adapters (ustack.driver, ustack.socket) do that.
+blocks or starts a thread: adapters (ustack.api.driver, ustack.api.socket) do that.
 
 Emission outside ``poll`` (an application's ``sendto``) is committed at once
 by ``flush()``, so a send does not wait for the next round.
@@ -32,10 +32,11 @@ from ustack.net.icmp import IcmpLayer
 from ustack.net.ipv4 import Ipv4Layer
 from ustack.net.route import Interface
 from ustack.stats import Stats
-from ustack.tcp.config import TcpConfig
-from ustack.tcp.layer import TcpLayer
+from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.layer import TcpLayer
 from ustack.timers import TimerHeap
-from ustack.udp import UdpLayer
+from ustack.wire.icmp import error_to_oserror
+from ustack.transport.udp import UdpLayer
 
 K_DROP, K_ARP, K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER = range(7)
 REASONS = _fastpath.REASONS
@@ -75,7 +76,7 @@ class Stack:
         self._mac = self.iface.mac
         self._started = False
         self._announce = announce
-        self.driver = None  # set by ustack.driver.Driver
+        self.driver = None  # set by ustack.api.driver.Driver
 
     # -- TX slots -----------------------------------------------------------
     def tx_slot(self) -> Optional[memoryview]:
@@ -199,16 +200,7 @@ class Stack:
     def transport_error(self, proto: int, laddr: int, lport: int, raddr: int, rport: int, itype: int, code: int,
                         extra: int, quoted_seq: Optional[int] = None) -> None:
         """An ICMP error quoting one of our datagrams: surface it on the endpoint (RFC 1122 4.1.3.3)."""
-        if itype == 3 and code in (2, 3):
-            err = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
-        elif itype == 3 and code == 4:
-            err = OSError(errno.EMSGSIZE, "Message too long (fragmentation needed)")
-        elif itype == 3 and code in (0, 6, 9, 11):
-            err = OSError(errno.ENETUNREACH, "Network is unreachable")
-        elif itype == 3:
-            err = OSError(errno.EHOSTUNREACH, "No route to host")
-        else:
-            err = OSError(errno.EHOSTUNREACH, "No route to host (time exceeded)")
+        err = error_to_oserror(itype, code)
         if proto == 17:
             if not self.udp.icmp_error(laddr, lport, raddr, rport, err):
                 self.stats.drop("icmp.error_no_socket")
@@ -274,8 +266,8 @@ class Stack:
         return ip_str(self.iface.addr)
 
     def socket(self, family: int = 2, type: int = 1, proto: int = 0):
-        """A stdlib-shaped socket on this stack (needs a clock: see ustack.socket)."""
-        from ustack.socket import socket as usocket
+        """A stdlib-shaped socket on this stack (needs a clock: see ustack.api.socket)."""
+        from ustack.api.socket import socket as usocket
 
         return usocket(self, family, type, proto)
 

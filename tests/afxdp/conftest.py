@@ -1,10 +1,10 @@
-"""Fixtures for the AF_XDP backend tests: veth topologies from tools.netns."""
+"""Fixtures for the AF_XDP backend tests: veth topologies from ustack.tools.netns."""
 
 from __future__ import annotations
 
 import pytest
 
-from tools.netns import Topology
+from ustack.tools.netns import Topology
 
 
 def _veth(mtu: int):

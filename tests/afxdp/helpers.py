@@ -15,7 +15,7 @@ from pyroute2 import IPRoute
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from backends.afxdp import AfXdpDevice
+from ustack.backends.afxdp import AfXdpDevice
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -118,7 +118,7 @@ def open_in_child(topo, opts: dict, setpriv: list[str]) -> str:
     code = (
         "import sys\n"
         f"sys.path.insert(0, {REPO!r})\n"
-        "from backends.afxdp import AfXdpDevice\n"
+        "from ustack.backends.afxdp import AfXdpDevice\n"
         "try:\n"
         f"    AfXdpDevice({topo.stack_ifname!r}, **{opts!r}).close()\n"
         "    print('OK')\n"

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from backends.afxdp.sim import XDP_PACKET_HEADROOM, XDP_PKT_CONTD, XDP_RING_NEED_WAKEUP, SimKernel
+from ustack.backends.afxdp.sim import XDP_PACKET_HEADROOM, XDP_PKT_CONTD, XDP_RING_NEED_WAKEUP, SimKernel
 
 
 def frame(n: int, seed: int = 0) -> bytes:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from backends.afxdp import (
+from ustack.backends.afxdp import (
     AfXdpDevice,
     ModeUnavailableError,
     MtuTooLargeError,
@@ -16,9 +16,9 @@ from backends.afxdp import (
     QueueBusyError,
     QueueRangeError,
 )
-from backends.afxdp import bpf
-from backends.afxdp.link import Link
-from backends.afxdp.program import redirect_program
+from ustack.backends.afxdp import bpf
+from ustack.backends.afxdp.link import Link
+from ustack.backends.afxdp.program import redirect_program
 from tests.afxdp.helpers import collect, open_device, open_in_child, peer_udp, udp_dport, xdp_prog_id
 from ustack.device import DeviceError
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.privileged
 CHILD = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from backends.afxdp import AfXdpDevice
+from ustack.backends.afxdp import AfXdpDevice
 dev = AfXdpDevice({ifname!r})
 print("ready", dev.capabilities.extra["xdp_prog_id"], flush=True)
 if {ending!r} == "exit":

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from backends.afxdp import bpf
-from backends.afxdp.program import PROG_NAME, PROG_NAME_FRAGS, redirect_program
+from ustack.backends.afxdp import bpf
+from ustack.backends.afxdp.program import PROG_NAME, PROG_NAME_FRAGS, redirect_program
 from tests.afxdp.helpers import open_device
 
 XDP_PASS, XDP_REDIRECT = 2, 4

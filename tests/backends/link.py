@@ -13,7 +13,7 @@ A *link* is what the conformance tests talk to:
   buffering small, and how many frames that buffering holds at most;
 - ``reopen(**opts)``, ``close()``.
 
-``KernelLink`` implements it over a ``tools.netns.Topology`` for every
+``KernelLink`` implements it over a ``ustack.tools.netns.Topology`` for every
 backend that runs on a real interface (tap, packet, afxdp). A pipe link
 would implement the same surface with a scripted peer on the other end.
 """
@@ -27,7 +27,7 @@ import struct
 import time
 from typing import Callable, Optional
 
-from tools.netns import Topology
+from ustack.tools.netns import Topology
 from ustack.wire.checksum import ones_sum, pseudo_header_sum
 
 ETH_P_ALL = 0x0003

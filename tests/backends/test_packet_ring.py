@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from backends.packet_ring import PacketRingDevice
+from ustack.backends.packet_ring import PacketRingDevice
 from tests.backends.link import (
     KernelLink,
     collect,

@@ -7,8 +7,8 @@ import select
 
 import pytest
 
-from backends.pipe import PipeLink
-from ustack.clock import ManualClock
+from ustack.backends.pipe import PipeLink
+from ustack.api.clock import ManualClock
 from ustack.device import Device
 
 

@@ -1,4 +1,4 @@
-"""backends.registry: opening backends by kind, and refusing clearly."""
+"""ustack.backends.registry: opening backends by kind, and refusing clearly."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import types
 
 import pytest
 
-from backends import registry
-from backends.packet_ring import PacketRingDevice
-from backends.tap import TapDevice
-from tools.netns import Topology
+from ustack.backends import registry
+from ustack.backends.packet_ring import PacketRingDevice
+from ustack.backends.tap import TapDevice
+from ustack.tools.netns import Topology
 from ustack.device import DeviceError
 
 
@@ -30,7 +30,7 @@ def test_unknown_kind():
 
 
 def test_afxdp_without_its_device_class_is_a_device_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "backends.afxdp", types.ModuleType("backends.afxdp"))
+    monkeypatch.setitem(sys.modules, "ustack.backends.afxdp", types.ModuleType("ustack.backends.afxdp"))
     with pytest.raises(DeviceError) as info:
         registry.open_device("afxdp", "eth0")
     assert "afxdp backend cannot be imported" in str(info.value)
@@ -38,16 +38,16 @@ def test_afxdp_without_its_device_class_is_a_device_error(monkeypatch):
 
 
 def test_afxdp_that_fails_to_import_is_a_device_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "backends.afxdp", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "ustack.backends.afxdp", None)  # import raises ImportError
     with pytest.raises(DeviceError) as info:
         registry.open_device("afxdp", "eth0")
     assert "cannot be imported" in str(info.value)
 
 
 def test_afxdp_device_class_is_used(monkeypatch):
-    module = types.ModuleType("backends.afxdp")
+    module = types.ModuleType("ustack.backends.afxdp")
     module.AfXdpDevice = lambda ifname, **opts: ("afxdp", ifname, opts)
-    monkeypatch.setitem(sys.modules, "backends.afxdp", module)
+    monkeypatch.setitem(sys.modules, "ustack.backends.afxdp", module)
     assert registry.open_device("afxdp", "eth0", queue=0) == ("afxdp", "eth0", {"queue": 0})
     assert "afxdp" in registry.available_backends()
 

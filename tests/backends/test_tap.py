@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.tap import TapDevice
-from tools.netns import Topology
+from ustack.backends.tap import TapDevice
+from ustack.tools.netns import Topology
 from ustack.device import DeviceError
 
 pytestmark = pytest.mark.privileged
@@ -82,8 +82,8 @@ def test_unprivileged_open_explains_itself():
     script = textwrap.dedent(
         """
         import os
-        from backends.tap import TapDevice
-        from backends.packet_ring import PacketRingDevice
+        from ustack.backends.tap import TapDevice
+        from ustack.backends.packet_ring import PacketRingDevice
         from ustack.device import DeviceError
         os.setgroups([])
         os.setresgid(65534, 65534, 65534)

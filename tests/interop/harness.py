@@ -15,7 +15,7 @@ BACKENDS = ["tap", "packet", "packet-v3"]
 def backend_params():
     params = list(BACKENDS)
     try:
-        from backends.registry import available_backends
+        from ustack.backends.registry import available_backends
 
         if "afxdp" in available_backends():
             params += ["afxdp-native", "afxdp-generic"]
@@ -41,7 +41,7 @@ class Served:
     """A running ``ustack serve`` and the topology around it."""
 
     def __init__(self, backend: str, tmp_path, serve_args):
-        from tools.netns import Topology
+        from ustack.tools.netns import Topology
 
         self.backend = backend
         kind = "tap" if backend == "tap" else "veth"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.privileged
 
 def afxdp_available():
     try:
-        from backends.registry import available_backends
+        from ustack.backends.registry import available_backends
 
         return "afxdp" in available_backends()
     except Exception:
@@ -30,7 +30,7 @@ def test_8000_byte_datagrams_without_fragmentation(mode, tmp_path):
     require_privileged()
     if not afxdp_available():
         pytest.fail("the afxdp backend is not available on this machine")
-    from tools.netns import Topology, peer_socket
+    from ustack.tools.netns import Topology, peer_socket
 
     with Topology.veth(mtu=9000, tag="j") as t:
         p = t.stack_popen([sys.executable, "-m", "ustack", "serve", "--backend", "afxdp", "--xdp-mode", mode,

@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import privilege_problem, require_privileged, require_tool
 from tests.interop.harness import Served, ustack_cli
-from tools.services import PATTERN_BLOCK, pattern_sha256
+from ustack.tools.services import PATTERN_BLOCK, pattern_sha256
 
 pytestmark = pytest.mark.privileged
 
@@ -52,7 +52,7 @@ def served(request, tmp_path_factory):
 
 
 def kernel_tcp(served, timeout=30.0):
-    from tools.netns import peer_socket
+    from ustack.tools.netns import peer_socket
 
     s = peer_socket(served.topo, type=socket.SOCK_STREAM)
     s.settimeout(timeout)
@@ -203,7 +203,7 @@ class KernelServer:
     """A kernel TCP server in the peer namespace running ``handler(conn)`` for one connection."""
 
     def __init__(self, served, handler):
-        from tools.netns import peer_socket
+        from ustack.tools.netns import peer_socket
 
         self.sock = peer_socket(served.topo, type=socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

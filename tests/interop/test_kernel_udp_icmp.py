@@ -67,7 +67,7 @@ def test_kernel_pings_ustack_100_of_100(served):
 
 
 def test_udp_echo_10000_datagrams_0_to_8000_bytes_exact(served):
-    from tools.netns import peer_socket
+    from ustack.tools.netns import peer_socket
 
     t = served.topo
     rnd = random.Random(2026)
@@ -122,7 +122,7 @@ def _raw_frames(served):
 
 
 def test_bad_frames_are_dropped_named_counted_and_stack_keeps_answering(served):
-    from tools.netns import peer_socket
+    from ustack.tools.netns import peer_socket
 
     t = served.topo
     cases = _raw_frames(served)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from backends.pipe import PipeLink
-from ustack.clock import ManualClock
+from ustack.backends.pipe import PipeLink
+from ustack.api.clock import ManualClock
 from ustack.stack import Stack
 
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from backends.pipe import PipeLink
-from ustack.clock import MonotonicClock
-from ustack.driver import Driver
-from ustack.socket import SOCK_DGRAM, socket as usocket
+from ustack.backends.pipe import PipeLink
+from ustack.api.clock import MonotonicClock
+from ustack.api.driver import Driver
+from ustack.api.socket import SOCK_DGRAM, socket as usocket
 from ustack.stack import Stack
 
 

@@ -7,9 +7,9 @@ import subprocess
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.l2 import ARP
 
-from backends.pipe import PipeLink
+from ustack.backends.pipe import PipeLink
 from ustack.capture import PcapDevice, dissect
-from ustack.clock import ManualClock
+from ustack.api.clock import ManualClock
 from ustack.net.route import ip_int
 from ustack.stack import Stack
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from backends.pipe import PipeLink
-from ustack.clock import MonotonicClock
-from ustack.driver import Driver
-from ustack.socket import socket as usocket
+from ustack.backends.pipe import PipeLink
+from ustack.api.clock import MonotonicClock
+from ustack.api.driver import Driver
+from ustack.api.socket import socket as usocket
 from ustack.stack import Stack
-from ustack.stream import StreamSocket
+from ustack.api.stream import StreamSocket
 
 A, B = "198.18.0.1", "198.18.0.2"
 

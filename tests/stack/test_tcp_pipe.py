@@ -17,7 +17,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
 from ustack.device import DeviceWrapper
-from ustack.tcp.tcb import State
+from ustack.transport.tcp.tcb import State
 from ustack.wire.checksum import internet_checksum, pseudo_header_sum
 from ustack.wire.tcp import TcpHeader
 

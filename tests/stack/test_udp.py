@@ -8,7 +8,7 @@ import random
 import pytest
 
 from ustack.net.route import ip_int
-from ustack.socket import SOCK_DGRAM, socket as usocket
+from ustack.api.socket import SOCK_DGRAM, socket as usocket
 
 from .netsim import Net
 

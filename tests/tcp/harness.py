@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from scapy.compat import raw
 from scapy.layers.inet import IP, TCP
 
-from ustack.clock import ManualClock
+from ustack.api.clock import ManualClock
 from ustack.stats import Stats
-from ustack.tcp import TcpConfig, TcpLayer
-from ustack.tcp.seq import seq_add, seq_gt, seq_le
+from ustack.transport.tcp import TcpConfig, TcpLayer
+from ustack.transport.tcp.seq import seq_add, seq_gt, seq_le
 from ustack.timers import TimerHeap
 from ustack.wire.ipv4 import bytes_to_ip, ip_to_bytes
 from ustack.wire.tcp import ACK, FIN, PSH, SYN, TcpHeader, flags_from_str, flags_to_str

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.tcp.harness import Harness, Peer
-from ustack.tcp import State
+from ustack.ratelimit import TokenBucket
+from ustack.transport.tcp import State
 
 
 def established(**cfg):
@@ -95,12 +96,11 @@ def test_rst_outside_window_is_dropped_silently():
 
 def test_layer_wide_challenge_ack_budget():
     h = Harness(delayed_ack=False)
-    h.layer.challenge_ack_limit = 2
+    h.layer.challenge_acks = TokenBucket(2.0, 2.0, h.now)  # a budget of 2 per second, starting full
     conns = []
     for port in (5000, 5001, 5002):
         h.peer = Peer(h, port=port)
         conns.append((h.peer, h.open_active()))
-    h.layer._challenge_tokens = 2.0
     for peer, _ in conns:
         peer.send(flags="R", seq=1500, advance=False)
     assert len(h.drain()) == 2  # the third is over the layer's budget

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from tests.tcp.harness import Harness
-from ustack.tcp import State
+from ustack.transport.tcp import State
 
 
 def test_active_close_through_fin_wait_and_time_wait():

@@ -8,7 +8,8 @@ import socket
 import pytest
 
 from tests.tcp.harness import LOCAL, PEER, Harness, Peer
-from ustack.tcp import State
+from ustack.transport.ports import EPHEMERAL_HIGH, EPHEMERAL_LOW
+from ustack.transport.tcp import State
 
 
 def test_data_and_fin_on_the_syn_ack():
@@ -116,7 +117,7 @@ def test_time_wait_reuse_decided_by_timestamps():
 def test_listen_on_port_zero_picks_a_port():
     h = Harness()
     lst = h.layer.listen((LOCAL, 0), 5)
-    assert 49152 <= lst.local[1] <= 65535 and h.layer.listeners[lst.key] is lst
+    assert EPHEMERAL_LOW <= lst.local[1] <= EPHEMERAL_HIGH and h.layer.listeners[lst.key] is lst
     lst.close()
     assert not h.layer.listeners
 

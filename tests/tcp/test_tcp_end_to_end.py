@@ -9,8 +9,8 @@ import random
 import pytest
 
 from tests.tcp.harness import FakeHost
-from ustack.clock import ManualClock
-from ustack.tcp import State, TcpConfig, TcpLayer
+from ustack.api.clock import ManualClock
+from ustack.transport.tcp import State, TcpConfig, TcpLayer
 from ustack.timers import TimerHeap
 from ustack.wire.ipv4 import ip_to_bytes
 

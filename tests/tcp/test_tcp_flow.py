@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.tcp.harness import Harness
-from ustack.tcp import State
+from ustack.transport.tcp import State
 
 
 def established(peer_win=65535, peer_mss=1460, **cfg):

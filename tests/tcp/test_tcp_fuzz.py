@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.tcp.harness import LOCAL, Harness
-from ustack.tcp import State
-from ustack.tcp.seq import seq_diff, seq_ge, seq_le
+from ustack.transport.tcp import State
+from ustack.transport.tcp.seq import seq_diff, seq_ge, seq_le
 from ustack.wire.tcp import TcpHeader
 
 # Mostly meaningful flag combinations (ACK, data, FIN, RST, SYN), sometimes any byte.

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from tests.conftest import require_privileged
-from ustack.tcp import State
+from ustack.transport.tcp import State
 
 pytestmark = pytest.mark.privileged
 
@@ -22,8 +22,8 @@ SIZE = 1_000_000
 @pytest.fixture
 def world():
     require_privileged()
-    from tools.netns import Topology
-    from ustack.driver import Driver
+    from ustack.tools.netns import Topology
+    from ustack.api.driver import Driver
     from ustack.stack import Stack
 
     topo = Topology.veth(tag="tk")
@@ -62,7 +62,7 @@ def _echo_server(lsock: socket.socket, errors: list) -> None:
 
 
 def test_we_connect_to_a_kernel_echo_server(world):
-    from tools.netns import peer_socket
+    from ustack.tools.netns import peer_socket
 
     topo, layer, driver = world
     lsock = peer_socket(topo, socket.AF_INET, socket.SOCK_STREAM)
@@ -98,7 +98,7 @@ def test_we_connect_to_a_kernel_echo_server(world):
 
 
 def test_kernel_connects_to_our_listener(world):
-    from tools.netns import peer_socket
+    from ustack.tools.netns import peer_socket
 
     topo, layer, driver = world
     lst = layer.listen((socket.inet_aton(topo.stack_addr), 8000), 5)

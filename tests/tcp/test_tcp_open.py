@@ -8,8 +8,8 @@ import errno
 import pytest
 
 from tests.tcp.harness import LOCAL, PEER, Harness, Peer
-from ustack.tcp import State
-from ustack.tcp.seq import seq_add
+from ustack.transport.tcp import State
+from ustack.transport.tcp.seq import seq_add
 
 
 def test_active_open_offers_and_negotiates_options():

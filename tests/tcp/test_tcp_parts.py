@@ -8,18 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ustack.tcp.congestion import NewReno, initial_window, make
-from ustack.tcp.isn import (
+from ustack.transport.tcp.congestion import NewReno, initial_window, make
+from ustack.transport.tcp.isn import (
     COOKIE_MSS,
     check_cookie,
     cookie_mss_index,
     initial_sequence_number,
     make_cookie,
 )
-from ustack.tcp.recvbuf import ReceiveBuffer
-from ustack.tcp.rtt import RttEstimator
-from ustack.tcp.sendbuf import SendBuffer
-from ustack.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt, seq_max, seq_min
+from ustack.transport.tcp.recvbuf import ReceiveBuffer
+from ustack.transport.tcp.rtt import RttEstimator
+from ustack.transport.tcp.sendbuf import SendBuffer
+from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt, seq_max, seq_min
 
 SECRET = bytes(range(16))
 A, B = bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2])
@@ -232,7 +232,7 @@ def test_cookie_roundtrip_expiry_and_forgery():
 
 
 def test_cubic_decrease_and_return_to_w_max():
-    from ustack.tcp.congestion import Cubic
+    from ustack.transport.tcp.congestion import Cubic
 
     mss = 1000
     cc = Cubic(mss)
@@ -262,7 +262,7 @@ def test_cubic_decrease_and_return_to_w_max():
 
 
 def test_cubic_fast_convergence_and_timeout():
-    from ustack.tcp.congestion import Cubic
+    from ustack.transport.tcp.congestion import Cubic
 
     cc = Cubic(1000)
     cc.cwnd = 100_000

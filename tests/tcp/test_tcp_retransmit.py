@@ -8,7 +8,7 @@ import errno
 import pytest
 
 from tests.tcp.harness import Harness
-from ustack.tcp import State
+from ustack.transport.tcp import State
 
 
 def established(rtt: float = 0.1, peer_mss: int = 1000, peer_win: int = 65535, **cfg):

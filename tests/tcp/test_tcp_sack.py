@@ -4,7 +4,7 @@ RFC 3042 limited transmit."""
 from __future__ import annotations
 
 from tests.tcp.harness import Harness
-from ustack.tcp.sack import Scoreboard
+from ustack.transport.tcp.sack import Scoreboard
 
 MSS = 1000
 
@@ -149,7 +149,7 @@ def test_limited_transmit_sends_new_data_on_the_first_two_duplicates():
 
 
 def test_scoreboard_is_bounded():
-    from ustack.tcp.sack import MAX_BLOCKS
+    from ustack.transport.tcp.sack import MAX_BLOCKS
 
     b = Scoreboard()
     for i in range(1, 400):

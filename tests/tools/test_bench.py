@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import bench
+from ustack.tools import bench
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -191,7 +191,7 @@ def test_notes_name_the_packet_retire_timer_and_server_drops():
 @pytest.mark.privileged
 def test_quick_run_on_packet_measures_every_metric(tmp_path):
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    argv = [sys.executable, "-m", "tools.bench", "--quick", "--backends", "packet", "--rtt-count", "100",
+    argv = [sys.executable, "-m", "ustack.tools.bench", "--quick", "--backends", "packet", "--rtt-count", "100",
             "--rtt-warmup", "20", "--bulk-bytes", "1000000", "--bulk-seconds", "3", "--cps-seconds", "0.5",
             "--ring-seconds", "0.3", "--ring-runs", "1", "--json", str(out_json), "--png", str(out_png)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

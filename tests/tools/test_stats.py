@@ -1,4 +1,4 @@
-"""``ustack stats``: a StatsPublisher on a live stack, read back by ``tools.stats.main``.
+"""``ustack stats``: a StatsPublisher on a live stack, read back by ``ustack.tools.stats.main``.
 
 Two stacks over the pipe backend on a real clock. Stack A connects to a
 listener on B, sends 3000 bytes, has a UDP socket holding three datagrams
@@ -20,13 +20,13 @@ import threading
 
 import pytest
 
-from backends.pipe import PipeLink
-from tools import stats as ustats
-from ustack.clock import MonotonicClock
-from ustack.driver import Driver
+from ustack.backends.pipe import PipeLink
+from ustack.tools import stats as ustats
+from ustack.api.clock import MonotonicClock
+from ustack.api.driver import Driver
 from ustack.net.route import ip_int
 from ustack.stack import Stack
-from ustack.tcp.tcb import State
+from ustack.transport.tcp.tcb import State
 from ustack.wire.checksum import internet_checksum
 
 ANY = b"\0\0\0\0"

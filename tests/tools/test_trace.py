@@ -25,7 +25,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.utils import wrpcap, wrpcapng
 
-from tools import trace
+from ustack.tools import trace
 from ustack.capture import PcapDevice, PcapWriter
 
 A, B = "198.18.0.1", "198.18.0.2"
@@ -489,7 +489,7 @@ def test_command_line_stops_quietly_when_the_reader_goes_away(tmp_path):
     for i in range(3000):
         w.write(i * 0.001, frame)
     w.close()
-    proc = subprocess.Popen([sys.executable, "-m", "tools.trace", path], cwd=REPO, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "ustack.tools.trace", path], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     first = proc.stdout.readline()
     proc.stdout.close()  # as `| head -1` does
@@ -552,7 +552,7 @@ def test_follow_reader_waits_for_partial_records_and_restarts_on_truncation(tmp_
 
 
 def start_follow(path, *extra):
-    return subprocess.Popen([sys.executable, "-m", "tools.trace", "--follow", "--interval", "0.02", str(path),
+    return subprocess.Popen([sys.executable, "-m", "ustack.tools.trace", "--follow", "--interval", "0.02", str(path),
                              *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -657,7 +657,7 @@ def test_follow_refuses_a_non_pcap_file(tmp_path):
 def test_genuine_capture_of_two_stacks_over_a_lossy_pipe(tmp_path, capsys):
     """b pushes 300 kB to a over a link losing 5%; b's own capture shows every resend it made."""
     from tests.stack.netsim import Net
-    from ustack.tcp.tcb import State
+    from ustack.transport.tcp.tcb import State
 
     net = Net(seed=3, loss=0.05, delay=0.002)
     path = str(tmp_path / "real.pcap")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional
 
+from ustack.ratelimit import TokenBucket
 from ustack.wire import WireError
 from ustack.wire.icmp import (DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, TIME_EXCEEDED, IcmpMessage)
 
@@ -25,24 +26,6 @@ if TYPE_CHECKING:
     from ustack.stack import Stack
 
 PROTO_ICMP = 1
-
-
-class TokenBucket:
-    """Tokens refill at ``rate`` per second up to ``burst``; time is passed in."""
-
-    __slots__ = ("rate", "burst", "tokens", "last")
-
-    def __init__(self, rate: float, burst: float, now: float):
-        self.rate, self.burst, self.tokens, self.last = rate, burst, burst, now
-
-    def take(self, now: float) -> bool:
-        if now > self.last:
-            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
-            self.last = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 class IcmpLayer:

@@ -13,6 +13,7 @@ already cut at the IP total length) and verifies the checksum over all of it.
 
 from __future__ import annotations
 
+import errno
 import struct
 from dataclasses import dataclass
 
@@ -52,6 +53,25 @@ MAX_QUOTE_LEN = 576 - 20 - HEADER_LEN
 
 _HEADER = struct.Struct("!BBHHH")
 _CHECKSUM = struct.Struct("!H")
+
+
+
+def error_to_oserror(itype: int, code: int) -> OSError:
+    """The errno an ICMP error reports on a socket (RFC 1122 4.1.3.3 / 4.2.3.9; Linux's icmp_err_convert).
+
+    Protocol and port unreachable are ECONNREFUSED, fragmentation needed is
+    EMSGSIZE, the network-unreachable family ENETUNREACH, other destination
+    unreachable codes and time exceeded EHOSTUNREACH.
+    """
+    if itype == DEST_UNREACHABLE:
+        if code in (PROTOCOL_UNREACHABLE, PORT_UNREACHABLE):
+            return ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        if code == FRAGMENTATION_NEEDED:
+            return OSError(errno.EMSGSIZE, "Message too long (fragmentation needed)")
+        if code in (0, 6, 9, 11):
+            return OSError(errno.ENETUNREACH, "Network is unreachable")
+        return OSError(errno.EHOSTUNREACH, "No route to host")
+    return OSError(errno.EHOSTUNREACH, "No route to host (time exceeded)")
 
 
 @dataclass(frozen=True, slots=True)

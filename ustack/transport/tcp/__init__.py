@@ -10,11 +10,11 @@ ports: what the stack calls), ``config`` (knobs), ``info`` (TCP_INFO-like
 snapshot).
 """
 
-from ustack.tcp.config import TcpConfig
-from ustack.tcp.connection import Connection
-from ustack.tcp.info import TcpInfo
-from ustack.tcp.layer import TcpHost, TcpLayer
-from ustack.tcp.listener import Listener
-from ustack.tcp.tcb import State
+from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.connection import Connection
+from ustack.transport.tcp.info import TcpInfo
+from ustack.transport.tcp.layer import TcpHost, TcpLayer
+from ustack.transport.tcp.listener import Listener
+from ustack.transport.tcp.tcb import State
 
 __all__ = ["TcpConfig", "Connection", "TcpInfo", "TcpHost", "TcpLayer", "Listener", "State"]

@@ -22,7 +22,7 @@ import select
 import threading
 from typing import Callable, Optional
 
-from ustack.clock import MonotonicClock
+from ustack.api.clock import MonotonicClock
 
 MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, stop requests)
 

@@ -30,7 +30,7 @@ EPHEMERAL_LOW, EPHEMERAL_HIGH = 32768, 60999  # Linux ip_local_port_range
 
 
 class UdpEndpoint:
-    """The protocol side of one UDP socket (no blocking here; see ustack.socket)."""
+    """The protocol side of one UDP socket (no blocking here; see ustack.api.socket)."""
 
     def __init__(self, layer: "UdpLayer", rcvbuf: int):
         self.layer = layer

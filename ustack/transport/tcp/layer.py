@@ -34,18 +34,18 @@ from __future__ import annotations
 import errno
 from typing import Protocol
 
-from ustack.tcp.config import TcpConfig
-from ustack.tcp.connection import Connection
-from ustack.tcp.isn import initial_sequence_number, keyed_hash32
-from ustack.tcp.listener import Listener
-from ustack.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
-from ustack.tcp.tcb import State
+from ustack.ratelimit import TokenBucket
+from ustack.transport.ports import EphemeralPorts
+from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.connection import Connection
+from ustack.transport.tcp.isn import initial_sequence_number
+from ustack.transport.tcp.listener import Listener
+from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
+from ustack.transport.tcp.tcb import State
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
 
 ANY = b"\0\0\0\0"
-EPHEMERAL_LOW = 49152
-EPHEMERAL_HIGH = 65535
 
 
 class TcpHost(Protocol):
@@ -73,7 +73,7 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_port_counter",
-                 "challenge_ack_limit", "_challenge_tokens", "_challenge_stamp")
+                 "challenge_acks", "ports")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -82,11 +82,9 @@ class TcpLayer:
         self.connections: dict[tuple, Connection] = {}
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
-        self._port_counter = 0
+        self.ports = EphemeralPorts(host.isn_secret, b"tcp")
         # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second.
-        self.challenge_ack_limit = 1000
-        self._challenge_tokens = 1000.0
-        self._challenge_stamp = 0.0
+        self.challenge_acks = TokenBucket(1000.0, 1000.0)
 
     # -- what the stack calls --------------------------------------------
 
@@ -226,14 +224,7 @@ class TcpLayer:
         return initial_sequence_number(self.host.isn_secret, key[0], key[1], key[2], key[3], now)
 
     def _challenge_allowed(self, now: float) -> bool:
-        limit = self.challenge_ack_limit
-        tokens = min(float(limit), self._challenge_tokens + (now - self._challenge_stamp) * limit)
-        self._challenge_stamp = now
-        if tokens < 1.0:
-            self._challenge_tokens = tokens
-            return False
-        self._challenge_tokens = tokens - 1.0
-        return True
+        return self.challenge_acks.take(now)
 
     def _send_header(self, src: bytes, dst: bytes, hdr: TcpHeader, payload=b"") -> None:
         seg = bytearray(hdr.header_len + len(payload))
@@ -264,22 +255,18 @@ class TcpLayer:
         return seq_gt(hdr.seq, tcb.rcv_nxt)
 
     def _pick_port(self, laddr: bytes, raddr: bytes, rport: int) -> int:
-        """RFC 6056 Algorithm 3: a keyed per-destination offset plus a counter."""
-        num = EPHEMERAL_HIGH - EPHEMERAL_LOW + 1
-        offset = keyed_hash32(self.host.isn_secret, b"port", laddr, 0, raddr, rport)
+        """An ephemeral port (RFC 6056, ``ustack.transport.ports``) free for this destination."""
         listeners = self.listeners
         conns = self.connections
-        for i in range(num):
-            port = EPHEMERAL_LOW + (offset + self._port_counter + i) % num
+
+        def taken(port: int) -> bool:
             if (laddr, port) in listeners or (ANY, port) in listeners:
-                continue
-            if raddr != ANY and (laddr, port, raddr, rport) in conns:
-                continue
-            if raddr == ANY and any(k[0] == laddr and k[1] == port for k in conns):
-                continue
-            self._port_counter += i + 1
-            return port
-        raise OSError(errno.EADDRNOTAVAIL, "no free ephemeral port")
+                return True
+            if raddr != ANY:
+                return (laddr, port, raddr, rport) in conns
+            return any(k[0] == laddr and k[1] == port for k in conns)
+
+        return self.ports.pick(laddr, raddr, rport, taken)
 
 
 def _addr(a) -> bytes:

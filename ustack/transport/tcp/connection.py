@@ -29,18 +29,19 @@ from __future__ import annotations
 import errno
 import socket
 
-from ustack.tcp import congestion
-from ustack.tcp.config import TcpConfig
-from ustack.tcp.info import TcpInfo
-from ustack.tcp.input import SegmentInput
-from ustack.tcp.isn import timestamp_offset
-from ustack.tcp.output import SegmentOutput
-from ustack.tcp.recvbuf import ReceiveBuffer
-from ustack.tcp.rtt import RttEstimator
-from ustack.tcp.sack import SackSender, Scoreboard
-from ustack.tcp.sendbuf import SendBuffer
-from ustack.tcp.seq import seq_add, seq_diff
-from ustack.tcp.tcb import SYNCHRONIZED, State, Tcb
+from ustack.transport.tcp import congestion
+from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.info import TcpInfo
+from ustack.transport.tcp.input import SegmentInput
+from ustack.transport.tcp.isn import timestamp_offset
+from ustack.transport.tcp.output import SegmentOutput
+from ustack.transport.tcp.recvbuf import ReceiveBuffer
+from ustack.transport.tcp.rtt import RttEstimator
+from ustack.transport.tcp.sack import SackSender, Scoreboard
+from ustack.transport.tcp.sendbuf import SendBuffer
+from ustack.transport.tcp.seq import seq_add, seq_diff
+from ustack.transport.tcp.tcb import SYNCHRONIZED, State, Tcb
+from ustack.wire.icmp import error_to_oserror
 from ustack.wire.tcp import ACK
 
 _NEG_INF = float("-inf")
@@ -317,12 +318,7 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
                 if now is not None and tcb.state in SYNCHRONIZED and tcb.snd_max != tcb.snd_una:
                     self._retransmit_head(now)
             return
-        if itype == 3 and code in (2, 3):
-            err = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
-        elif itype == 3 and code in (0, 6, 9, 11):
-            err = OSError(errno.ENETUNREACH, "Network is unreachable")
-        else:
-            err = OSError(errno.EHOSTUNREACH, "No route to host")
+        err = error_to_oserror(itype, code)
         if tcb.state == State.SYN_SENT and itype == 3:
             self._fail(err)
         else:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from ustack.tcp.connection import Connection, window_shift_for
-from ustack.tcp.isn import COOKIE_MSS, check_cookie, cookie_mss_index, make_cookie, timestamp_offset
-from ustack.tcp.seq import seq_add
-from ustack.tcp.tcb import State
+from ustack.transport.tcp.connection import Connection, window_shift_for
+from ustack.transport.tcp.isn import COOKIE_MSS, check_cookie, cookie_mss_index, make_cookie, timestamp_offset
+from ustack.transport.tcp.seq import seq_add
+from ustack.transport.tcp.tcb import State
 from ustack.wire.tcp import ACK, RST, SYN, TcpHeader
 
 _WS_NONE = 0xF

@@ -22,7 +22,7 @@ forgets the scoreboard (the receiver may renege, RFC 2018 section 8).
 
 from __future__ import annotations
 
-from ustack.tcp.seq import seq_add, seq_diff
+from ustack.transport.tcp.seq import seq_add, seq_diff
 
 DUP_THRESH = 3
 MAX_BLOCKS = 128  # a peer cannot make the scoreboard (and each ACK's work) grow without bound

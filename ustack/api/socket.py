@@ -1,7 +1,7 @@
 """Stdlib-shaped sockets on a ustack Stack.
 
 ``socket(stack, AF_INET, SOCK_DGRAM)`` behaves like ``socket.socket`` (TCP:
-see ustack.stream, which ``socket(stack)`` / SOCK_STREAM returns):
+see ustack.api.stream, which ``socket(stack)`` / SOCK_STREAM returns):
 bind, connect, send/sendto, recv/recvfrom/recv_into/recvfrom_into,
 settimeout/gettimeout/setblocking, getsockname/getpeername,
 setsockopt/getsockopt (SO_RCVBUF, SO_BROADCAST, SO_REUSEADDR), close and
@@ -16,7 +16,7 @@ import errno
 import socket as _std
 from typing import Optional
 
-from ustack.driver import driver_for
+from ustack.api.driver import driver_for
 from ustack.net.route import ip_int, ip_str
 
 AF_INET = _std.AF_INET
@@ -59,7 +59,7 @@ class socket:
             if base_type == SOCK_DGRAM:
                 cls = DatagramSocket
             elif base_type == SOCK_STREAM:
-                from ustack.stream import StreamSocket
+                from ustack.api.stream import StreamSocket
 
                 cls = StreamSocket
             else:
@@ -131,7 +131,7 @@ class DatagramSocket(socket):
 
     def __repr__(self):
         state = "closed" if self._closed else f"laddr={self.getsockname()}"
-        return f"<ustack.socket UDP {state}>"
+        return f"<ustack.api.socket UDP {state}>"
 
     def close(self) -> None:
         if not self._closed:

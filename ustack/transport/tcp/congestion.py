@@ -18,7 +18,7 @@ ssthresh and, for NewReno, the fast-recovery state:
   ``dupacks`` (RFC 3042 limited transmit reads it).
 - ``sack``: set by the connection when SACK was negotiated: recovery then
   sets cwnd = ssthresh without inflation and partial ACKs retransmit
-  nothing here, because the SACK scoreboard (``ustack.tcp.sack``) decides
+  nothing here, because the SACK scoreboard (``ustack.transport.tcp.sack``) decides
   what to send by RFC 6675's pipe.
 
 ``make(name, mss)`` builds one by name ("newreno", "cubic"); connections
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from ustack.tcp.seq import seq_add, seq_gt
+from ustack.transport.tcp.seq import seq_add, seq_gt
 
 INFINITE_SSTHRESH = 1 << 30
 

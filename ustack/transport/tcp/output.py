@@ -26,8 +26,8 @@ and never moves left.
 
 from __future__ import annotations
 
-from ustack.tcp.seq import MASK, seq_add, seq_diff, seq_gt, seq_lt
-from ustack.tcp.tcb import SENDING, SYNCHRONIZED
+from ustack.transport.tcp.seq import MASK, seq_add, seq_diff, seq_gt, seq_lt
+from ustack.transport.tcp.tcb import SENDING, SYNCHRONIZED
 from ustack.wire.tcp import ACK, FIN, PSH, RST, SYN, TcpHeader
 
 
@@ -131,7 +131,11 @@ class SegmentOutput:
     # -- direct replies --------------------------------------------------
 
     def _send_ack(self, now: float) -> None:
-        self._emit(self.tcb.snd_nxt, ACK, now)
+        # A segment without data carries SND.MAX, the highest sequence number sent (the RFC's SND.NXT;
+        # BSD does the same). After a timeout pulled snd_nxt back (go-back-N), an ACK numbered
+        # snd_nxt can fall left of the peer's RCV.NXT: the peer finds it unacceptable and ignores its
+        # ACK field (RFC 9293 3.10.7.4), and two such peers can stall each other to a timeout.
+        self._emit(self.tcb.snd_max, ACK, now)
 
     def _send_syn(self, now: float) -> None:
         tcb = self.tcb

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import errno
 
-from ustack.tcp.seq import MASK, seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
-from ustack.tcp.tcb import RECEIVING, SENDING, State
+from ustack.transport.tcp.seq import MASK, seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
+from ustack.transport.tcp.tcb import RECEIVING, SENDING, State
 from ustack.wire.tcp import ACK, FIN, RST, SYN
 
 # RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.

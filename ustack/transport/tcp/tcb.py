@@ -6,7 +6,7 @@ Cython fast path (header prediction for established flows) reads and
 updates exactly these fields; timers, buffers and policy live in
 ``Connection``.
 
-All sequence values are 32-bit and compared with ``ustack.tcp.seq``.
+All sequence values are 32-bit and compared with ``ustack.transport.tcp.seq``.
 ``snd_nxt`` is the next sequence number to send: it is pulled back to
 ``snd_una`` on a retransmission timeout (go-back-N) and when the peer's
 window closes, while ``snd_max`` keeps the highest sequence number sent so

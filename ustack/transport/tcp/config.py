@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ustack.tcp.congestion import ALGORITHMS
+from ustack.transport.tcp.congestion import ALGORITHMS
 
 
 @dataclass(slots=True)

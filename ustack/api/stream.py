@@ -26,8 +26,8 @@ import struct
 from typing import Callable, Optional
 
 from ustack.net.route import ip_str
-from ustack.socket import SOL_SOCKET, parse_address, socket
-from ustack.tcp.tcb import State
+from ustack.api.socket import SOL_SOCKET, parse_address, socket
+from ustack.transport.tcp.tcb import State
 
 IPPROTO_TCP = _std.IPPROTO_TCP
 
@@ -61,12 +61,12 @@ class StreamSocket(socket):
 
     def __repr__(self):
         if self._closed:
-            return "<ustack.socket TCP closed>"
+            return "<ustack.api.socket TCP closed>"
         if self._listener is not None:
-            return f"<ustack.socket TCP LISTEN laddr={self.getsockname()}>"
+            return f"<ustack.api.socket TCP LISTEN laddr={self.getsockname()}>"
         if self._conn is not None:
-            return f"<ustack.socket TCP {self._conn.state.name} laddr={self.getsockname()} raddr={self._peer()}>"
-        return "<ustack.socket TCP unconnected>"
+            return f"<ustack.api.socket TCP {self._conn.state.name} laddr={self.getsockname()} raddr={self._peer()}>"
+        return "<ustack.api.socket TCP unconnected>"
 
     # -- plumbing ---------------------------------------------------------------
     def _call(self, fn: Callable[[float], object]):
@@ -385,5 +385,5 @@ class StreamSocket(socket):
 
     @property
     def connection(self):
-        """The protocol object underneath (ustack.tcp.connection.Connection), for tools and tests."""
+        """The protocol object underneath (ustack.transport.tcp.connection.Connection), for tools and tests."""
         return self._conn

@@ -1,0 +1,1 @@
+"""Transports: UDP (``udp``) and TCP (``tcp/``), above the network layer (``ustack.net``)."""
