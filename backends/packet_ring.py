@@ -472,6 +472,10 @@ class PacketRingDevice:
         if self._tx_pending:
             self.stats.inc("packet_ring.tx_kick_incomplete")
 
+    def poll_at(self) -> None:
+        """Frames arrive only from the kernel: nothing is due on a timer."""
+        return None
+
     def fileno(self) -> int:
         return -1 if self._closed else self._sock.fileno()
 

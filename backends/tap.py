@@ -241,6 +241,10 @@ class TapDevice:
         if errors:
             self.stats.drop("tap.tx_error", errors)
 
+    def poll_at(self) -> None:
+        """Frames arrive only from the kernel: nothing is due on a timer."""
+        return None
+
     def fileno(self) -> int:
         return -1 if self._closed else self._file.fileno()
 

@@ -27,7 +27,7 @@ from ustack.capture import PcapDevice
 from ustack.api.clock import MonotonicClock
 from ustack.device import DeviceError
 from ustack.api.driver import Driver
-from ustack.net.route import ip_int, ip_str
+from ustack.net import addr as ipaddr
 from ustack.stack import Stack
 
 BACKENDS = ("pipe", "tap", "packet", "afxdp")
@@ -59,7 +59,7 @@ def open_stack(args, clock):
         device = open_device(args.backend, args.ifname, **_device_opts(args))
     if getattr(args, "pcap", None):
         device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen)
-    stack = Stack(device, args.addr, gateway=args.gateway, mtu=args.mtu, clock=clock)
+    stack = Stack(device, args.addr, gateway=args.gateway, mtu=args.mtu)
     return stack, extras
 
 
@@ -82,8 +82,9 @@ def stop_stack(stack) -> None:
 def _pipe_peer(stack, link, clock):
     """For --backend pipe: a second stack on the other end of the link."""
     net = stack.iface
-    peer_addr = ip_str(net.network | ((net.addr - net.network + 1) % (1 << (32 - net.prefixlen)) or 1))
-    peer = Stack(link.b, f"{peer_addr}/{net.prefixlen}", clock=clock)
+    network, host = ipaddr.to_int(net.prefix.network), ipaddr.to_int(net.addr)
+    peer_addr = ipaddr.to_str(ipaddr.from_int(network | ((host - network + 1) % (1 << (32 - net.prefixlen)) or 1)))
+    peer = Stack(link.b, f"{peer_addr}/{net.prefixlen}")
     return peer
 
 
@@ -104,7 +105,7 @@ def cmd_serve(args) -> int:
     echo = None
     if args.udp_echo:
         echo = stack.udp.endpoint()
-        stack.udp.bind(echo, 0, args.udp_echo)
+        stack.udp.bind(echo, ipaddr.ANY4, args.udp_echo)
     from ustack.tools.services import TcpDiscard, TcpEcho, TcpSource
 
     services = []
@@ -179,14 +180,14 @@ def _pipe_selftest(stack, peer, clock, args) -> None:
     for seq in range(1, 4):
         t0 = clock()
         with driver.lock:
-            peer.icmp.ping(stack.iface.addr, peer_ident, seq, b"u" * 56)
+            peer.icmp.ping(stack.iface.addr, peer_ident, seq, clock(), b"u" * 56)
         if driver.wait_until(lambda: seq in got, 2.0):
             print(f"pipe peer {peer.addr}: 64 bytes from {stack.addr}: icmp_seq={seq} "
                   f"time={(got[seq] - t0) * 1000:.3f} ms", flush=True)
         else:
             print(f"pipe peer {peer.addr}: no reply to icmp_seq={seq}", flush=True)
     if args.udp_echo:
-        with usocket(peer, type=SOCK_DGRAM) as s:
+        with usocket(driver, type=SOCK_DGRAM) as s:
             s.settimeout(2.0)
             s.sendto(b"hello over the pipe", (stack.addr, args.udp_echo))
             try:
@@ -204,7 +205,7 @@ def cmd_ping(args) -> int:
     stack, driver, _ = started
     clock = driver.clock
     try:
-        dst = ip_int(args.dest)
+        dst = ipaddr.parse(args.dest)
     except ValueError:
         print(f"ustack ping: {args.dest}: Name or service not known", file=sys.stderr)
         return 2
@@ -235,7 +236,7 @@ def cmd_ping(args) -> int:
             sent_at[seq] = t0
             with driver.lock:
                 try:
-                    stack.icmp.ping(dst, ident, seq, payload)
+                    stack.icmp.ping(dst, ident, seq, clock(), payload)
                 except OSError as e:
                     print(f"ping: sendmsg: {e.strerror}", flush=True)
             transmitted += 1
@@ -294,7 +295,7 @@ def cmd_send(args) -> int:
     stack, driver, _ = started
     clock = driver.clock
     try:
-        with usocket(stack) as s:
+        with usocket(driver) as s:
             s.settimeout(30)
             try:
                 s.connect((host, port))
@@ -345,9 +346,9 @@ def cmd_recv(args) -> int:
     stack, driver, _ = started
     clock = driver.clock
     try:
-        with usocket(stack) as srv:
+        with usocket(driver) as srv:
             if target is not None:
-                conn = usocket(stack)
+                conn = usocket(driver)
                 conn.settimeout(30)
                 try:
                     conn.connect(target)

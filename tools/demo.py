@@ -30,7 +30,7 @@ import time
 from ustack.capture import PcapDevice
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import Driver
-from ustack.net.route import ip_int
+from ustack.net.addr import parse as ip_addr
 from ustack.stack import Stack
 
 SOURCE_PORT, SINK_PORT, HTTP_PORT = 19, 9, 8080
@@ -57,7 +57,7 @@ def stack_ping(stack, driver, dst: str, count: int = 3) -> None:
     for seq in range(1, count + 1):
         t0 = driver.clock()
         with driver.lock:
-            stack.icmp.ping(ip_int(dst), ident, seq, b"d" * 56)
+            stack.icmp.ping(ip_addr(dst), ident, seq, driver.clock(), b"d" * 56)
         if driver.wait_until(lambda: seq in got, 2.0):
             when, ttl = got[seq]
             say(f"    64 bytes from {dst}: icmp_seq={seq} ttl={ttl} time={(when - t0) * 1000:.3f} ms")
@@ -73,13 +73,13 @@ class UstackSide:
         from ustack.tools.httpd import HttpServer
         from ustack.tools.services import TcpSink, TcpSource
 
-        self.stack = Stack(device, addr, clock=clock)
+        self.stack = Stack(device, addr)
         self.driver = Driver(self.stack, clock)
         with self.driver.lock:
             self.source = TcpSource(self.stack, SOURCE_PORT, nbytes)
             self.sink = TcpSink(self.stack, SINK_PORT)
         self.driver.start()
-        self.http = HttpServer(self.stack, HTTP_PORT).start()
+        self.http = HttpServer(self.driver, HTTP_PORT).start()
         from ustack.tools.stats import StatsPublisher
 
         self.publisher = StatsPublisher(self.stack, self.driver).start()
@@ -193,7 +193,7 @@ class PipePeerSide:
     """Without root: a second user-space stack plays the kernel's part."""
 
     def __init__(self, device, addr: str, clock):
-        self.stack = Stack(device, addr, clock=clock)
+        self.stack = Stack(device, addr)
         self.driver = Driver(self.stack, clock)
         self.driver.start()  # answers ustack's pings and keeps its TCP timers going
 
@@ -203,7 +203,7 @@ class PipePeerSide:
     def _sock(self, host, port):
         from ustack.api.socket import socket as usocket
 
-        s = usocket(self.stack)
+        s = usocket(self.driver)
         s.settimeout(30)
         s.connect((host, port))
         return s

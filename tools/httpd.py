@@ -17,11 +17,12 @@ MAX_REQUEST = 16 * 1024
 
 
 class HttpServer:
-    def __init__(self, stack, port: int = 8080):
+    def __init__(self, driver, port: int = 8080):
         from ustack.api.socket import socket as usocket
 
-        self.stack = stack
-        self.sock = usocket(stack)
+        self.driver = driver
+        self.stack = driver.stack
+        self.sock = usocket(driver)
         self.sock.setsockopt(1, 2, 1)  # SO_REUSEADDR
         self.sock.bind(("0.0.0.0", port))
         self.sock.listen(64)
@@ -47,7 +48,7 @@ class HttpServer:
 
     def _page(self) -> bytes:
         st = self.stack
-        with st.driver.lock:
+        with self.driver.lock:
             counters = st.stats.snapshot()
             mode = st.device.capabilities.mode
         rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in counters.items())

@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import fields
 
-from ustack.net.route import ip_str
+from ustack.net.addr import to_str as ip_str
 from ustack.transport.tcp.congestion import INFINITE_SSTHRESH
 
 SNAPSHOT_VERSION = 1
@@ -360,7 +360,7 @@ class StatsPublisher:
 
 
 def _endpoint(addr, port) -> str:
-    a = ".".join(str(b) for b in addr) if isinstance(addr, (bytes, bytearray)) else ip_str(addr)
+    a = ip_str(bytes(addr))
     return f"{a}:{port}"
 
 

@@ -90,10 +90,6 @@ class PcapDevice(DeviceWrapper):
         self._reserved = []
         self.inner.tx_commit(lengths)
 
-    def poll_at(self):
-        inner = getattr(self.inner, "poll_at", None)
-        return inner() if inner is not None else None
-
     def flush(self) -> None:
         self.writer.flush()
 

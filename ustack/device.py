@@ -15,6 +15,9 @@ A device lends memory, the stack never owns I/O buffers:
   that were not committed are returned to the device.
 - ``fileno()`` is a file descriptor that becomes readable when frames are
   waiting (epoll/select on it), or -1 when the device cannot be waited on.
+- ``poll_at()`` is the time (on the stack's clock) at which the device will
+  have something to deliver without a new frame arriving (a simulated
+  link's delayed frame), or None: the stack folds it into its deadline.
 - ``capabilities`` describes the link (MTU, MAC, burst size, offloads, mode).
 
 Decorators (pcap capture, fault injection) wrap a device and implement the
@@ -24,7 +27,7 @@ same protocol. ustack/ never imports a concrete backend: backends/ holds them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
 
 class DeviceError(OSError):
@@ -62,6 +65,8 @@ class Device(Protocol):
 
     def fileno(self) -> int: ...
 
+    def poll_at(self) -> Optional[float]: ...
+
     def close(self) -> None: ...
 
 
@@ -86,6 +91,9 @@ class DeviceWrapper:
 
     def fileno(self) -> int:
         return self.inner.fileno()
+
+    def poll_at(self) -> Optional[float]:
+        return self.inner.poll_at()
 
     def close(self) -> None:
         self.inner.close()

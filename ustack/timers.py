@@ -28,17 +28,9 @@ class Timer:
         self.deadline = deadline
         self._wheel._push(deadline, self)
 
-    def arm_if_earlier(self, deadline: float) -> None:
-        if self.deadline is None or deadline < self.deadline:
-            self.arm(deadline)
-
     def cancel(self) -> None:
         self._gen += 1
         self.deadline = None
-
-    @property
-    def armed(self) -> bool:
-        return self.deadline is not None
 
 
 class TimerHeap:

@@ -374,6 +374,10 @@ class AfXdpDevice:
             raise DeviceError(errno.EBADF, f"AF_XDP device on {self.ifname} is closed")
         path.tx_commit(lengths)
 
+    def poll_at(self) -> None:
+        """Frames arrive only from the kernel: nothing is due on a timer."""
+        return None
+
     def fileno(self) -> int:
         return self._xsk.fileno() if self._xsk is not None and not self._closed else -1
 

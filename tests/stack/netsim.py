@@ -4,19 +4,25 @@ from __future__ import annotations
 
 from ustack.backends.pipe import PipeLink
 from ustack.api.clock import ManualClock
+from ustack.api.driver import Driver
 from ustack.stack import Stack
 
 
 class Net:
     def __init__(self, *, seed: int = 1, mtu: int = 1500, a_addr="198.18.0.1/24", b_addr="198.18.0.2/24",
-                 gateway_a=None, gateway_b=None, **impair):
+                 gateway_a=None, gateway_b=None, wrap=None, **impair):
         self.clock = ManualClock(1000.0)
         self.link = PipeLink(self.clock, seed=seed, mtu=mtu, **impair)
-        self.a = Stack(self.link.a, a_addr, gateway=gateway_a, clock=self.clock)
-        self.b = Stack(self.link.b, b_addr, gateway=gateway_b, clock=self.clock)
+        wrap = wrap or (lambda device: device)  # a Device decorator for both ends (capture, checks)
+        self.a = Stack(wrap(self.link.a), a_addr, gateway=gateway_a)
+        self.b = Stack(wrap(self.link.b), b_addr, gateway=gateway_b)
         self.stacks = [self.a, self.b]
+        # Drivers on the same manual clock, for tests that use sockets (which live on a driver).
+        self.da, self.db = Driver(self.a, self.clock), Driver(self.b, self.clock)
 
     def close(self) -> None:
+        self.da.close()
+        self.db.close()
         self.link.close()
 
     def __enter__(self):

@@ -11,6 +11,7 @@ from ustack.backends.pipe import PipeLink
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import Driver
 from ustack.api.socket import SOCK_DGRAM, socket as usocket
+from ustack.net.addr import ANY4
 from ustack.stack import Stack
 
 
@@ -18,8 +19,8 @@ from ustack.stack import Stack
 def pair():
     clock = MonotonicClock()
     link = PipeLink(clock, delay=0.0005)
-    a = Stack(link.a, "198.18.0.1/24", clock=clock)
-    b = Stack(link.b, "198.18.0.2/24", clock=clock)
+    a = Stack(link.a, "198.18.0.1/24")
+    b = Stack(link.b, "198.18.0.2/24")
     da, db = Driver(a, clock), Driver(b, clock)
     yield a, b, da, db
     da.close()
@@ -30,10 +31,10 @@ def pair():
 def test_blocking_recv_is_woken_by_a_datagram_from_another_thread(pair):
     a, b, da, db = pair
     da.start()  # a answers ARP in the background
-    rx = usocket(b, type=SOCK_DGRAM)
+    rx = usocket(db, type=SOCK_DGRAM)
     rx.bind(("0.0.0.0", 9000))
     rx.settimeout(5.0)
-    tx = usocket(a, type=SOCK_DGRAM)
+    tx = usocket(da, type=SOCK_DGRAM)
     sender = threading.Timer(0.05, lambda: tx.sendto(b"wake up", ("198.18.0.2", 9000)))
     sender.start()
     t0 = time.monotonic()
@@ -45,7 +46,7 @@ def test_blocking_recv_is_woken_by_a_datagram_from_another_thread(pair):
 
 def test_recv_timeout_raises_timeouterror(pair):
     a, b, da, db = pair
-    s = usocket(b, type=SOCK_DGRAM)
+    s = usocket(db, type=SOCK_DGRAM)
     s.bind(("0.0.0.0", 9001))
     s.settimeout(0.05)
     t0 = time.monotonic()
@@ -57,16 +58,16 @@ def test_recv_timeout_raises_timeouterror(pair):
 def test_request_reply_with_background_echo(pair):
     a, b, da, db = pair
     echo = a.udp.endpoint()
-    a.udp.bind(echo, 0, 7)
+    a.udp.bind(echo, ANY4, 7)
 
     def bounce():
         while echo.queue:
             p, src, sport = echo.pop()
-            echo.sendto(p, src, sport, a.now)
+            echo.sendto(p, src, sport, da.clock())
 
     echo.on_readable = bounce
     da.start()
-    with usocket(b, type=SOCK_DGRAM) as s:
+    with usocket(db, type=SOCK_DGRAM) as s:
         s.settimeout(2.0)
         s.connect(("198.18.0.1", 7))
         for i in range(200):

@@ -10,7 +10,7 @@ from scapy.layers.l2 import ARP
 from ustack.backends.pipe import PipeLink
 from ustack.capture import PcapDevice, dissect
 from ustack.api.clock import ManualClock
-from ustack.net.route import ip_int
+from ustack.net.addr import parse as ip_addr
 from ustack.stack import Stack
 
 from tests.conftest import require_tool
@@ -21,11 +21,11 @@ def captured_ping(tmp_path):
     link = PipeLink(clock)
     path = str(tmp_path / "a.pcap")
     dev = PcapDevice(link.a, path, clock)
-    a = Stack(dev, "198.18.0.1/24", clock=clock)
-    b = Stack(link.b, "198.18.0.2/24", clock=clock)
+    a = Stack(dev, "198.18.0.1/24")
+    b = Stack(link.b, "198.18.0.2/24")
     got = []
     b.icmp.echo_handlers[1] = lambda *args: got.append(args)
-    b.icmp.ping(ip_int("198.18.0.1"), 1, 1, b"cap")
+    b.icmp.ping(ip_addr("198.18.0.1"), 1, 1, clock(), b"cap")
     for _ in range(6):
         a.poll(clock.now)
         b.poll(clock.now)

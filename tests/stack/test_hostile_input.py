@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from ustack.net.route import ip_int
+from ustack.net.addr import ANY4, parse as ip_addr
 
 from .netsim import Net
 
@@ -35,7 +35,7 @@ SEEDS = [bytes(p) for p in (
 def fresh():
     net = Net()
     ep = net.a.udp.endpoint()
-    net.a.udp.bind(ep, 0, 7)
+    net.a.udp.bind(ep, ANY4, 7)
     lst = net.a.tcp.listen((b"\0\0\0\0", 80), 4)
     return net, ep, lst
 
@@ -49,7 +49,7 @@ def inject(net, frames):
 def still_works(net):
     got = []
     net.b.icmp.echo_handlers[99] = lambda seq, i, data, src, now, ttl: got.append(data)
-    net.b.icmp.ping(ip_int("198.18.0.1"), 99, 1, b"after the storm")
+    net.b.icmp.ping(ip_addr("198.18.0.1"), 99, 1, net.clock.now, b"after the storm")
     net.run(lambda: got, 5)
     assert got == [b"after the storm"]
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from ustack.net.route import ip_int
+from ustack.net.addr import parse as ip_addr
 from ustack.wire.icmp import IcmpMessage
 
 from .netsim import Net
 
-A = ip_int("198.18.0.1")
-B = ip_int("198.18.0.2")
+A = ip_addr("198.18.0.1")
+B = ip_addr("198.18.0.2")
 
 
 def ping(net, src_stack, dst, count=1, payload=b"x" * 56, ident=77, max_time=5.0):
     got = []
     src_stack.icmp.echo_handlers[ident] = lambda seq, i, data, frm, now, ttl: got.append((seq, data, frm, now))
     for seq in range(count):
-        src_stack.icmp.ping(dst, ident, seq, payload)
+        src_stack.icmp.ping(dst, ident, seq, net.clock.now, payload)
     net.run(lambda: len(got) >= count, max_time)
     return got
 
@@ -50,9 +50,9 @@ def test_arp_cache_entry_expires_and_is_re_resolved():
 
 def test_unresolvable_next_hop_retries_then_drops_the_queue():
     net = Net()
-    ghost = ip_int("198.18.0.99")
+    ghost = ip_addr("198.18.0.99")
     for seq in range(3):
-        net.b.icmp.ping(ghost, 1, seq, b"")
+        net.b.icmp.ping(ghost, 1, seq, net.clock.now, b"")
     net.run(max_time=10.0)
     assert net.b.stats["arp.requests_sent"] == 1 + net.b.arp.max_retries
     assert net.b.stats["drop.arp.unresolved"] == 3
@@ -61,9 +61,9 @@ def test_unresolvable_next_hop_retries_then_drops_the_queue():
 
 def test_arp_queue_is_bounded():
     net = Net()
-    ghost = ip_int("198.18.0.99")
+    ghost = ip_addr("198.18.0.99")
     for seq in range(net.b.arp.queue_per_host + 5):
-        net.b.icmp.ping(ghost, 1, seq, b"")
+        net.b.icmp.ping(ghost, 1, seq, net.clock.now, b"")
     assert net.b.stats["drop.arp.queue_full"] == 5
     assert net.b.arp.queued == net.b.arp.queue_per_host
 
@@ -85,7 +85,7 @@ def test_udp_to_closed_port_gets_rate_limited_port_unreachable():
 
 def test_broadcast_echo_is_ignored():
     net = Net()
-    net.b.icmp.ping(ip_int("198.18.0.255"), 5, 1, b"")
+    net.b.icmp.ping(ip_addr("198.18.0.255"), 5, 1, net.clock.now, b"")
     net.run(max_time=1.0)
     assert net.a.stats["drop.icmp.broadcast_echo_ignored"] == 1
     assert net.a.stats["icmp.echo_replies_sent"] == 0
@@ -97,10 +97,10 @@ def test_no_icmp_error_about_an_icmp_error():
     quoted = bytearray(28)
     quoted[0] = 0x45
     quoted[9] = 1
-    quoted[12:16] = B.to_bytes(4, "big")
-    quoted[16:20] = A.to_bytes(4, "big")
+    quoted[12:16] = B
+    quoted[16:20] = A
     quoted[20] = 3  # the quoted datagram is itself an ICMP error
-    assert net.a.icmp.send_error(3, 3, bytes(quoted), B) is False
+    assert net.a.icmp.send_error(3, 3, bytes(quoted), B, net.clock.now) is False
 
 
 def test_echo_reply_payload_is_exact_for_large_fragmented_ping():

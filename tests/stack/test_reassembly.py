@@ -5,7 +5,7 @@ from __future__ import annotations
 from scapy.layers.inet import ICMP, IP, UDP, fragment
 from scapy.layers.l2 import Ether
 
-from ustack.net.route import ip_int
+from ustack.net.addr import ANY4, parse as ip_addr
 
 from .netsim import Net
 
@@ -16,8 +16,8 @@ B_MAC = "02:00:00:00:00:0b"
 def setup():
     net = Net()
     ep = net.a.udp.endpoint()
-    net.a.udp.bind(ep, 0, 7000)
-    net.a.arp.learn(ip_int("198.18.0.2"), bytes.fromhex("02000000000b"), net.clock.now)
+    net.a.udp.bind(ep, ANY4, 7000)
+    net.a.arp.learn(ip_addr("198.18.0.2"), bytes.fromhex("02000000000b"), net.clock.now)
     return net, ep
 
 

@@ -24,12 +24,12 @@ A, B = "198.18.0.1", "198.18.0.2"
 def net():
     clock = MonotonicClock()
     link = PipeLink(clock, delay=0.0002)
-    a = Stack(link.a, f"{A}/24", clock=clock)
-    b = Stack(link.b, f"{B}/24", clock=clock)
+    a = Stack(link.a, f"{A}/24")
+    b = Stack(link.b, f"{B}/24")
     da, db = Driver(a, clock), Driver(b, clock)
     da.start()
     db.start()
-    yield a, b
+    yield da, db
     da.close()
     db.close()
     link.close()

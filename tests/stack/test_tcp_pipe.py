@@ -45,9 +45,6 @@ class CheckingDevice(DeviceWrapper):
             self.check(bytes(slot[:n]))
         self.inner.tx_commit(lengths)
 
-    def poll_at(self):
-        return self.inner.poll_at()
-
     def check(self, f: bytes) -> None:
         if f[12:14] != b"\x08\x00" or f[23] != 6:
             return
@@ -82,10 +79,7 @@ class CheckingDevice(DeviceWrapper):
 
 
 def checked_net(**kw):
-    net = Net(**kw)
-    for stack in net.stacks:
-        stack.device = CheckingDevice(stack.device)
-    return net
+    return Net(wrap=CheckingDevice, **kw)
 
 
 class Pump:

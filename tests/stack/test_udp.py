@@ -7,20 +7,20 @@ import random
 
 import pytest
 
-from ustack.net.route import ip_int
+from ustack.net.addr import parse as ip_addr
 from ustack.api.socket import SOCK_DGRAM, socket as usocket
 
 from .netsim import Net
 
-A = ip_int("198.18.0.1")
-B = ip_int("198.18.0.2")
+A = ip_addr("198.18.0.1")
+B = ip_addr("198.18.0.2")
 
 
 def udp_pair(net, port=7000):
-    srv = usocket(net.a, type=SOCK_DGRAM)
+    srv = usocket(net.da, type=SOCK_DGRAM)
     srv.bind(("0.0.0.0", port))
     srv.setblocking(False)
-    cli = usocket(net.b, type=SOCK_DGRAM)
+    cli = usocket(net.db, type=SOCK_DGRAM)
     cli.setblocking(False)
     return srv, cli
 
@@ -96,9 +96,9 @@ def test_connected_socket_hears_only_its_peer_and_gets_refused_error():
 
 def test_bind_conflicts_and_errors():
     net = Net()
-    s1 = usocket(net.a, type=SOCK_DGRAM)
+    s1 = usocket(net.da, type=SOCK_DGRAM)
     s1.bind(("0.0.0.0", 53))
-    s2 = usocket(net.a, type=SOCK_DGRAM)
+    s2 = usocket(net.da, type=SOCK_DGRAM)
     with pytest.raises(OSError) as e:
         s2.bind(("198.18.0.1", 53))
     assert e.value.errno == errno.EADDRINUSE
@@ -118,7 +118,7 @@ def test_bind_conflicts_and_errors():
 
 def test_send_without_route_is_unreachable():
     net = Net()
-    s = usocket(net.a, type=SOCK_DGRAM)
+    s = usocket(net.da, type=SOCK_DGRAM)
     with pytest.raises(OSError) as e:
         s.sendto(b"x", ("203.0.113.1", 9))
     assert e.value.errno == errno.ENETUNREACH

@@ -24,7 +24,7 @@ from ustack.backends.pipe import PipeLink
 from ustack.tools import stats as ustats
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import Driver
-from ustack.net.route import ip_int
+from ustack.net.addr import ANY4, parse as ip_addr
 from ustack.stack import Stack
 from ustack.transport.tcp.tcb import State
 from ustack.wire.checksum import internet_checksum
@@ -41,8 +41,8 @@ def ipv4_frame(dst_mac: bytes, src_mac: bytes, src: str, dst: str, proto: int, p
     hdr = bytearray(20)
     hdr[0], hdr[8], hdr[9] = 0x45, 64, proto
     hdr[2:4] = (20 + len(payload)).to_bytes(2, "big")
-    hdr[12:16] = ip_int(src).to_bytes(4, "big")
-    hdr[16:20] = ip_int(dst).to_bytes(4, "big")
+    hdr[12:16] = ip_addr(src)
+    hdr[16:20] = ip_addr(dst)
     csum = internet_checksum(bytes(hdr))
     hdr[10:12] = (csum ^ (0x0101 if bad_checksum else 0)).to_bytes(2, "big")
     return dst_mac + src_mac + b"\x08\x00" + bytes(hdr) + payload
@@ -54,8 +54,8 @@ class Pair:
     def __init__(self):
         self.clock = MonotonicClock()
         self.link = PipeLink(self.clock)
-        self.a = Stack(self.link.a, f"{A_IP}/24", clock=self.clock)
-        self.b = Stack(self.link.b, f"{B_IP}/24", clock=self.clock)
+        self.a = Stack(self.link.a, f"{A_IP}/24")
+        self.b = Stack(self.link.b, f"{B_IP}/24")
         self.da, self.db = Driver(self.a, self.clock), Driver(self.b, self.clock)
 
     def wait(self, predicate, timeout: float = WAIT) -> bool:
@@ -74,18 +74,18 @@ class Pair:
 
     def udp_from_b(self, payload: bytes) -> None:
         with self.db.lock:
-            self.b_ep.sendto(payload, ip_int(A_IP), UDP_PORT, self.clock())
+            self.b_ep.sendto(payload, ip_addr(A_IP), UDP_PORT, self.clock())
 
     def setup(self) -> None:
         now = self.clock()
         with self.db.lock:
             self.listener = self.b.tcp.listen((ANY, TCP_PORT), 16)
             self.b_ep = self.b.udp.endpoint()
-            self.b.udp.bind(self.b_ep, 0, B_UDP_PORT)
+            self.b.udp.bind(self.b_ep, ANY4, B_UDP_PORT)
         with self.da.lock:
             self.conn = self.a.tcp.connect(None, (B, TCP_PORT), now)
             self.a_ep = self.a.udp.endpoint()
-            self.a.udp.bind(self.a_ep, 0, UDP_PORT)
+            self.a.udp.bind(self.a_ep, ANY4, UDP_PORT)
         assert self.wait(lambda: self.conn.state == State.ESTABLISHED and self.listener.pending == 1)
         with self.da.lock:
             assert self.conn.send(b"x" * 3000, now=self.clock()) == 3000

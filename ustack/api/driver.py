@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import threading
 from typing import Callable, Optional
 
@@ -28,10 +29,16 @@ MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, st
 
 
 class Driver:
+    """Who polls one Stack: the clock, the lock, blocking waits and the optional background thread.
+
+    Sockets are made on a driver (``driver.socket(...)`` or
+    ``ustack.api.socket.socket(driver, ...)``); every socket of a stack
+    shares its one driver.
+    """
+
     def __init__(self, stack, clock=None, *, busy_poll: float = 50e-6):
         self.stack = stack
-        self.clock = clock or stack.clock or MonotonicClock()
-        stack.clock = self.clock
+        self.clock = clock or MonotonicClock()
         self.busy_poll = busy_poll
         self.lock = threading.RLock()
         self._wake_r, self._wake_w = os.pipe()
@@ -41,7 +48,12 @@ class Driver:
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self.deadline: Optional[float] = None
-        stack.driver = self
+
+    def socket(self, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0):
+        """A stdlib-shaped socket on this driver's stack (see ``ustack.api.socket``)."""
+        from ustack.api.socket import socket as make_socket
+
+        return make_socket(self, family, type, proto)
 
     # -- one round ------------------------------------------------------------
     def poll(self) -> Optional[float]:
@@ -156,7 +168,3 @@ class Driver:
             except OSError:
                 pass
 
-
-def driver_for(stack) -> Driver:
-    """The stack's driver, created on first use."""
-    return stack.driver if stack.driver is not None else Driver(stack)

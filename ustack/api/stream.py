@@ -1,6 +1,6 @@
 """TCP stream sockets with the stdlib's shape, on a Stack's TcpLayer.
 
-``socket(stack)`` (SOCK_STREAM, the default, as in the stdlib) returns a
+``socket(driver)`` (SOCK_STREAM, the default, as in the stdlib) returns a
 ``StreamSocket``: bind, listen, accept, connect / connect_ex (blocking, with
 timeout, or non-blocking with BlockingIOError(EINPROGRESS)), send, sendall,
 recv, recv_into, shutdown, close, settimeout, setblocking, getsockname,
@@ -25,8 +25,9 @@ import socket as _std
 import struct
 from typing import Callable, Optional
 
-from ustack.net.route import ip_str
-from ustack.api.socket import SOL_SOCKET, parse_address, socket
+from ustack.api.base import SOL_SOCKET, SocketBase, parse_address
+from ustack.net.addr import to_str
+from ustack.transport.ports import conflicts
 from ustack.transport.tcp.tcb import State
 
 IPPROTO_TCP = _std.IPPROTO_TCP
@@ -43,21 +44,21 @@ _SOCKOPT_KNOBS = {
 }
 
 
-class StreamSocket(socket):
+class StreamSocket(SocketBase):
     """A TCP socket (see the module docstring)."""
 
-    def __init__(self, stack, family: int = _std.AF_INET, type: int = _std.SOCK_STREAM, proto: int = 0,
+    def __init__(self, driver, family: int = _std.AF_INET, type: int = _std.SOCK_STREAM, proto: int = 0,
                  _conn=None):
-        super().__init__(stack, family, type, proto)
+        super().__init__(driver, family, type, proto)
         self._conn = _conn
         self._listener = None
-        self._local: Optional[tuple[int, int]] = None
+        self._local: Optional[tuple[bytes, int]] = None
         self._knobs: dict = {}
         self._reuseaddr = False
         self._linger: Optional[tuple[int, int]] = None
         self._connect_reported = _conn is not None  # an accepted socket has nothing to report
         if _conn is not None:
-            self._local = (int.from_bytes(_conn.local_addr, "big"), _conn.local_port)
+            self._local = (_conn.local_addr, _conn.local_port)
 
     def __repr__(self):
         if self._closed:
@@ -75,7 +76,6 @@ class StreamSocket(socket):
         stack = self.stack
         with driver.lock, stack.tx_batch():
             now = driver.clock()
-            stack.now = now
             try:
                 return fn(now)
             finally:
@@ -90,7 +90,7 @@ class StreamSocket(socket):
 
     def _peer(self):
         c = self._conn
-        return (_std.inet_ntoa(c.remote_addr), c.remote_port)
+        return (to_str(c.remote_addr), c.remote_port)
 
     # -- addresses ----------------------------------------------------------------
     def bind(self, address) -> None:
@@ -98,29 +98,24 @@ class StreamSocket(socket):
         if self._local is not None:
             raise OSError(errno.EINVAL, "Invalid argument (already bound)")
         addr, port = parse_address(address)
-        iface = self.stack.iface
-        if addr not in (0, iface.addr):
+        if not self.stack.iface.is_ours(addr):
             raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
         tcp = self.stack.tcp
-        abytes = addr.to_bytes(4, "big")
         with self._driver.lock:
             if port == 0:
-                port = tcp._pick_port(abytes, b"\0\0\0\0", 0)
-            elif (abytes, port) in tcp.listeners or (b"\0\0\0\0", port) in tcp.listeners or (
-                    addr == 0 and any(k[1] == port for k in tcp.listeners)):
-                raise OSError(errno.EADDRINUSE, "Address already in use")
-            elif not self._reuseaddr and any(k[1] == port and (addr == 0 or k[0] == abytes)
-                                             for k in tcp.connections):
+                port = tcp.ephemeral_port(addr)
+            elif conflicts(addr, port, tcp.listeners) or (
+                    not self._reuseaddr and conflicts(addr, port, tcp.connections)):
                 raise OSError(errno.EADDRINUSE, "Address already in use")
         self._local = (addr, port)
 
     def getsockname(self) -> tuple[str, int]:
         self._check()
         if self._conn is not None:
-            return _std.inet_ntoa(self._conn.local_addr), self._conn.local_port
+            return to_str(self._conn.local_addr), self._conn.local_port
         if self._local is None:
             return "0.0.0.0", 0
-        return ip_str(self._local[0]), self._local[1]
+        return to_str(self._local[0]), self._local[1]
 
     def getpeername(self) -> tuple[str, int]:
         conn = self._require_conn()
@@ -140,7 +135,7 @@ class StreamSocket(socket):
             self.bind(("0.0.0.0", 0))
         addr, port = self._local
         with self._driver.lock:
-            self._listener = self.stack.tcp.listen((addr.to_bytes(4, "big"), port), max(1, backlog), **self._knobs)
+            self._listener = self.stack.tcp.listen((addr, port), max(1, backlog), **self._knobs)
 
     def accept(self):
         self._check()
@@ -152,7 +147,7 @@ class StreamSocket(socket):
             conn = lst.accept()
         if conn is None:
             raise OSError(errno.EBADF, "Bad file descriptor (listener closed)")
-        child = StreamSocket(self.stack, self.family, self.type, self.proto, _conn=conn)
+        child = StreamSocket(self._driver, self.family, self.type, self.proto, _conn=conn)
         child._timeout = _std.getdefaulttimeout()  # like the stdlib: accepted sockets start blocking
         return child, child._peer()
 
@@ -170,8 +165,8 @@ class StreamSocket(socket):
             raise OSError(errno.ECONNREFUSED, "Connection refused")
         local = None
         if self._local is not None:
-            local = (self._local[0].to_bytes(4, "big"), self._local[1])
-        remote = (addr.to_bytes(4, "big"), port)
+            local = self._local
+        remote = (addr, port)
         self._connect_reported = False
         self._conn = self._call(lambda now: self.stack.tcp.connect(local, remote, now, **self._knobs))
 

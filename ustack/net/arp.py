@@ -5,7 +5,7 @@
 - A packet to an unresolved next hop is queued (bounded per next hop and in
   total; overflow is the drop ``arp.queue_full``) and an ARP request is sent,
   retried every ``retry_interval`` up to ``max_retries`` times; then the queue
-  is dropped (``arp.unresolved``) and the failure reported to the stack.
+  is dropped (``arp.unresolved``) and the failure counted (``arp.resolution_failures``).
 - Requests for our address are answered; the sender of any ARP packet
   addressed to us (or a gratuitous one for an address we already cache) is
   learned (RFC 826 "merge" rule).
@@ -15,16 +15,17 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
+from ustack.net.addr import ANY4, to_str
+from ustack.net.link import BROADCAST_MAC, Link
+from ustack.net.route import Interface
+from ustack.stats import Stats
+from ustack.timers import TimerHeap
 from ustack.wire import WireError
 from ustack.wire.arp import OP_REPLY, OP_REQUEST, ArpPacket
 
-if TYPE_CHECKING:
-    from ustack.stack import Stack
-
-BROADCAST_MAC = b"\xff" * 6
-ETHERTYPE_ARP = b"\x08\x06"
+ETHERTYPE_ARP = 0x0806
 
 
 class _Pending:
@@ -37,9 +38,14 @@ class _Pending:
 
 
 class ArpLayer:
+    """The neighbour cache of one IPv4 interface; sends through ``link``, times through ``timers``."""
+
     def __init__(
         self,
-        stack: "Stack",
+        link: Link,
+        iface: Interface,
+        timers: TimerHeap,
+        stats: Stats,
         *,
         ttl: float = 60.0,
         retry_interval: float = 1.0,
@@ -47,29 +53,32 @@ class ArpLayer:
         queue_per_host: int = 16,
         queue_total: int = 256,
     ):
-        self.stack = stack
+        self.link = link
+        self.iface = iface
+        self.timers = timers
+        self.stats = stats
         self.ttl = ttl
         self.retry_interval = retry_interval
         self.max_retries = max_retries
         self.queue_per_host = queue_per_host
         self.queue_total = queue_total
-        self.cache: dict[int, tuple[bytes, float]] = {}  # ip -> (mac, expires_at)
-        self.pending: dict[int, _Pending] = {}
+        self.cache: dict[bytes, tuple[bytes, float]] = {}  # ip -> (mac, expires_at)
+        self.pending: dict[bytes, _Pending] = {}
         self.queued = 0
 
     # -- lookups ------------------------------------------------------------
-    def lookup(self, ip: int, now: float) -> Optional[bytes]:
+    def lookup(self, ip: bytes, now: float) -> Optional[bytes]:
         entry = self.cache.get(ip)
         if entry is None:
             return None
         if entry[1] <= now:
             del self.cache[ip]
-            self.stack.stats.inc("arp.expired")
+            self.stats.inc("arp.expired")
             return None
         return entry[0]
 
-    def learn(self, ip: int, mac: bytes, now: float) -> None:
-        if mac == BROADCAST_MAC or mac[0] & 1 or ip == 0:
+    def learn(self, ip: bytes, mac: bytes, now: float) -> None:
+        if mac == BROADCAST_MAC or mac[0] & 1 or ip == ANY4:
             return  # never cache broadcast/multicast hardware addresses
         self.cache[ip] = (mac, now + self.ttl)
         pending = self.pending.pop(ip, None)
@@ -81,18 +90,16 @@ class ArpLayer:
                 send(mac)
 
     def entries(self, now: float) -> list[tuple[str, str, float]]:
-        from ustack.net.route import ip_str
-
-        return [(ip_str(ip), mac.hex(":"), exp - now) for ip, (mac, exp) in sorted(self.cache.items()) if exp > now]
+        return [(to_str(ip), mac.hex(":"), exp - now) for ip, (mac, exp) in sorted(self.cache.items()) if exp > now]
 
     # -- resolution ----------------------------------------------------------
-    def resolve_then(self, ip: int, send: Callable[[bytes], None], now: float) -> None:
+    def resolve_then(self, ip: bytes, send: Callable[[bytes], None], now: float) -> None:
         """Call ``send(mac)`` once ``ip`` is resolved; queue it meanwhile (bounded)."""
-        stats = self.stack.stats
+        stats = self.stats
         pending = self.pending.get(ip)
         if pending is None:
             pending = self.pending[ip] = _Pending()
-            pending.timer = self.stack.timers.timer(lambda t, ip=ip: self._retry(ip, t))
+            pending.timer = self.timers.timer(lambda t, ip=ip: self._retry(ip, t))
             self._request(ip)
             pending.timer.arm(now + self.retry_interval)
         if len(pending.packets) >= self.queue_per_host or self.queued >= self.queue_total:
@@ -101,7 +108,7 @@ class ArpLayer:
         pending.packets.append(send)
         self.queued += 1
 
-    def _retry(self, ip: int, now: float) -> None:
+    def _retry(self, ip: bytes, now: float) -> None:
         pending = self.pending.get(ip)
         if pending is None:
             return
@@ -109,50 +116,39 @@ class ArpLayer:
         if pending.retries > self.max_retries:
             del self.pending[ip]
             self.queued -= len(pending.packets)
-            self.stack.stats.drop("arp.unresolved", len(pending.packets) or 1)
-            self.stack.stats.inc("arp.resolution_failures")
+            self.stats.drop("arp.unresolved", len(pending.packets) or 1)
+            self.stats.inc("arp.resolution_failures")
             return
         self._request(ip)
         pending.timer.arm(now + self.retry_interval)
 
-    def _request(self, ip: int) -> None:
-        iface = self.stack.iface
-        pkt = ArpPacket.request(iface.mac, iface.addr_bytes, ip.to_bytes(4, "big"))
-        self._send(BROADCAST_MAC, pkt)
-        self.stack.stats.inc("arp.requests_sent")
+    def _request(self, ip: bytes) -> None:
+        iface = self.iface
+        self._send(BROADCAST_MAC, ArpPacket.request(iface.mac, iface.addr, ip))
+        self.stats.inc("arp.requests_sent")
 
     def announce(self) -> None:
         """Gratuitous ARP for our address (RFC 5227 section 3)."""
-        iface = self.stack.iface
-        self._send(BROADCAST_MAC, ArpPacket.announcement(iface.mac, iface.addr_bytes))
-        self.stack.stats.inc("arp.announcements_sent")
+        iface = self.iface
+        self._send(BROADCAST_MAC, ArpPacket.announcement(iface.mac, iface.addr))
+        self.stats.inc("arp.announcements_sent")
 
     def _send(self, dst_mac: bytes, pkt: ArpPacket) -> None:
-        stack = self.stack
-        slot = stack.tx_slot()
-        if slot is None:
-            return
-        iface = stack.iface
-        slot[0:6] = dst_mac
-        slot[6:12] = iface.mac
-        slot[12:14] = ETHERTYPE_ARP
-        n = 14 + pkt.emit(slot, 14)
-        if n < 60:  # pad to the Ethernet minimum (IEEE 802.3)
-            slot[n:60] = bytes(60 - n)
-            n = 60
-        stack.tx_done(n)
+        body = bytearray(pkt.header_len)
+        pkt.emit(body, 0)
+        self.link.send_frame(dst_mac, ETHERTYPE_ARP, body)
 
     # -- input ---------------------------------------------------------------
     def input(self, frame: memoryview, l3: int, now: float) -> None:
-        stats = self.stack.stats
+        stats = self.stats
         try:
             pkt = ArpPacket.parse(frame[l3:])
         except WireError as e:
             stats.drop(e.reason)
             return
-        iface = self.stack.iface
-        spa = int.from_bytes(pkt.spa, "big")
-        tpa = int.from_bytes(pkt.tpa, "big")
+        iface = self.iface
+        spa = bytes(pkt.spa)
+        tpa = bytes(pkt.tpa)
         if spa == iface.addr and pkt.sha != iface.mac:
             stats.inc("arp.address_conflict")  # someone else claims our address (RFC 5227)
             stats.drop("arp.conflict")

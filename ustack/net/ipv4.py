@@ -1,147 +1,227 @@
-"""IPv4 (RFC 791, RFC 1122 section 3.3): output with fragmentation, input of fragments.
+"""IPv4 (RFC 791, RFC 1122 section 3.3): the first ``IpLayer``; output, fragments, reassembly.
 
-Output: ``output(dst, proto, payload)`` routes (connected subnet or default
-gateway), resolves the next hop through ARP (queueing while it resolves),
-and writes frames straight into TX slots from an Ethernet+IPv4 header
-template via the fast path. A payload larger than the MTU is fragmented
-(RFC 791 section 3.2: data in multiples of 8 bytes, MF on all but the last)
-unless DF is asked for, which fails with EMSGSIZE.
+Output: ``output(src, dst, proto, payload, now)`` routes (connected subnet
+or default gateway), resolves the next hop through ARP (queueing while it
+resolves), and writes frames straight into TX slots from an Ethernet+IPv4
+header template via the fast path. A payload larger than the MTU is
+fragmented (RFC 791 section 3.2: data in multiples of 8 bytes, MF on all but
+the last) unless DF is asked for, which fails with EMSGSIZE. ``emit_udp`` /
+``emit_tcp`` are the fast emits for established flows (see ``IpLayer``).
 
-Input of ordinary datagrams is dispatched by the Stack from the fast path's
-classify records; fragments come here and go through the Reassembler, then
-back through classify as one synthetic frame so L4 validation has one home.
+Input: ordinary datagrams are demultiplexed by the Stack from the fast
+path's classify records; fragments come to ``input_fragment`` and go
+through the Reassembler, then back through classify as one synthetic frame
+(``redeliver``) so L4 validation has one home. A reassembly timeout with
+fragment zero held reports ICMP time exceeded through ``on_time_exceeded``.
 """
 
 from __future__ import annotations
 
 import errno
 import struct
-from typing import TYPE_CHECKING, Optional
+from typing import Callable, Optional
 
 from ustack import _fastpath
+from ustack.net.addr import BROADCAST4
+from ustack.net.arp import ArpLayer
+from ustack.net.link import BROADCAST_MAC, Link
 from ustack.net.reassembly import Reassembler
-from ustack.net.route import LIMITED_BROADCAST
-
-if TYPE_CHECKING:
-    from ustack.stack import Stack
+from ustack.net.route import Interface
+from ustack.stats import Stats
+from ustack.timers import TimerHeap
+from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
 DEFAULT_TTL = 64
+HEADER_LEN = 20
 _IP_TEMPLATE = struct.Struct("!6s6sHBBHHHBBH4s4s")
 IP_DF = 0x4000
 IP_MF = 0x2000
+MAX_TEMPLATES = 4096  # per-flow header templates kept (a bound remote traffic cannot push past)
 
 
 class Ipv4Layer:
-    def __init__(self, stack: "Stack", *, ttl: int = DEFAULT_TTL, reassembly_timeout: float = 30.0,
-                 reassembly_max_bytes: int = 4 << 20, reassembly_max_datagrams: int = 64):
-        self.stack = stack
+    """IPv4 on one interface: implements ``ustack.net.ip.IpLayer``."""
+
+    version = 4
+    header_len = HEADER_LEN
+
+    def __init__(self, link: Link, iface: Interface, arp: ArpLayer, timers: TimerHeap, stats: Stats, *,
+                 ttl: int = DEFAULT_TTL, reassembly_timeout: float = 30.0, reassembly_max_bytes: int = 4 << 20,
+                 reassembly_max_datagrams: int = 64):
+        self.link = link
+        self.iface = iface
+        self.arp = arp
+        self.stats = stats
         self.ttl = ttl
         self.ident = 0
-        self.reassembler = Reassembler(stack.timers, stack.stats, timeout=reassembly_timeout,
+        self.reassembler = Reassembler(timers, stats, timeout=reassembly_timeout,
                                        max_bytes=reassembly_max_bytes, max_datagrams=reassembly_max_datagrams,
                                        on_timeout=self._reassembly_timeout)
+        # Set by the Stack: where a reassembled datagram goes (the demux), and who reports time exceeded.
+        self.redeliver: Optional[Callable[[memoryview, object, float], None]] = None
+        self.on_time_exceeded: Optional[Callable[[bytes, bytes, float], None]] = None
+        # One cache of header templates for every flow: (dst_mac, src, dst, proto, ttl, tos) -> bytes.
         self._templates: dict[tuple, bytes] = {}
 
-    # -- output ---------------------------------------------------------------
+    # -- routing (IpLayer) ----------------------------------------------------------
+    def source(self, dst: bytes) -> bytes:
+        self.iface.next_hop(dst)  # raises ENETUNREACH when there is no route
+        return self.iface.addr
+
+    def mtu(self, dst: bytes) -> int:
+        return self.iface.mtu
+
+    # -- output ---------------------------------------------------------------------
     def next_ident(self) -> int:
         self.ident = (self.ident + 1) & 0xFFFF
         return self.ident
 
-    def template(self, dst_mac: bytes, src: int, dst: int, proto: int, ttl: int, tos: int = 0) -> bytes:
+    def template(self, dst_mac: bytes, src: bytes, dst: bytes, proto: int, ttl: int, tos: int = 0) -> bytes:
         """Ethernet + IPv4 header for a flow, per-packet fields zero (cached, bounded)."""
         key = (dst_mac, src, dst, proto, ttl, tos)
         t = self._templates.get(key)
         if t is None:
-            if len(self._templates) >= 4096:
+            if len(self._templates) >= MAX_TEMPLATES:
                 self._templates.clear()
-            t = _IP_TEMPLATE.pack(dst_mac, self.stack.iface.mac, 0x0800, 0x45, tos, 0, 0, 0, ttl, proto, 0,
-                                  src.to_bytes(4, "big"), dst.to_bytes(4, "big"))
+            t = _IP_TEMPLATE.pack(dst_mac, self.link.mac, 0x0800, 0x45, tos, 0, 0, 0, ttl, proto, 0, src, dst)
             self._templates[key] = t
         return t
 
-    def output(self, dst: int, proto: int, payload, *, src: Optional[int] = None, ttl: Optional[int] = None,
-               tos: int = 0, df: bool = False, now: Optional[float] = None) -> None:
+    def _resolved(self, dst: bytes, now: float) -> Optional[bytes]:
+        """The next hop's MAC when it is in the ARP cache (None otherwise; OSError when no route)."""
+        return self.arp.lookup(self.iface.next_hop(dst), now)
+
+    def output(self, src: bytes, dst: bytes, proto: int, payload, now: float, *, ttl: Optional[int] = None,
+               tos: int = 0, df: bool = False) -> None:
         """Send one IPv4 datagram carrying ``payload`` (an L4 message, checksum done)."""
-        stack = self.stack
-        iface = stack.iface
-        if src is None:
-            src = iface.addr
+        iface = self.iface
         if ttl is None:
             ttl = self.ttl
         mtu = iface.mtu
-        if df and len(payload) + 20 > mtu:
+        if df and len(payload) + HEADER_LEN > mtu:
             raise OSError(errno.EMSGSIZE, "Message too long (DF set and larger than the MTU)")
-        if len(payload) + 20 > 65535:
+        if len(payload) + HEADER_LEN > 65535:
             raise OSError(errno.EMSGSIZE, "Message too long for IPv4")
         if iface.is_broadcast(dst):
-            self._emit(b"\xff" * 6, src, dst, proto, ttl, tos, df, payload)
+            self._emit(BROADCAST_MAC, src, dst, proto, ttl, tos, df, payload)
             return
         hop = iface.next_hop(dst)
-        when = stack.now if now is None else now
-        mac = stack.arp.lookup(hop, when)
+        mac = self.arp.lookup(hop, now)
         if mac is not None:
             self._emit(mac, src, dst, proto, ttl, tos, df, payload)
             return
         data = bytes(payload)  # must outlive the caller's buffer while ARP resolves
-        stack.arp.resolve_then(hop, lambda m: self._emit(m, src, dst, proto, ttl, tos, df, data), when)
+        self.arp.resolve_then(hop, lambda m: self._emit(m, src, dst, proto, ttl, tos, df, data), now)
 
-    def _emit(self, dst_mac: bytes, src: int, dst: int, proto: int, ttl: int, tos: int, df: bool, payload) -> None:
-        stack = self.stack
+    def _emit(self, dst_mac: bytes, src: bytes, dst: bytes, proto: int, ttl: int, tos: int, df: bool,
+              payload) -> None:
+        link = self.link
+        stats = self.stats
         tmpl = self.template(dst_mac, src, dst, proto, ttl, tos)
         ident = self.next_ident()
-        mtu = stack.iface.mtu
+        mtu = self.iface.mtu
         n = len(payload)
-        if n + 20 <= mtu:
-            slot = stack.tx_slot()
+        if n + HEADER_LEN <= mtu:
+            slot = link.slot()
             if slot is None:
                 return
-            stack.tx_done(_fastpath.emit_ipv4(slot, tmpl, ident, IP_DF if df else 0, payload))
-            stack.stats.inc("ipv4.packets_sent")
+            link.sent(_fastpath.emit_ipv4(slot, tmpl, ident, IP_DF if df else 0, payload))
+            stats.inc("ipv4.packets_sent")
             return
         # RFC 791 section 3.2: fragment data in multiples of 8 octets.
-        chunk = (mtu - 20) & ~7
+        chunk = (mtu - HEADER_LEN) & ~7
         view = memoryview(payload)
         off = 0
         while off < n:
             piece = view[off:off + chunk]
             more = off + chunk < n
-            slot = stack.tx_slot()
+            slot = link.slot()
             if slot is None:
                 return
-            stack.tx_done(_fastpath.emit_ipv4(slot, tmpl, ident, (IP_MF if more else 0) | (off >> 3), piece))
-            stack.stats.inc("ipv4.fragments_sent")
+            link.sent(_fastpath.emit_ipv4(slot, tmpl, ident, (IP_MF if more else 0) | (off >> 3), piece))
+            stats.inc("ipv4.fragments_sent")
             off += chunk
-        stack.stats.inc("ipv4.packets_sent")
+        stats.inc("ipv4.packets_sent")
 
-    # -- input ----------------------------------------------------------------
-    def input_fragment(self, frame: memoryview, rec: tuple, now: float) -> None:
-        _, _, l3, ihl, tot, proto, src, dst, l4, _, _, _, plen, _ = rec
-        stack = self.stack
-        if not stack.iface.is_local_dest(dst):
-            stack.stats.drop("ipv4.not_for_us")
+    def emit_udp(self, src: bytes, dst: bytes, sport: int, dport: int, payload, now: float) -> bool:
+        """Fast emit of one UDP datagram (see ``IpLayer.emit_udp``); a full TX ring is ENOBUFS."""
+        if 28 + len(payload) > self.iface.mtu or self.iface.is_broadcast(dst):
+            return False
+        mac = self._resolved(dst, now)
+        if mac is None:
+            return False
+        slot = self.link.slot()
+        if slot is None:
+            raise BlockingIOError(errno.ENOBUFS, "No buffer space available (TX ring full)")
+        # The UDP template is the IP template with the ports appended (length and checksum left zero).
+        key = (mac, src, dst, sport, dport)  # five fields: never equal to an IP template's six
+        tmpl = self._templates.get(key)
+        if tmpl is None:
+            if len(self._templates) >= MAX_TEMPLATES:
+                self._templates.clear()
+            tmpl = self.template(mac, src, dst, PROTO_UDP, self.ttl) + struct.pack("!HHI", sport, dport, 0)
+            self._templates[key] = tmpl
+        self.link.sent(_fastpath.emit_udp(slot, tmpl, self.next_ident(), payload))
+        self.stats.inc("ipv4.packets_sent")
+        return True
+
+    def emit_tcp(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                 window: int, ts, payload, now: float) -> bool:
+        """Fast emit of one established TCP segment (see ``IpLayer.emit_tcp``)."""
+        if HEADER_LEN + (32 if ts is not None else 20) + len(payload) > self.iface.mtu:
+            return False
+        try:
+            mac = self._resolved(dst, now)
+        except OSError:
+            return False
+        if mac is None:
+            return False
+        slot = self.link.slot()
+        if slot is None:
+            return False
+        tmpl = self.template(mac, src, dst, PROTO_TCP, self.ttl)
+        if ts is None:
+            length = _fastpath.emit_tcp(slot, tmpl, self.next_ident(), sport, dport, seq, ack, flags, window,
+                                        None, 0, payload)
+        else:
+            length = _fastpath.emit_tcp(slot, tmpl, self.next_ident(), sport, dport, seq, ack, flags, window,
+                                        ts[0], ts[1], payload)
+        self.link.sent(length)
+        self.stats.inc("ipv4.packets_sent")
+        return True
+
+    # -- input ----------------------------------------------------------------------
+    def input_fragment(self, frame: memoryview, pkt, now: float) -> None:
+        """One fragment (a K_FRAG record): reassemble, then hand the whole datagram to ``redeliver``."""
+        stats = self.stats
+        if not self.iface.is_local_dest(pkt.dst):
+            stats.drop("ipv4.not_for_us")
             return
+        l3, l4 = pkt.l3, pkt.l4
         fragfield = (frame[l3 + 6] << 8) | frame[l3 + 7]
         ident = (frame[l3 + 4] << 8) | frame[l3 + 5]
         offset = (fragfield & 0x1FFF) << 3
         more = bool(fragfield & IP_MF)
-        whole = self.reassembler.add((src, dst, proto, ident), offset, frame[l4:l4 + plen], more,
-                                     frame[l3:l3 + ihl], now)
+        src, dst, proto = pkt.src, pkt.dst, pkt.proto
+        whole = self.reassembler.add((src, dst, proto, ident), offset, frame[l4:l4 + pkt.payload_len], more,
+                                     frame[l3:l4], now)
         if whole is None:
             return
-        if 20 + len(whole) > 65535:
-            stack.stats.drop("ipv4.frag_too_long")
+        if HEADER_LEN + len(whole) > 65535:
+            stats.drop("ipv4.frag_too_long")
             return
         # Rebuild one unfragmented frame and run it through classify again.
-        hdr = bytearray(_IP_TEMPLATE.pack(b"\0" * 6, b"\0" * 6, 0x0800, 0x45, 0, 20 + len(whole), ident, 0,
-                                          frame[l3 + 8], proto, 0, src.to_bytes(4, "big"), dst.to_bytes(4, "big")))
+        hdr = bytearray(_IP_TEMPLATE.pack(b"\0" * 6, b"\0" * 6, 0x0800, 0x45, 0, HEADER_LEN + len(whole), ident,
+                                          0, frame[l3 + 8], proto, 0, src, dst))
         csum = _fastpath.checksum(memoryview(hdr)[14:34])
         hdr[24:26] = csum.to_bytes(2, "big")
         synthetic = bytes(hdr) + whole
-        stack.deliver(memoryview(synthetic), _fastpath.classify_one(synthetic, None), now, reassembled=True)
+        self.redeliver(memoryview(synthetic), _fastpath.classify_one(synthetic, None), now)
 
-    def _reassembly_timeout(self, header: bytes, first_data: bytes) -> None:
+    def _reassembly_timeout(self, header: bytes, first_data: bytes, now: float) -> None:
         # RFC 792 / RFC 1122 3.3.2: time exceeded, code 1 (reassembly), if fragment 0 arrived.
-        src = int.from_bytes(header[12:16], "big")
-        if src == LIMITED_BROADCAST or self.stack.iface.is_broadcast(src):
+        src = bytes(header[12:16])
+        if src == BROADCAST4 or self.iface.is_broadcast(src):
             return
-        self.stack.icmp.send_error(11, 1, header + first_data, src)
+        if self.on_time_exceeded is not None:
+            self.on_time_exceeded(header + first_data, src, now)

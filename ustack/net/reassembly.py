@@ -37,13 +37,13 @@ class _Datagram:
 
 class Reassembler:
     def __init__(self, timers, stats, *, timeout: float = 30.0, max_bytes: int = 4 << 20, max_datagrams: int = 64,
-                 on_timeout: Optional[Callable[[bytes, bytes], None]] = None):
+                 on_timeout: Optional[Callable[[bytes, bytes, float], None]] = None):
         self.timers = timers
         self.stats = stats
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.max_datagrams = max_datagrams
-        self.on_timeout = on_timeout  # (first fragment's IP header, its first data) -> None
+        self.on_timeout = on_timeout  # (fragment zero's IP header, its first 8 data bytes, now) -> None
         self.datagrams: dict[tuple, _Datagram] = {}
         self.held = 0
 
@@ -63,7 +63,7 @@ class Reassembler:
         header = dg.first_header
         self._discard(key)
         if first is not None and header is not None and self.on_timeout is not None:
-            self.on_timeout(header, first[1][:8])
+            self.on_timeout(header, first[1][:8], now)
 
     def add(self, key: tuple, offset: int, data, more: bool, header, now: float) -> Optional[bytes]:
         """Add one fragment's payload; returns the whole payload when complete, else None."""

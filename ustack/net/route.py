@@ -1,68 +1,59 @@
-"""The interface's addressing and routing: one connected subnet plus a default gateway.
+"""The interface's IPv4 addressing and routing: one connected subnet plus a default gateway.
 
-Addresses are kept as host-order integers inside the stack (dict keys and
-comparisons are cheapest that way) and converted at the edges.
+Addresses are packed bytes (``ustack.net.addr``). ``next_hop`` is the
+routing decision of RFC 1122 section 3.3.1: on-link destinations directly,
+everything else through the gateway, or ENETUNREACH when there is none.
 """
 
 from __future__ import annotations
 
 import errno
-import socket
 from typing import Optional
 
-LIMITED_BROADCAST = 0xFFFFFFFF
-
-
-def ip_int(addr) -> int:
-    """'198.18.0.1' / b'\\xc6\\x12\\x00\\x01' / int -> int."""
-    if isinstance(addr, int):
-        return addr
-    if isinstance(addr, (bytes, bytearray, memoryview)):
-        if len(addr) != 4:
-            raise ValueError("an IPv4 address is 4 bytes")
-        return int.from_bytes(addr, "big")
-    try:
-        return int.from_bytes(socket.inet_aton(addr), "big")
-    except OSError:
-        raise ValueError(f"not an IPv4 address: {addr!r}") from None
-
-
-def ip_str(addr: int) -> str:
-    return socket.inet_ntoa(addr.to_bytes(4, "big"))
+from ustack.net.addr import ANY4, BROADCAST4, Prefix, parse, to_str
 
 
 class Interface:
-    """Our one interface: address/prefix, MAC, MTU, gateway."""
+    """Our one IPv4 interface: address/prefix, MAC, MTU, gateway."""
+
+    __slots__ = ("mac", "mtu", "prefix", "addr", "prefixlen", "broadcast", "gateway", "_local")
 
     def __init__(self, mac: bytes, addr: str, mtu: int, gateway: Optional[str] = None):
-        if "/" not in addr:
-            raise ValueError("address must be given as A.B.C.D/N")
-        a, n = addr.split("/", 1)
-        self.prefixlen = int(n)
-        if not 0 < self.prefixlen <= 32:
-            raise ValueError("prefix length must be 1..32")
-        self.addr = ip_int(a)
-        self.addr_bytes = self.addr.to_bytes(4, "big")
-        self.netmask = (0xFFFFFFFF << (32 - self.prefixlen)) & 0xFFFFFFFF
-        self.network = self.addr & self.netmask
-        self.broadcast = self.network | (~self.netmask & 0xFFFFFFFF)
-        self.gateway = ip_int(gateway) if gateway else None
-        if self.gateway is not None and (self.gateway & self.netmask) != self.network:
+        self.prefix = Prefix(addr)
+        if len(self.prefix.addr) != 4:
+            raise ValueError("the interface address must be IPv4 (A.B.C.D/N)")
+        self.addr = self.prefix.addr
+        self.prefixlen = self.prefix.length
+        self.broadcast = self.prefix.broadcast
+        self.gateway = parse(gateway) if gateway else None
+        if self.gateway is not None and not self.prefix.contains(self.gateway):
             raise ValueError("the gateway must be inside the connected subnet")
         self.mac = bytes(mac)
         self.mtu = mtu
+        self._local = frozenset((self.addr, self.broadcast, BROADCAST4))
 
-    def is_local_dest(self, dst: int) -> bool:
+    def __str__(self) -> str:
+        return str(self.prefix)
+
+    def is_local_dest(self, dst: bytes) -> bool:
         """Addressed to us: our unicast address, our subnet broadcast or the limited broadcast."""
-        return dst == self.addr or dst == self.broadcast or dst == LIMITED_BROADCAST
+        return dst in self._local
 
-    def next_hop(self, dst: int) -> int:
+    def is_broadcast(self, dst: bytes) -> bool:
+        return dst == self.broadcast or dst == BROADCAST4
+
+    def is_ours(self, addr: bytes) -> bool:
+        """A local address a socket may bind: ours or the wildcard."""
+        return addr == self.addr or addr == ANY4
+
+    def next_hop(self, dst: bytes) -> bytes:
         """The neighbour to hand a packet for ``dst`` to (RFC 1122 section 3.3.1)."""
-        if (dst & self.netmask) == self.network or dst == LIMITED_BROADCAST:
+        if dst == BROADCAST4 or self.prefix.contains(dst):
             return dst
         if self.gateway is None:
             raise OSError(errno.ENETUNREACH, "Network is unreachable (no route and no default gateway)")
         return self.gateway
 
-    def is_broadcast(self, dst: int) -> bool:
-        return dst == self.broadcast or dst == LIMITED_BROADCAST
+    @property
+    def addr_text(self) -> str:
+        return to_str(self.addr)

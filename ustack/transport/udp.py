@@ -2,43 +2,51 @@
 
 Demux is a dict lookup, most specific first: connected 4-tuple, then
 (local address, port), then (wildcard, port). A datagram for a port with no
-endpoint gets a (rate-limited) ICMP port unreachable (RFC 1122 4.1.3.1).
-Each endpoint has a receive queue bounded in bytes (``rcvbuf``, like
-SO_RCVBUF); overflow drops the datagram (``udp.rcvbuf_full``) and counts it
-on the endpoint too.
+endpoint gets a (rate-limited) ICMP port unreachable (RFC 1122 4.1.3.1)
+through ``unreachable``. Each endpoint has a receive queue bounded in bytes
+(``rcvbuf``, like SO_RCVBUF); overflow drops the datagram
+(``udp.rcvbuf_full``) and counts it on the endpoint too.
 
-Sending a datagram that fits the MTU writes Ethernet+IPv4+UDP headers and
-the payload straight into a TX slot from a per-flow template (one copy, one
-C call for the headers and the checksum); larger datagrams are built once
-and fragmented by IPv4.
+Sending reaches the network layer only through ``IpLayer``: a datagram
+that fits the MTU is written straight into a TX slot from a per-flow
+template (``ip.emit_udp``: one copy, one C call for headers and checksum);
+otherwise (first packet to a host, broadcast, needs fragmentation) the
+datagram is built once with ``ustack.wire.udp`` and handed to
+``ip.output``. Addresses are packed bytes (``ustack.net.addr``); local ports
+follow the rules of ``ustack.transport.ports``.
 """
 
 from __future__ import annotations
 
 import errno
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
-from ustack import _fastpath
-from ustack.net.route import LIMITED_BROADCAST
+from ustack.net.addr import ANY4
+from ustack.net.ip import IpLayer
+from ustack.net.route import Interface
+from ustack.stats import Stats
+from ustack.transport.ports import EphemeralPorts, check_port, conflicts
+from ustack.wire.icmp import error_to_oserror
+from ustack.wire.proto import PROTO_UDP
+from ustack.wire.udp import HEADER_LEN, UdpHeader
 
-if TYPE_CHECKING:
-    from ustack.stack import Stack
-
-PROTO_UDP = 17
-EPHEMERAL_LOW, EPHEMERAL_HIGH = 32768, 60999  # Linux ip_local_port_range
+MAX_PAYLOAD = 65507  # 65535 - 20 (IPv4 header) - 8 (UDP header)
 
 
 class UdpEndpoint:
-    """The protocol side of one UDP socket (no blocking here; see ustack.api.socket)."""
+    """The protocol side of one UDP socket (no blocking here; see ustack.api)."""
+
+    __slots__ = ("layer", "local_addr", "local_port", "remote", "rcvbuf", "queue", "queued_bytes", "drops",
+                 "error", "closed", "on_readable", "broadcast")
 
     def __init__(self, layer: "UdpLayer", rcvbuf: int):
         self.layer = layer
-        self.local_addr = 0
+        self.local_addr = ANY4
         self.local_port = 0
-        self.remote: Optional[tuple[int, int]] = None
+        self.remote: Optional[tuple[bytes, int]] = None
         self.rcvbuf = rcvbuf
-        self.queue: deque = deque()  # (payload bytes, src addr int, src port)
+        self.queue: deque = deque()  # (payload bytes, src addr, src port)
         self.queued_bytes = 0
         self.drops = 0
         self.error: Optional[OSError] = None  # pending asynchronous error (ICMP)
@@ -54,24 +62,24 @@ class UdpEndpoint:
         err, self.error = self.error, None
         return err
 
-    def deliver(self, payload: bytes, src: int, sport: int) -> None:
+    def deliver(self, payload: bytes, src: bytes, sport: int) -> None:
         size = len(payload)
         if self.queued_bytes + size > self.rcvbuf and self.queue:
             self.drops += 1
-            self.layer.stack.stats.drop("udp.rcvbuf_full")
+            self.layer.stats.drop("udp.rcvbuf_full")
             return
         self.queue.append((payload, src, sport))
         self.queued_bytes += size
-        self.layer.stack.stats.inc("udp.datagrams_received")
+        self.layer.stats.inc("udp.datagrams_received")
         if self.on_readable is not None:
             self.on_readable()
 
-    def pop(self) -> tuple[bytes, int, int]:
+    def pop(self) -> tuple[bytes, bytes, int]:
         item = self.queue.popleft()
         self.queued_bytes -= len(item[0])
         return item
 
-    def sendto(self, payload, dst: int, dport: int, now: float) -> int:
+    def sendto(self, payload, dst: bytes, dport: int, now: float) -> int:
         return self.layer.send(self, payload, dst, dport, now)
 
     def close(self) -> None:
@@ -83,53 +91,51 @@ class UdpEndpoint:
 
 
 class UdpLayer:
-    def __init__(self, stack: "Stack", *, default_rcvbuf: int = 212992):
-        self.stack = stack
+    """All UDP endpoints of one stack."""
+
+    def __init__(self, ip: IpLayer, iface: Interface, stats: Stats, port_secret: bytes,
+                 unreachable: Callable[[memoryview, bytes, float], None], *, default_rcvbuf: int = 212992):
+        self.ip = ip
+        self.iface = iface
+        self.stats = stats
+        self.unreachable = unreachable  # (offending datagram from its IP header, its source, now)
         self.default_rcvbuf = default_rcvbuf
-        self.bound: dict[tuple[int, int], UdpEndpoint] = {}  # (local addr or 0, port)
-        self.connected: dict[tuple[int, int, int, int], UdpEndpoint] = {}  # (laddr, lport, raddr, rport)
-        self._next_port = EPHEMERAL_LOW
-        self._templates: dict[tuple, bytes] = {}
+        self.bound: dict[tuple[bytes, int], UdpEndpoint] = {}  # (local addr or wildcard, port)
+        self.connected: dict[tuple[bytes, int, bytes, int], UdpEndpoint] = {}  # (laddr, lport, raddr, rport)
+        self.ports = EphemeralPorts(port_secret, b"udp")
 
     def endpoint(self) -> UdpEndpoint:
         return UdpEndpoint(self, self.default_rcvbuf)
 
+    def endpoints(self) -> list[UdpEndpoint]:
+        """Every bound endpoint (for snapshots)."""
+        return list(self.bound.values())
+
     # -- binding ----------------------------------------------------------------
-    def bind(self, ep: UdpEndpoint, addr: int, port: int) -> None:
+    def bind(self, ep: UdpEndpoint, addr: bytes, port: int) -> None:
         if ep.bound:
             raise OSError(errno.EINVAL, "Invalid argument (already bound)")
-        iface = self.stack.iface
-        if addr not in (0, iface.addr) and not iface.is_broadcast(addr):
+        iface = self.iface
+        if not iface.is_ours(addr) and not iface.is_broadcast(addr):
             raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
-        if not 0 <= port <= 0xFFFF:
-            raise OverflowError("bind(): port must be 0-65535.")
+        check_port(port)
         if port == 0:
-            port = self._ephemeral(addr)
-        elif (addr, port) in self.bound or (0, port) in self.bound or (addr == 0 and any(
-                p == port for (_, p) in self.bound)):
+            port = self.ports.pick(addr, ANY4, 0, lambda p: conflicts(addr, p, self.bound))
+        elif conflicts(addr, port, self.bound):
             raise OSError(errno.EADDRINUSE, "Address already in use")
         ep.local_addr, ep.local_port = addr, port
         self.bound[(addr, port)] = ep
 
-    def _ephemeral(self, addr: int) -> int:
-        span = EPHEMERAL_HIGH - EPHEMERAL_LOW + 1
-        for _ in range(span):
-            port = self._next_port
-            self._next_port = EPHEMERAL_LOW + (port - EPHEMERAL_LOW + 1) % span
-            if (addr, port) not in self.bound and (0, port) not in self.bound:
-                return port
-        raise OSError(errno.EADDRINUSE, "No ephemeral UDP port free")
-
-    def connect(self, ep: UdpEndpoint, dst: int, dport: int) -> None:
+    def connect(self, ep: UdpEndpoint, dst: bytes, dport: int) -> None:
         if not ep.bound:
-            self.bind(ep, 0, 0)
+            self.bind(ep, ANY4, 0)
         if ep.remote is not None:
             self.connected.pop((self._laddr(ep), ep.local_port) + ep.remote, None)
         ep.remote = (dst, dport)
         self.connected[(self._laddr(ep), ep.local_port, dst, dport)] = ep
 
-    def _laddr(self, ep: UdpEndpoint) -> int:
-        return ep.local_addr or self.stack.iface.addr
+    def _laddr(self, ep: UdpEndpoint) -> bytes:
+        return ep.local_addr if ep.local_addr != ANY4 else self.iface.addr
 
     def unbind(self, ep: UdpEndpoint) -> None:
         if ep.bound and self.bound.get((ep.local_addr, ep.local_port)) is ep:
@@ -138,79 +144,61 @@ class UdpLayer:
             self.connected.pop((self._laddr(ep), ep.local_port) + ep.remote, None)
 
     # -- input ------------------------------------------------------------------
-    def input(self, frame: memoryview, rec: tuple, now: float) -> None:
-        _, _, l3, ihl, tot, _, src, dst, l4, sport, dport, poff, plen, _ = rec
-        stack = self.stack
-        iface = stack.iface
+    def input(self, frame: memoryview, pkt, now: float) -> None:
+        """One datagram (a K_UDP record: header and checksum verified by classify)."""
+        iface = self.iface
+        src, dst, sport, dport = pkt.src, pkt.dst, pkt.src_port, pkt.dst_port
         if not iface.is_local_dest(dst):
-            stack.stats.drop("ipv4.not_for_us")
+            self.stats.drop("ipv4.not_for_us")
             return
         ep = self.connected.get((iface.addr, dport, src, sport))
         if ep is None:
-            ep = self.bound.get((dst, dport)) or self.bound.get((0, dport))
+            bound = self.bound
+            ep = bound.get((dst, dport)) or bound.get((ANY4, dport))
             if ep is None and dst != iface.addr:
-                ep = self.bound.get((iface.addr, dport))
+                ep = bound.get((iface.addr, dport))
             if ep is not None and ep.remote is not None and ep.remote != (src, sport):
                 ep = None  # a connected socket only hears its peer
         if ep is None:
-            stack.stats.drop("udp.no_socket")
+            self.stats.drop("udp.no_socket")
             if dst == iface.addr:
                 # RFC 1122 4.1.3.1: port unreachable (rate-limited, never for broadcasts)
-                stack.icmp.send_error(3, 3, frame[l3:l3 + tot], src)
+                self.unreachable(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now)
             return
-        ep.deliver(bytes(frame[poff:poff + plen]), src, sport)
+        off = pkt.payload_off
+        ep.deliver(bytes(frame[off:off + pkt.payload_len]), src, sport)
 
-    def icmp_error(self, laddr: int, lport: int, raddr: int, rport: int, err: OSError) -> bool:
-        ep = self.connected.get((laddr, lport, raddr, rport))
+    def icmp_error(self, src: bytes, sport: int, dst: bytes, dport: int, itype: int, code: int, info: int,
+                   quoted: bytes, now: float) -> None:
+        """An ICMP error about a datagram we sent: surfaced on a connected endpoint (RFC 1122 4.1.3.3)."""
+        ep = self.connected.get((src, sport, dst, dport))
         if ep is None:
-            return False
-        ep.error = err
+            self.stats.drop("icmp.error_no_socket")
+            return
+        ep.error = error_to_oserror(itype, code)
         if ep.on_readable is not None:
             ep.on_readable()
-        return True
 
     # -- output -----------------------------------------------------------------
-    def send(self, ep: UdpEndpoint, payload, dst: int, dport: int, now: float) -> int:
-        stack = self.stack
-        iface = stack.iface
+    def send(self, ep: UdpEndpoint, payload, dst: bytes, dport: int, now: float) -> int:
+        iface = self.iface
         if not 0 < dport <= 0xFFFF:
             raise OSError(errno.EINVAL, "Invalid argument (destination port)")
-        if (iface.is_broadcast(dst) or dst == LIMITED_BROADCAST) and not ep.broadcast:
+        if iface.is_broadcast(dst) and not ep.broadcast:
             raise PermissionError(errno.EACCES, "Permission denied (broadcast needs SO_BROADCAST)")
         if not ep.bound:
-            self.bind(ep, 0, 0)
+            self.bind(ep, ANY4, 0)
         n = len(payload)
-        if n > 65507:
+        if n > MAX_PAYLOAD:
             raise OSError(errno.EMSGSIZE, "Message too long")
-        src = ep.local_addr if ep.local_addr and not iface.is_broadcast(ep.local_addr) else iface.addr
-        if 28 + n <= iface.mtu and not iface.is_broadcast(dst):
-            mac = stack.arp.lookup(iface.next_hop(dst), now)
-            if mac is not None:
-                key = (mac, src, dst, ep.local_port, dport)
-                tmpl = self._templates.get(key)
-                if tmpl is None:
-                    if len(self._templates) >= 4096:
-                        self._templates.clear()
-                    iptmpl = stack.ipv4.template(mac, src, dst, PROTO_UDP, stack.ipv4.ttl)
-                    tmpl = iptmpl + ep.local_port.to_bytes(2, "big") + dport.to_bytes(2, "big") + bytes(4)
-                    self._templates[key] = tmpl
-                slot = stack.tx_slot()
-                if slot is None:
-                    raise BlockingIOError(errno.ENOBUFS, "No buffer space available (TX ring full)")
-                stack.tx_done(_fastpath.emit_udp(slot, tmpl, stack.ipv4.next_ident(), payload))
-                stack.stats.inc("udp.datagrams_sent")
-                stack.stats.inc("ipv4.packets_sent")
-                return n
-        # Slow path: first packet to a host (ARP), broadcast, or needs fragmentation.
-        ulen = 8 + n
-        dgram = bytearray(ulen)
-        dgram[0:2] = ep.local_port.to_bytes(2, "big")
-        dgram[2:4] = dport.to_bytes(2, "big")
-        dgram[4:6] = ulen.to_bytes(2, "big")
-        dgram[8:] = payload
-        s = _fastpath.ones_sum(src.to_bytes(4, "big") + dst.to_bytes(4, "big") + bytes((0, PROTO_UDP)) + ulen.to_bytes(2, "big"))
-        c = _fastpath.checksum(dgram, s) or 0xFFFF
-        dgram[6:8] = c.to_bytes(2, "big")
-        stack.ipv4.output(dst, PROTO_UDP, dgram, src=src, now=now)
-        stack.stats.inc("udp.datagrams_sent")
+        laddr = ep.local_addr
+        src = laddr if laddr != ANY4 and not iface.is_broadcast(laddr) else self.ip.source(dst)
+        sport = ep.local_port
+        if not self.ip.emit_udp(src, dst, sport, dport, payload, now):
+            # Slow path: first packet to a host (ARP), broadcast, needs fragmentation, or no TX slot.
+            length = HEADER_LEN + n
+            dgram = bytearray(length)
+            UdpHeader(sport, dport, length).emit(dgram, 0, src, dst, payload)
+            self.ip.output(src, dst, PROTO_UDP, dgram, now)
+        self.stats.inc("udp.datagrams_sent")
         return n

@@ -25,6 +25,16 @@ def internet_checksum(data, initial: int = 0) -> int:
     return (~ones_sum(data, initial)) & 0xFFFF
 
 
-def pseudo_header_sum(src: bytes, dst: bytes, proto: int, length: int) -> int:
-    """Ones'-complement sum of the IPv4 pseudo-header (RFC 793 / RFC 768)."""
-    return ones_sum(src + dst + bytes((0, proto)) + length.to_bytes(2, "big"))
+def pseudo_header_sum(src, dst, proto: int, length: int) -> int:
+    """Ones'-complement sum of the pseudo-header that TCP and UDP checksums cover.
+
+    IPv4 (4-byte addresses, RFC 9293 3.1 / RFC 768): src, dst, zero, protocol,
+    16-bit length. IPv6 (16-byte addresses, RFC 8200 section 8.1): src, dst,
+    32-bit upper-layer length, three zero bytes, next header.
+    """
+    src, dst = bytes(src), bytes(dst)
+    if len(src) != len(dst) or len(src) not in (4, 16):
+        raise ValueError("pseudo-header addresses are both 4 (IPv4) or both 16 (IPv6) bytes")
+    if len(src) == 4:
+        return ones_sum(src + dst + bytes((0, proto)) + length.to_bytes(2, "big"))
+    return ones_sum(src + dst + length.to_bytes(4, "big") + bytes((0, 0, 0, proto)))

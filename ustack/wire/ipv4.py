@@ -28,9 +28,7 @@ MIN_HEADER_LEN = 20
 MAX_HEADER_LEN = 60
 MAX_OPTIONS_LEN = MAX_HEADER_LEN - MIN_HEADER_LEN
 
-PROTO_ICMP = 1
-PROTO_TCP = 6
-PROTO_UDP = 17
+from ustack.wire.proto import PROTO_ICMP, PROTO_TCP, PROTO_UDP  # noqa: F401  (re-exported)
 
 # Option types (RFC 791 section 3.1; copied flag | class | number).
 IPOPT_EOL = 0

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from ustack.wire import WireError
 from ustack.wire.checksum import ones_sum, pseudo_header_sum
+from ustack.wire.proto import PROTO_TCP
 
-PROTO_TCP = 6
 HEADER_LEN = 20
 MAX_HEADER_LEN = 60
 MAX_OPTIONS_LEN = MAX_HEADER_LEN - HEADER_LEN
@@ -72,13 +72,6 @@ def flags_from_str(text: str) -> int:
 def flags_to_str(flags: int) -> str:
     """SYN|ACK -> ``"SA"``."""
     return "".join(letter for letter, bit in _FLAG_LETTERS if flags & bit)
-
-
-def _pseudo_sum(src, dst, length: int) -> int:
-    src, dst = bytes(src), bytes(dst)
-    if len(src) != 4 or len(dst) != 4:
-        raise ValueError("pseudo-header addresses are 4 bytes")
-    return pseudo_header_sum(src, dst, PROTO_TCP, length)
 
 
 def _parse_options(mv: memoryview, end: int) -> dict:
@@ -171,7 +164,7 @@ class TcpHeader:
         header_len = (offset_byte >> 4) * 4
         if header_len < HEADER_LEN or header_len > n:
             raise WireError("tcp.bad_data_offset", f"data offset {header_len} bytes, segment {n} bytes")
-        if verify_checksum and ones_sum(mv, _pseudo_sum(src, dst, n)) != 0xFFFF:
+        if verify_checksum and ones_sum(mv, pseudo_header_sum(src, dst, PROTO_TCP, n)) != 0xFFFF:
             raise WireError("tcp.bad_checksum", f"checksum {checksum:#06x}")
         opts = _parse_options(mv, header_len) if header_len > HEADER_LEN else {}
         return cls(src_port, dst_port, seq, ack, flags, window, checksum, urgent, header_len=header_len, **opts)
@@ -218,7 +211,7 @@ class TcpHeader:
         )
         buf[offset + HEADER_LEN : offset + header_len] = opts
         with memoryview(buf) as mv:
-            csum = (~ones_sum(mv[offset:end], _pseudo_sum(src, dst, end - offset))) & 0xFFFF
+            csum = (~ones_sum(mv[offset:end], pseudo_header_sum(src, dst, PROTO_TCP, end - offset))) & 0xFFFF
         _CHECKSUM.pack_into(buf, offset + 16, csum)
         return header_len
 

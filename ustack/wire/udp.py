@@ -14,19 +14,12 @@ from dataclasses import dataclass
 
 from ustack.wire import WireError
 from ustack.wire.checksum import ones_sum, pseudo_header_sum
+from ustack.wire.proto import PROTO_UDP
 
 HEADER_LEN = 8
-PROTO_UDP = 17
 
 _HEADER = struct.Struct("!HHHH")
 _CHECKSUM = struct.Struct("!H")
-
-
-def _pseudo_sum(src, dst, length: int) -> int:
-    src, dst = bytes(src), bytes(dst)
-    if len(src) != 4 or len(dst) != 4:
-        raise ValueError("pseudo-header addresses are 4 bytes")
-    return pseudo_header_sum(src, dst, PROTO_UDP, length)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +51,7 @@ class UdpHeader:
         if length < HEADER_LEN or length > n:
             raise WireError("udp.bad_length", f"length {length}, {n} bytes")
         if verify_checksum and checksum != 0:
-            if ones_sum(memoryview(buf)[:length], _pseudo_sum(src, dst, length)) != 0xFFFF:
+            if ones_sum(memoryview(buf)[:length], pseudo_header_sum(src, dst, PROTO_UDP, length)) != 0xFFFF:
                 raise WireError("udp.bad_checksum", f"checksum {checksum:#06x}")
         return cls(src_port, dst_port, length, checksum)
 
@@ -81,7 +74,7 @@ class UdpHeader:
         if payload is not None:
             buf[offset + HEADER_LEN : offset + length] = payload
         if with_checksum:
-            csum = (~ones_sum(memoryview(buf)[offset : offset + length], _pseudo_sum(src, dst, length))) & 0xFFFF
+            csum = (~ones_sum(memoryview(buf)[offset : offset + length], pseudo_header_sum(src, dst, PROTO_UDP, length))) & 0xFFFF
             # RFC 768: a computed zero is transmitted as all ones.
             _CHECKSUM.pack_into(buf, offset + 6, csum or 0xFFFF)
         return HEADER_LEN

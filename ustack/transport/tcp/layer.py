@@ -207,6 +207,10 @@ class TcpLayer:
     def find(self, local: tuple, remote: tuple) -> Connection | None:
         return self.connections.get((bytes(local[0]), local[1], bytes(remote[0]), remote[1]))
 
+    def ephemeral_port(self, laddr: bytes) -> int:
+        """A free local port for a socket bound to port 0 (RFC 6056, ``ustack.transport.ports``)."""
+        return self._pick_port(laddr, ANY, 0)
+
     # -- used by connections and listeners -------------------------------
 
     def _register(self, conn: Connection) -> None:
