@@ -17,11 +17,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-import random
 import threading
 import weakref
 from typing import Callable, Optional, Sequence
 
+from ustack.backends.impair import Impairment
 from ustack.device import Capabilities
 
 
@@ -159,46 +159,23 @@ class PipeLink:
         mac_a: bytes = b"\x02\x00\x00\x00\x00\x0a",
         mac_b: bytes = b"\x02\x00\x00\x00\x00\x0b",
     ):
-        for name, p in (("loss", loss), ("duplicate", duplicate), ("reorder", reorder), ("corrupt", corrupt)):
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1]")
-        if delay < 0 or jitter < 0 or reorder_delay < 0:
-            raise ValueError("delays must be >= 0")
         self.clock = clock
         self.mtu = mtu
-        self.delay, self.jitter = delay, jitter
-        self.loss, self.duplicate, self.reorder, self.corrupt = loss, duplicate, reorder, corrupt
-        self.reorder_delay = reorder_delay
-        self.random = random.Random(seed)
+        self.impairment = Impairment(seed=seed, loss=loss, duplicate=duplicate, reorder=reorder,
+                                     reorder_delay=reorder_delay, corrupt=corrupt, delay=delay, jitter=jitter)
         self._seq = itertools.count()
         self.a = PipeEnd(self, mac_a, "a")
         self.b = PipeEnd(self, mac_b, "b")
         self.a.peer, self.b.peer = self.b, self.a
 
     def _carry(self, sender: PipeEnd, frame: bytes) -> None:
-        rnd = self.random
-        dest = sender.peer
+        imp = self.impairment
+        before = dict(imp.counters)
+        for when, data in imp.carry(frame, self.clock()):
+            sender.peer._deliver(when, data)
         counters = sender.counters
-        if self.loss and rnd.random() < self.loss:
-            counters["lost"] += 1
-            return
-        copies = 1
-        if self.duplicate and rnd.random() < self.duplicate:
-            copies = 2
-            counters["duplicated"] += 1
-        for _ in range(copies):
-            data = frame
-            if self.corrupt and rnd.random() < self.corrupt:
-                pos = rnd.randrange(len(data))
-                data = data[:pos] + bytes((data[pos] ^ (1 << rnd.randrange(8)),)) + data[pos + 1 :]
-                counters["corrupted"] += 1
-            when = self.clock() + self.delay
-            if self.jitter:
-                when += rnd.uniform(0, self.jitter)
-            if self.reorder and rnd.random() < self.reorder:
-                when += self.reorder_delay
-                counters["reordered"] += 1
-            dest._deliver(when, data)
+        for name, n in imp.counters.items():
+            counters[name] += n - before[name]
 
     def close(self) -> None:
         self.a.close()

@@ -79,7 +79,7 @@ class CheckingDevice(DeviceWrapper):
 
 
 def checked_net(**kw):
-    return Net(wrap=CheckingDevice, **kw)
+    return Net(wrap_a=CheckingDevice, wrap_b=CheckingDevice, **kw)
 
 
 class Pump:

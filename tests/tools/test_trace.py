@@ -659,9 +659,8 @@ def test_genuine_capture_of_two_stacks_over_a_lossy_pipe(tmp_path, capsys):
     from tests.stack.netsim import Net
     from ustack.transport.tcp.tcb import State
 
-    net = Net(seed=3, loss=0.05, delay=0.002)
     path = str(tmp_path / "real.pcap")
-    net.b.device = PcapDevice(net.b.device, path, net.clock)
+    net = Net(seed=3, loss=0.05, delay=0.002, wrap_b=lambda end: PcapDevice(end, path, end.link.clock))
     data = hashlib.sha256(b"trace").digest() * 9600
     listener = net.a.tcp.listen((b"\0\0\0\0", 80), 16)
     got = bytearray()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 from typing import Optional
 
-from ustack.net.addr import ANY4, BROADCAST4, Prefix, parse, to_str
+from ustack.net.addr import ANY4, BROADCAST4, Prefix, parse
 
 
 class Interface:
@@ -53,7 +53,3 @@ class Interface:
         if self.gateway is None:
             raise OSError(errno.ENETUNREACH, "Network is unreachable (no route and no default gateway)")
         return self.gateway
-
-    @property
-    def addr_text(self) -> str:
-        return to_str(self.addr)
