@@ -3,7 +3,8 @@
 
 Pieces (each in its own include file, one concern each):
 - _fp_checksum.pxi: Internet checksum and RFC 1624 incremental update
-- _fp_classify.pxi: burst classify of Ethernet/IPv4/UDP/TCP into flat records
+- _fp_classify.pxi: burst classify of Ethernet/IPv4/UDP/TCP/ICMP into typed
+  records (Packet; the TCP header and its options parsed once); K_* and REASONS
 - _fp_emit.pxi: header emit into a TX slot from a per-flow template
 - _fp_ring.pxi: AF_PACKET ring walking (TPACKET_V2 and V3 RX, V3 TX)
 - _fp_xsk.pxi: AF_XDP ring producer/consumer operations

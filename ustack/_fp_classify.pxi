@@ -1,19 +1,32 @@
 # Burst classify: validate and parse Ethernet / IPv4 / UDP / TCP / ICMP of a
-# whole burst in one call, one flat record (a tuple) per frame.
+# whole burst in one call, one typed record (a Packet) per frame.
+#
+# The TCP header is parsed here once, options included (RFC 9293 3.1/3.2,
+# RFC 7323, RFC 2018), with the rules of ustack.wire.tcp._parse_options; the
+# Packet exposes it under TcpHeader's attribute names so TCP code can take
+# either.
 #
 # Every length is checked before a field is read: bounds checks are off in
 # this module, so these checks are the only guard against hostile frames.
+# Records hold no reference to the frame: the ring may reuse its memory as
+# soon as the burst is released.
 
-# Record kinds
+cimport cython
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+# Record kinds (Packet.kind). The only definition: Python code imports them from here.
 K_DROP = 0         # malformed or not for us; reason says why
-K_ARP = 1          # ARP: slow path parses it
+K_ARP = 1          # ARP: slow path parses it (l3 is the ARP packet's offset)
 K_UDP = 2          # IPv4/UDP, header and checksum verified
-K_TCP = 3          # IPv4/TCP, header and checksum verified
+K_TCP = 3          # IPv4/TCP, header, checksum and option list verified and parsed
 K_ICMP = 4         # IPv4/ICMP, checksum verified
 K_FRAG = 5         # IPv4 fragment: reassemble, then L4 is checked by the slow path
 K_IP_OTHER = 6     # IPv4 with another protocol number
 
-# Drop reasons (index into REASONS); names match ustack.wire's WireError reasons
+_KIND_NAMES = ("K_DROP", "K_ARP", "K_UDP", "K_TCP", "K_ICMP", "K_FRAG", "K_IP_OTHER")
+
+# Drop reasons (Packet.reason indexes REASONS); names match ustack.wire's WireError reasons
 R_OK = 0
 REASONS = (
     "ok",
@@ -34,6 +47,7 @@ REASONS = (
     "icmp.truncated",
     "icmp.bad_checksum",
     "ipv4.bad_options",
+    "tcp.bad_options",
 )
 cdef enum:
     RC_ETH_TRUNC = 1
@@ -53,6 +67,7 @@ cdef enum:
     RC_ICMP_TRUNC = 15
     RC_ICMP_CSUM = 16
     RC_IP_OPTIONS = 17
+    RC_TCP_OPTIONS = 18
 
 cdef enum:
     CK_DROP = 0
@@ -63,6 +78,18 @@ cdef enum:
     CK_FRAG = 5
     CK_IP_OTHER = 6
 
+# Which TCP options a Packet carries (Packet._opts bits).
+cdef enum:
+    OPTF_MSS = 1
+    OPTF_WSCALE = 2
+    OPTF_TIMESTAMPS = 4
+
+# At most 40 octets of TCP options (data offset <= 15 words, RFC 9293 3.1), so
+# one SACK option (length 8n+2 <= 40, RFC 2018 section 3) holds at most 4 blocks.
+cdef enum:
+    TCP_MAX_OPTIONS = 40
+    SACK_MAX_BLOCKS = 4
+
 
 cdef inline uint16_t _be16(const uint8_t *p) noexcept nogil:
     return (<uint16_t>p[0] << 8) | p[1]
@@ -72,7 +99,133 @@ cdef inline uint32_t _be32(const uint8_t *p) noexcept nogil:
     return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
 
 
-cdef inline bint _options_ok(const uint8_t *o, Py_ssize_t n) noexcept nogil:
+@cython.final
+@cython.no_gc
+@cython.auto_pickle(False)
+cdef class Packet:
+    """One classified frame, made by ``classify()`` / ``classify_one()`` only.
+
+    Every field is a C value, read-only from Python. ``kind`` is one of the
+    module's ``K_*`` constants; for ``K_DROP``, ``reason`` indexes
+    ``REASONS`` (``reason_name``), otherwise it is 0. Offsets (``l3``,
+    ``l4``, ``payload_off``) are from the start of the frame.
+
+    - ``K_ARP``: ``l3`` only.
+    - IPv4 kinds: ``l3``, ``ihl``, ``total_len``, ``proto``, ``ttl``,
+      ``l4``, ``payload_off``, ``payload_len``, ``src``/``dst`` (packed
+      4-byte ``bytes``, built on each access: bind them once). A fragment
+      or another protocol: the payload is everything after the IPv4 header.
+    - ``K_UDP``/``K_TCP``: ``src_port``, ``dst_port``. ``K_ICMP``:
+      ``icmp_type``, ``icmp_code``.
+    - ``K_TCP``: the header under ``ustack.wire.tcp.TcpHeader``'s names
+      (``seq``, ``ack``, ``flags``, ``window``, ``urgent``, ``checksum``,
+      ``header_len``, ``mss``, ``wscale``, ``sack_permitted``,
+      ``sack_blocks``, ``timestamps``, ``unknown_options``); the option
+      values are kept in C and the tuples built when read.
+
+    Fields that do not apply to the kind are 0, ``b""``, ``None`` or ``()``.
+    """
+
+    cdef readonly int kind
+    cdef readonly int reason
+    cdef readonly int l3
+    cdef readonly int ihl
+    cdef readonly int total_len
+    cdef readonly int proto
+    cdef readonly int ttl
+    cdef readonly int l4
+    cdef readonly int payload_off
+    cdef readonly int payload_len
+    cdef readonly int src_port
+    cdef readonly int dst_port
+    cdef readonly int icmp_type
+    cdef readonly int icmp_code
+    # TCP header (RFC 9293 3.1)
+    cdef readonly uint32_t seq
+    cdef readonly uint32_t ack
+    cdef readonly int flags
+    cdef readonly int window
+    cdef readonly int checksum
+    cdef readonly int urgent
+    cdef readonly int header_len
+    cdef readonly bint sack_permitted
+    # TCP options, C side (properties below build the Python values)
+    cdef uint8_t _opts             # OPTF_* bits
+    cdef uint8_t _wscale
+    cdef uint16_t _mss
+    cdef uint32_t _tsval
+    cdef uint32_t _tsecr
+    cdef uint8_t _nsack            # blocks of the last SACK option
+    cdef uint32_t _sack[2 * SACK_MAX_BLOCKS]
+    cdef uint8_t _unklen           # options of other kinds, copied whole (kind, length, data)
+    cdef uint8_t _unk[TCP_MAX_OPTIONS]
+    # addresses, network order; _alen is 4 for IPv4, 0 when not IP
+    cdef uint8_t _alen
+    cdef uint8_t _src[16]
+    cdef uint8_t _dst[16]
+
+    def __init__(self):
+        raise TypeError("Packet records are made by _fastpath.classify()")
+
+    @property
+    def reason_name(self):
+        return REASONS[self.reason]
+
+    @property
+    def src(self):
+        return PyBytes_FromStringAndSize(<const char *>self._src, self._alen)
+
+    @property
+    def dst(self):
+        return PyBytes_FromStringAndSize(<const char *>self._dst, self._alen)
+
+    @property
+    def mss(self):
+        return self._mss if self._opts & OPTF_MSS else None
+
+    @property
+    def wscale(self):
+        return self._wscale if self._opts & OPTF_WSCALE else None
+
+    @property
+    def timestamps(self):
+        return (self._tsval, self._tsecr) if self._opts & OPTF_TIMESTAMPS else None
+
+    @property
+    def sack_blocks(self):
+        if not self._nsack:
+            return ()
+        return tuple([(self._sack[2 * k], self._sack[2 * k + 1]) for k in range(self._nsack)])
+
+    @property
+    def unknown_options(self):
+        """``(kind, data)`` for each option of a kind not parsed into a field, in order."""
+        cdef Py_ssize_t i = 0
+        if not self._unklen:
+            return ()
+        out = []
+        # _tcp_options copied whole options only, each with its checked length (>= 2).
+        while i + 1 < self._unklen:
+            out.append((self._unk[i], PyBytes_FromStringAndSize(<const char *>self._unk + i + 2, self._unk[i + 1] - 2)))
+            i += self._unk[i + 1]
+        return tuple(out)
+
+    def __repr__(self):
+        if self.kind == CK_DROP:
+            return f"<Packet K_DROP {self.reason_name}>"
+        if self.kind == CK_ARP:
+            return f"<Packet K_ARP l3={self.l3}>"
+        text = f"<Packet {_KIND_NAMES[self.kind]} {bytes(self.src).hex()} > {bytes(self.dst).hex()} proto={self.proto}"
+        if self.kind == CK_UDP or self.kind == CK_TCP:
+            text += f" ports={self.src_port}>{self.dst_port}"
+        elif self.kind == CK_ICMP:
+            text += f" type={self.icmp_type} code={self.icmp_code}"
+        if self.kind == CK_TCP:
+            text += f" seq={self.seq} ack={self.ack} flags={self.flags:#04x} win={self.window}"
+        return text + f" payload={self.payload_off}+{self.payload_len}>"
+
+
+cdef inline bint _ip_options_ok(const uint8_t *o, Py_ssize_t n) noexcept nogil:
     """Walk an IPv4 option list (RFC 791 section 3.1): every option fits, lengths >= 2."""
     cdef Py_ssize_t i = 0
     cdef uint8_t kind, length
@@ -92,16 +245,110 @@ cdef inline bint _options_ok(const uint8_t *o, Py_ssize_t n) noexcept nogil:
     return True
 
 
-cdef tuple _drop(int reason):
-    return (CK_DROP, reason, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+cdef bint _tcp_options(Packet p, const uint8_t *o, Py_ssize_t n) noexcept:
+    """Walk the TCP option list o[0:n] (n <= 40) into p; False when it is malformed.
+
+    The same rules as ustack.wire.tcp._parse_options, in the same order:
+    - RFC 9293 3.1: kind 0 (End of Option List) ends the walk, whatever
+      follows is padding; kind 1 (No-Operation) is one octet; every other
+      option is kind, length (counting both), data. A missing length octet,
+      a length below 2 or one running past the header is malformed
+      (RFC 9293 3.1 MUST-7 asks to be prepared for an illegal length).
+    - Known kinds must have their exact lengths: MSS 4 (RFC 9293 3.2),
+      window scale 3 (RFC 7323 2.2), SACK-permitted 2 (RFC 2018 section 2),
+      SACK 8n+2 with n >= 1 (RFC 2018 section 3), timestamps 10
+      (RFC 7323 3.2). A repeated option: the last one counts.
+    - Other kinds are kept, in order, for unknown_options.
+    """
+    cdef Py_ssize_t i = 0, j, k
+    cdef uint8_t kind, olen
+    while i < n:
+        kind = o[i]
+        if kind == 0:
+            break
+        if kind == 1:
+            i += 1
+            continue
+        if i + 1 >= n:
+            return False
+        olen = o[i + 1]
+        if olen < 2 or i + olen > n:
+            return False
+        # From here o[i:i + olen] is inside the list.
+        if kind == 2:  # Maximum Segment Size
+            if olen != 4:
+                return False
+            p._mss = _be16(o + i + 2)
+            p._opts |= OPTF_MSS
+        elif kind == 3:  # Window Scale
+            if olen != 3:
+                return False
+            p._wscale = o[i + 2]
+            p._opts |= OPTF_WSCALE
+        elif kind == 4:  # SACK-permitted
+            if olen != 2:
+                return False
+            p.sack_permitted = True
+        elif kind == 5:  # SACK: (left, right) edges, 8 octets each
+            if olen < 10 or (olen - 2) % 8:
+                return False
+            k = (olen - 2) // 8
+            if k > SACK_MAX_BLOCKS:  # cannot happen with n <= 40; guards _sack
+                return False
+            p._nsack = <uint8_t>k
+            j = 0
+            while j < k:
+                p._sack[2 * j] = _be32(o + i + 2 + 8 * j)
+                p._sack[2 * j + 1] = _be32(o + i + 6 + 8 * j)
+                j += 1
+        elif kind == 8:  # Timestamps: TSval, TSecr
+            if olen != 10:
+                return False
+            p._tsval = _be32(o + i + 2)
+            p._tsecr = _be32(o + i + 6)
+            p._opts |= OPTF_TIMESTAMPS
+        else:  # kept whole for unknown_options
+            if p._unklen + olen > TCP_MAX_OPTIONS:  # cannot happen: the options fit in n <= 40; guards _unk
+                return False
+            memcpy(p._unk + p._unklen, o + i, olen)
+            p._unklen += olen
+        i += olen
+    return True
 
 
-cdef tuple _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bint verify_l4):
+cdef inline Packet _new():
+    return Packet.__new__(Packet)
+
+
+cdef Packet _drop(int reason):
+    cdef Packet p = _new()
+    p.reason = reason
+    return p
+
+
+cdef inline Packet _ip(int kind, Py_ssize_t l3, Py_ssize_t ihl, Py_ssize_t tot, const uint8_t *ip):
+    """A record with the IPv4 fields filled in (ip points at a checked 20-byte header)."""
+    cdef Packet p = _new()
+    p.kind = kind
+    p.l3 = <int>l3
+    p.ihl = <int>ihl
+    p.total_len = <int>tot
+    p.proto = ip[9]
+    p.ttl = ip[8]
+    p.l4 = <int>(l3 + ihl)
+    p._alen = 4
+    memcpy(p._src, ip + 12, 4)
+    memcpy(p._dst, ip + 16, 4)
+    return p
+
+
+cdef Packet _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bint verify_l4):
     cdef Py_ssize_t l3 = 14, ihl, tot, l4, l4len, ulen, doff
     cdef uint16_t ethertype, frag
     cdef uint8_t proto
     cdef uint32_t src, dst
     cdef uint16_t s
+    cdef Packet p
     if n < 14:
         return _drop(RC_ETH_TRUNC)
     ethertype = _be16(f + 12)
@@ -115,7 +362,10 @@ cdef tuple _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bin
         if f[0] != mac[0] or f[1] != mac[1] or f[2] != mac[2] or f[3] != mac[3] or f[4] != mac[4] or f[5] != mac[5]:
             return _drop(RC_NOT_FOR_US)
     if ethertype == 0x0806:
-        return (CK_ARP, 0, l3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        p = _new()
+        p.kind = CK_ARP
+        p.l3 = <int>l3
+        return p
     if ethertype != 0x0800:
         return _drop(RC_ETHERTYPE)
     if n - l3 < 20:
@@ -130,16 +380,18 @@ cdef tuple _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bin
         return _drop(RC_IP_TOTLEN)
     if c_ones_sum(f + l3, ihl, 0) != 0xffff:
         return _drop(RC_IP_CSUM)
-    if ihl > 20 and not _options_ok(f + l3 + 20, ihl - 20):
+    if ihl > 20 and not _ip_options_ok(f + l3 + 20, ihl - 20):
         return _drop(RC_IP_OPTIONS)
+    # From here f[l3:l3 + tot] is inside the frame and holds the whole header.
     proto = f[l3 + 9]
-    src = _be32(f + l3 + 12)
-    dst = _be32(f + l3 + 16)
     frag = _be16(f + l3 + 6)
     l4 = l3 + ihl
     l4len = tot - ihl
     if frag & 0x3fff:  # MF set or non-zero offset (RFC 791)
-        return (CK_FRAG, 0, l3, ihl, tot, proto, src, dst, l4, 0, 0, l4, l4len, 0)
+        p = _ip(CK_FRAG, l3, ihl, tot, f + l3)
+        p.payload_off = <int>l4
+        p.payload_len = <int>l4len
+        return p
     if proto == 17:
         if l4len < 8:
             return _drop(RC_UDP_TRUNC)
@@ -147,57 +399,110 @@ cdef tuple _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bin
         if ulen < 8 or ulen > l4len:
             return _drop(RC_UDP_LEN)
         if verify_l4 and _be16(f + l4 + 6) != 0:  # zero = no checksum (RFC 768)
-            s = c_ones_sum(f + l4, ulen, c_pseudo_sum(src, dst, 17, ulen))
+            src = _be32(f + l3 + 12)
+            dst = _be32(f + l3 + 16)
+            s = c_ones_sum(f + l4, ulen, c_pseudo_sum(src, dst, 17, <uint32_t>ulen))
             if s != 0xffff:
                 return _drop(RC_UDP_CSUM)
-        return (CK_UDP, 0, l3, ihl, tot, proto, src, dst, l4, _be16(f + l4), _be16(f + l4 + 2), l4 + 8, ulen - 8, 0)
+        p = _ip(CK_UDP, l3, ihl, tot, f + l3)
+        p.src_port = _be16(f + l4)
+        p.dst_port = _be16(f + l4 + 2)
+        p.payload_off = <int>(l4 + 8)
+        p.payload_len = <int>(ulen - 8)
+        return p
     if proto == 6:
+        # RFC 9293 3.1; checks in TcpHeader.parse's order: length, data offset, checksum, options.
         if l4len < 20:
             return _drop(RC_TCP_TRUNC)
         doff = (f[l4 + 12] >> 4) * 4
         if doff < 20 or doff > l4len:
             return _drop(RC_TCP_DOFF)
         if verify_l4:
-            s = c_ones_sum(f + l4, l4len, c_pseudo_sum(src, dst, 6, l4len))
+            src = _be32(f + l3 + 12)
+            dst = _be32(f + l3 + 16)
+            s = c_ones_sum(f + l4, l4len, c_pseudo_sum(src, dst, 6, <uint32_t>l4len))
             if s != 0xffff:
                 return _drop(RC_TCP_CSUM)
-        return (CK_TCP, 0, l3, ihl, tot, proto, src, dst, l4, _be16(f + l4), _be16(f + l4 + 2), l4 + doff, l4len - doff, f[l4 + 13])
+        p = _ip(CK_TCP, l3, ihl, tot, f + l3)
+        if doff > 20 and not _tcp_options(p, f + l4 + 20, doff - 20):
+            return _drop(RC_TCP_OPTIONS)
+        p.src_port = _be16(f + l4)
+        p.dst_port = _be16(f + l4 + 2)
+        p.seq = _be32(f + l4 + 4)
+        p.ack = _be32(f + l4 + 8)
+        p.header_len = <int>doff
+        p.flags = f[l4 + 13]
+        p.window = _be16(f + l4 + 14)
+        p.checksum = _be16(f + l4 + 16)
+        p.urgent = _be16(f + l4 + 18)
+        p.payload_off = <int>(l4 + doff)
+        p.payload_len = <int>(l4len - doff)
+        return p
     if proto == 1:
         if l4len < 8:
             return _drop(RC_ICMP_TRUNC)
         if c_ones_sum(f + l4, l4len, 0) != 0xffff:
             return _drop(RC_ICMP_CSUM)
-        return (CK_ICMP, 0, l3, ihl, tot, proto, src, dst, l4, f[l4], f[l4 + 1], l4 + 8, l4len - 8, 0)
-    return (CK_IP_OTHER, 0, l3, ihl, tot, proto, src, dst, l4, 0, 0, l4, l4len, 0)
+        p = _ip(CK_ICMP, l3, ihl, tot, f + l3)
+        p.icmp_type = f[l4]
+        p.icmp_code = f[l4 + 1]
+        p.payload_off = <int>(l4 + 8)
+        p.payload_len = <int>(l4len - 8)
+        return p
+    p = _ip(CK_IP_OTHER, l3, ihl, tot, f + l3)
+    p.payload_off = <int>l4
+    p.payload_len = <int>l4len
+    return p
+
+
+cdef inline Packet _classify_frame(object frame, const uint8_t *mac, bint verify_l4):
+    cdef Py_buffer b
+    cdef Packet p
+    PyObject_GetBuffer(frame, &b, PyBUF_SIMPLE)  # contiguous bytes, or BufferError/TypeError
+    try:
+        p = _classify_one(<const uint8_t *>b.buf, b.len, mac, verify_l4)
+    finally:
+        PyBuffer_Release(&b)
+    return p
+
+
+cdef const uint8_t *_mac_ptr(object mac, Py_buffer *mb) except? NULL:
+    """The 6-byte MAC filter (held in mb until released), or NULL for none."""
+    if mac is None:
+        return NULL
+    PyObject_GetBuffer(mac, mb, PyBUF_SIMPLE)
+    if mb.len != 6:
+        PyBuffer_Release(mb)
+        raise ValueError("mac must be 6 bytes")
+    return <const uint8_t *>mb.buf
 
 
 def classify(frames, mac=None, bint verify_l4=True):
-    """Classify a burst. Returns one record per frame:
+    """Classify a burst: one ``Packet`` per frame, in order.
 
-    (kind, reason, l3_off, ihl, total_len, proto, src, dst, l4_off,
-     sport|icmp_type, dport|icmp_code, payload_off, payload_len, tcp_flags)
-
-    src/dst are IPv4 addresses as integers. For K_DROP, ``reason`` indexes
-    REASONS. ``mac`` (6 bytes) filters unicast frames not addressed to us.
+    ``frames`` are contiguous buffers (memoryviews into the ring, bytes...).
+    ``mac`` (6 bytes) filters unicast frames not addressed to us; None
+    accepts any. ``verify_l4=False`` skips the UDP/TCP checksums (the device
+    verified them); the IPv4 header and ICMP checksums are always checked.
     """
-    cdef const unsigned char[::1] fv
-    cdef const unsigned char[::1] mv
-    cdef const uint8_t *macp = NULL
+    cdef Py_buffer mb
+    cdef const uint8_t *macp = _mac_ptr(mac, &mb)
     cdef list out = []
-    if mac is not None:
-        mv = mac
-        if mv.shape[0] != 6:
-            raise ValueError("mac must be 6 bytes")
-        macp = &mv[0]
-    for frame in frames:
-        fv = frame
-        if fv.shape[0] == 0:
-            out.append(_drop(RC_ETH_TRUNC))
-        else:
-            out.append(_classify_one(&fv[0], fv.shape[0], macp, verify_l4))
+    try:
+        for frame in frames:
+            out.append(_classify_frame(frame, macp, verify_l4))
+    finally:
+        if macp != NULL:
+            PyBuffer_Release(&mb)
     return out
 
 
 def classify_one(frame, mac=None, bint verify_l4=True):
-    """Classify one frame (same record as classify())."""
-    return classify((frame,), mac, verify_l4)[0]
+    """Classify one frame (the same ``Packet`` as classify() makes)."""
+    cdef Py_buffer mb
+    cdef const uint8_t *macp = _mac_ptr(mac, &mb)
+    try:
+        return _classify_frame(frame, macp, verify_l4)
+    finally:
+        if macp != NULL:
+            PyBuffer_Release(&mb)

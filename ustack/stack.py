@@ -10,7 +10,8 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
 ``poll(now)`` is one run-to-completion round:
 
 1. RX burst from the device (views into backend memory);
-2. ``_fastpath.classify`` validates and parses the whole burst in one call;
+2. ``_fastpath.classify`` validates and parses the whole burst in one call,
+   one typed record (``_fastpath.Packet``) per frame;
 3. each record goes to its kind's handler (one dict lookup): UDP/TCP/ICMP/
    ARP/fragments to their layers, drops counted under their named reason;
 4. the frames are released back to the device;
@@ -32,6 +33,7 @@ import os
 from typing import Optional
 
 from ustack import _fastpath
+from ustack._fastpath import K_ARP, K_DROP, K_FRAG, K_ICMP, K_IP_OTHER, K_TCP, K_UDP, REASONS
 from ustack.device import Device
 from ustack.net.addr import to_str
 from ustack.net.arp import ArpLayer
@@ -47,24 +49,6 @@ from ustack.transport.tcp.layer import TcpLayer
 from ustack.transport.udp import UdpLayer
 from ustack.wire.icmp import DEST_UNREACHABLE
 from ustack.wire.proto import PROTO_TCP, PROTO_UDP
-
-K_DROP, K_ARP, K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER = range(7)
-REASONS = _fastpath.REASONS
-
-
-class _Rec:
-    """TEMPORARY: named view of a classify tuple, until classify returns typed records."""
-
-    __slots__ = ("kind", "reason", "l3", "ihl", "total_len", "proto", "src", "dst", "l4", "src_port", "dst_port",
-                 "payload_off", "payload_len", "flags", "ttl")
-
-    def __init__(self, rec, frame):
-        (self.kind, self.reason, self.l3, self.ihl, self.total_len, self.proto, src, dst, self.l4, self.src_port,
-         self.dst_port, self.payload_off, self.payload_len, self.flags) = rec
-        self.src = src.to_bytes(4, "big")
-        self.dst = dst.to_bytes(4, "big")
-        self.ttl = frame[self.l3 + 8] if self.kind not in (K_DROP, K_ARP) else 0
-
 
 class TcpOverIp:
     """The ``TcpHost`` that puts a TcpLayer on an IpLayer (and routes ICMP errors back to it)."""
@@ -185,8 +169,8 @@ class Stack:
             return now  # more may be waiting: poll again at once
         return deadline
 
-    def _deliver(self, frame: memoryview, rec, now: float) -> None:
-        pkt = _Rec(rec, frame)
+    def _deliver(self, frame: memoryview, pkt, now: float) -> None:
+        """One classify record (``_fastpath.Packet``) to its kind's handler."""
         kind = pkt.kind
         if kind == K_DROP:
             self.stats.drop(REASONS[pkt.reason])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
+from socket import inet_aton
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,16 +12,14 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
 from ustack import _fastpath as fp
-from ustack.wire import WireError
 from ustack.wire.checksum import internet_checksum, ones_sum
-from ustack.wire.ethernet import EthernetHeader
-from ustack.wire.icmp import IcmpMessage
-from ustack.wire.ipv4 import Ipv4Header
 from ustack.wire.tcp import TcpHeader
-from ustack.wire.udp import UdpHeader
 
-MAC = bytes.fromhex("020000000001")
-FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+from .oracle import MAC, agree, reference
+
+# Derandomized whenever CI is set (tests/conftest.py loads its "ci" profile for CI=true only).
+FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                derandomize=bool(os.environ.get("CI")))
 
 
 # -- checksum -----------------------------------------------------------------------
@@ -70,68 +68,8 @@ def test_incremental_update32_for_an_address_rewrite():
 
 
 # -- classify -----------------------------------------------------------------------
-def reference(frame: bytes, mac=MAC):
-    """Classify with the pure-Python wire/ parsers: (kind, reason, key fields)."""
-    try:
-        eth = EthernetHeader.parse(frame)
-        if mac is not None and not (eth.dst[0] & 1) and eth.dst != mac:
-            return ("drop", "eth.not_for_us")
-        if eth.ethertype == 0x0806:
-            return ("arp", None)
-        if eth.ethertype != 0x0800:
-            return ("drop", "eth.unknown_ethertype")
-        l3 = eth.header_len
-        ip = Ipv4Header.parse(frame[l3:])
-        body = frame[l3 + ip.header_len:l3 + ip.total_length]
-        common = (ip.proto, int.from_bytes(ip.src, "big"), int.from_bytes(ip.dst, "big"))
-        if ip.flags_mf or ip.frag_offset:
-            return ("frag", None, common, len(body))
-        if ip.proto == 17:
-            u = UdpHeader.parse(body, ip.src, ip.dst)
-            return ("udp", None, common, u.src_port, u.dst_port, u.length - 8)
-        if ip.proto == 6:
-            t = TcpHeader.parse(body, ip.src, ip.dst)
-            return ("tcp", None, common, t.src_port, t.dst_port, len(body) - t.header_len, t.flags)
-        if ip.proto == 1:
-            m = IcmpMessage.parse(body)
-            return ("icmp", None, common, m.type, m.code, len(body) - 8)
-        return ("other", None, common)
-    except WireError as e:
-        return ("drop", e.reason)
-
-
-KINDS = {0: "drop", 1: "arp", 2: "udp", 3: "tcp", 4: "icmp", 5: "frag", 6: "other"}
-
-
-def fast(frame: bytes, mac=MAC):
-    rec = fp.classify_one(frame, mac)
-    kind = KINDS[rec[0]]
-    if kind == "drop":
-        return ("drop", fp.REASONS[rec[1]])
-    if kind == "arp":
-        return ("arp", None)
-    common = (rec[5], rec[6], rec[7])
-    if kind == "frag":
-        return ("frag", None, common, rec[12])
-    if kind == "udp":
-        return ("udp", None, common, rec[9], rec[10], rec[12])
-    if kind == "tcp":
-        return ("tcp", None, common, rec[9], rec[10], rec[12], rec[13])
-    if kind == "icmp":
-        return ("icmp", None, common, rec[9], rec[10], rec[12])
-    return ("other", None, common)
-
-
-def agree(frame: bytes) -> None:
-    ref, got = reference(frame), fast(frame)
-    if ref[1] == "ipv4.bad_options" and got[1] is None:
-        # Known, deliberate difference: the fast path checks the option list's
-        # structure only; the wire reference also validates RR/TS internals,
-        # which the stack never acts on.
-        return
-    assert got == ref, (frame.hex(), got, ref)
-
-
+# Every record is compared field by field with the wire/ reference (tests/fastpath/oracle.py);
+# the TCP header and its options have their own differential test in test_classify_tcp.py.
 def golden_frames():
     e = Ether(dst="02:00:00:00:00:01", src="02:00:00:00:00:02")
     ip = IP(src="198.18.0.2", dst="198.18.0.1")
@@ -140,6 +78,8 @@ def golden_frames():
         e / ip / UDP(sport=1, dport=2, chksum=0) / b"nocsum",
         e / ip / TCP(sport=3, dport=4, flags="SA", options=[("MSS", 1460), ("SAckOK", b""), ("WScale", 7)]),
         e / ip / TCP(sport=3, dport=4, flags="PA") / (b"d" * 100),
+        e / ip / TCP(sport=3, dport=4, flags="A", options=[("NOP", None), ("NOP", None), ("Timestamp", (7, 9))]),
+        e / ip / TCP(sport=3, dport=4, flags="A", options=[("NOP", None), ("NOP", None), ("SAck", (10, 20, 30, 40))]),
         e / ip / ICMP(type=8, id=1, seq=2) / b"ping",
         e / IP(src="198.18.0.2", dst="198.18.0.1", options=[b"\x01\x01\x01\x00"]) / UDP() / b"opt",
         e / IP(src="198.18.0.2", dst="198.18.0.1", flags="MF", frag=0) / (b"f" * 64),
@@ -147,6 +87,7 @@ def golden_frames():
         e / IP(src="198.18.0.2", dst="198.18.0.1", proto=47) / b"gre",
         e / Dot1Q(vlan=5) / ip / UDP(sport=9, dport=10) / b"vlan",
         e / ARP(pdst="198.18.0.1"),
+        e / Dot1Q(vlan=5) / ARP(pdst="198.18.0.1"),
         Ether(dst="ff:ff:ff:ff:ff:ff") / ip / UDP() / b"bcast",
         Ether(dst="02:00:00:00:00:99") / ip / UDP() / b"not for us",
         Ether(dst="02:00:00:00:00:01", type=0x86DD) / (b"\x60" + b"\x00" * 39),
@@ -156,6 +97,36 @@ def golden_frames():
 @pytest.mark.parametrize("pkt", golden_frames(), ids=lambda p: p.summary())
 def test_classify_golden_frames_match_reference(pkt):
     agree(bytes(pkt))
+
+
+def test_classify_golden_frames_match_scapy():
+    """scapy as a second, independent oracle for the fields it dissects."""
+    for pkt in golden_frames():
+        frame = bytes(pkt)
+        rec = fp.classify_one(frame, MAC)
+        p = Ether(frame)
+        if rec.kind == fp.K_ARP:
+            assert ARP in p and rec.l3 == len(frame) - len(p[ARP])
+            continue
+        if rec.kind == fp.K_DROP:
+            assert IP not in p or p[Ether].dst != "02:00:00:00:00:01" and not p[Ether].dst.startswith("ff")
+            continue
+        i = p[IP]
+        assert (rec.src, rec.dst) == (inet_aton(i.src), inet_aton(i.dst))
+        assert (rec.proto, rec.ttl, rec.total_len, rec.ihl) == (i.proto, i.ttl, i.len, i.ihl * 4)
+        if rec.kind == fp.K_UDP:
+            assert (rec.src_port, rec.dst_port, rec.payload_len) == (p[UDP].sport, p[UDP].dport, p[UDP].len - 8)
+        elif rec.kind == fp.K_TCP:
+            t = p[TCP]
+            assert (rec.src_port, rec.dst_port, rec.seq, rec.ack, rec.flags, rec.window, rec.checksum) == (
+                t.sport, t.dport, t.seq, t.ack, int(t.flags), t.window, t.chksum)
+            opts = dict(t.options)
+            assert rec.mss == opts.get("MSS") and rec.wscale == opts.get("WScale")
+            assert rec.timestamps == opts.get("Timestamp") and rec.sack_permitted == ("SAckOK" in opts)
+            sack = opts.get("SAck", ())
+            assert rec.sack_blocks == tuple(zip(sack[::2], sack[1::2]))
+        elif rec.kind == fp.K_ICMP:
+            assert (rec.icmp_type, rec.icmp_code) == (p[ICMP].type, p[ICMP].code)
 
 
 def test_classify_named_reasons():
@@ -170,8 +141,24 @@ def test_classify_named_reasons():
         "udp.bad_checksum": bytes(good[:-1]) + bytes([good[-1] ^ 1]),
     }
     for reason, frame in cases.items():
-        assert fast(frame) == ("drop", reason), reason
-        assert reference(frame) == ("drop", reason), reason
+        rec = fp.classify_one(frame, MAC)
+        assert (rec.kind, rec.reason_name) == (fp.K_DROP, reason)
+        assert rec.reason == fp.REASONS.index(reason)
+        assert reference(frame) == {"kind": fp.K_DROP, "reason": reason}
+
+
+def test_classify_a_burst_keeps_order_and_verify_l4_off_skips_l4_checksums():
+    frames = [bytes(p) for p in golden_frames()]
+    recs = fp.classify(frames, MAC)
+    assert [r.kind for r in recs] == [fp.classify_one(f, MAC).kind for f in frames]
+    assert all(isinstance(r, fp.Packet) for r in recs)
+    bad = bytearray(frames[0])
+    bad[-1] ^= 1  # UDP payload: the UDP checksum no longer holds
+    assert fp.classify_one(bytes(bad), MAC).reason_name == "udp.bad_checksum"
+    rec = agree(bytes(bad), verify_l4=False)
+    assert rec.kind == fp.K_UDP and rec.payload_len == 5
+    assert fp.classify([], MAC) == []
+    assert fp.classify_one(frames[-2], None).kind == fp.K_UDP  # mac=None: no unicast filter
 
 
 valid_frames = st.sampled_from([bytes(p) for p in golden_frames()])
@@ -199,6 +186,12 @@ def test_classify_random_bytes_never_crash_and_match(data):
 def test_classify_rejects_non_contiguous_or_wrong_mac():
     with pytest.raises(ValueError):
         fp.classify([b"x" * 60], mac=b"short")
+    with pytest.raises(ValueError):
+        fp.classify_one(b"x" * 60, mac=b"toolong")
+    with pytest.raises(BufferError):
+        fp.classify([memoryview(b"x" * 120)[::2]])
+    with pytest.raises(TypeError):
+        fp.classify([12345])
 
 
 # -- emit ---------------------------------------------------------------------------

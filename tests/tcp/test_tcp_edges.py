@@ -211,7 +211,7 @@ def test_input_frame_takes_a_classify_record():
     frame = raw(Ether(dst="02:00:00:00:00:01", src="02:00:00:00:00:02") / IP(src="198.18.0.2", dst="198.18.0.1")
                 / TCP(sport=5000, dport=80, seq=41, flags="S", options=[("MSS", 1400)]))
     rec = fastpath.classify_one(frame, bytes.fromhex("020000000001"))
-    assert rec[0] == 3  # K_TCP
+    assert rec.kind == fastpath.K_TCP
     h.layer.input_frame(memoryview(frame), rec, h.now)
     h.peer.expect(flags="SA", ack=42)
 

@@ -131,9 +131,7 @@ class TcpLayer:
     def input_frame(self, frame, rec: tuple, now: float, checksum_ok: bool = True) -> None:
         """A TCP record from ``_fastpath.classify``: (kind, reason, l3_off, ihl, total_len, proto,
         src, dst, l4_off, ...) with integer addresses; classify has checked the checksum."""
-        end = rec[2] + rec[4]
-        self.input(rec[6].to_bytes(4, "big"), rec[7].to_bytes(4, "big"), memoryview(frame)[rec[8] : end], now,
-                   checksum_ok)
+        self.input(rec.src, rec.dst, memoryview(frame)[rec.l4 : rec.l3 + rec.total_len], now, checksum_ok)
 
     def icmp_error(self, laddr, lport: int, raddr, rport: int, itype: int, code: int, extra: int = 0,
                    now: float | None = None, quoted_seq: int | None = None) -> None:
