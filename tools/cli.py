@@ -115,7 +115,7 @@ def cmd_serve(args) -> int:
     if args.tcp_source:
         services.append(TcpSource(stack, args.tcp_source, args.source_bytes))
     stack.poll(clock())
-    from ustack.tools.stats import StatsPublisher
+    from ustack.tools.stats_server import StatsPublisher
 
     publisher = StatsPublisher(stack, driver).start()
     caps = stack.device.capabilities
