@@ -6,7 +6,7 @@ fast/pure measured in the same run (the machines are shared and noisy):
 - classify of a burst of 64 UDP frames (validate Eth/IPv4/UDP + checksums);
 - UDP frame emit from a template.
 
-    python tools/bench_fastpath.py [--runs 7]
+    python -m ustack.tools.bench_fastpath [--runs 7]
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from ustack import _fastpath as fp  # noqa: E402
-from ustack.wire import WireError  # noqa: E402
-from ustack.wire.checksum import internet_checksum  # noqa: E402
-from ustack.wire.ethernet import EthernetHeader  # noqa: E402
-from ustack.wire.ipv4 import Ipv4Header  # noqa: E402
-from ustack.wire.udp import UdpHeader  # noqa: E402
+from ustack import _fastpath as fp
+from ustack.wire import WireError
+from ustack.wire.checksum import internet_checksum
+from ustack.wire.ethernet import EthernetHeader
+from ustack.wire.ipv4 import Ipv4Header
+from ustack.wire.udp import UdpHeader
 
 
 def timeit(fn, n: int) -> float:
