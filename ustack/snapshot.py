@@ -15,7 +15,7 @@ after the caller lets go of the stack::
     arp        the ARP cache: address, MAC, seconds until it expires
 
 It reads only these surfaces of a Stack: ``stats``, ``iface`` (MAC, MTU and,
-through ``_address``, the address), ``device.capabilities``,
+through ``interface_address``, the address), ``device.capabilities``,
 ``arp.entries(now)``, ``tcp.connections``, ``tcp.listeners``, ``udp.bound``
 and ``udp.connected``. The caller holds whatever lock keeps the stack still
 (the driver's) while it runs; nothing here blocks or reads a clock.
@@ -32,7 +32,7 @@ def snapshot(stack, now: float) -> dict:
     """The stack's state at ``now`` as plain data (see the module docstring)."""
     stats = stack.stats
     tcp, udp = stack.tcp, stack.udp
-    addr, prefixlen, gateway = _address(stack)
+    addr, prefixlen, gateway = interface_address(stack)
     endpoints = {id(ep): ep for ep in list(udp.bound.values()) + list(udp.connected.values())}
     return {
         "stack": {
@@ -53,7 +53,7 @@ def snapshot(stack, now: float) -> dict:
     }
 
 
-def _address(stack) -> tuple[str, int | None, str | None]:
+def interface_address(stack) -> tuple[str, int | None, str | None]:
     """Our address, prefix length and gateway as text: the one place that knows the Stack's address fields.
 
     ``str(stack.address)`` ("A.B.C.D/N" or "A.B.C.D") when the stack has

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ustack.snapshot import _address, snapshot
+from ustack.snapshot import interface_address, snapshot
 from ustack.transport.tcp.tcb import State
 
 from tests.stack.netsim import Net
@@ -86,9 +86,9 @@ def test_arp_expiry_counts_down_with_the_given_time(net):
 
 def test_the_address_comes_from_one_helper_whatever_the_stack_keeps():
     today = SimpleNamespace(addr="198.18.0.5", iface=SimpleNamespace(prefixlen=16, gateway=0xC6120001))
-    assert _address(today) == ("198.18.0.5", 16, "198.18.0.1")
+    assert interface_address(today) == ("198.18.0.5", 16, "198.18.0.1")
     with_object = SimpleNamespace(address="198.18.3.4/20", addr="ignored",
                                   iface=SimpleNamespace(prefixlen=1, gateway=bytes([198, 18, 0, 1])))
-    assert _address(with_object) == ("198.18.3.4", 20, "198.18.0.1")
+    assert interface_address(with_object) == ("198.18.3.4", 20, "198.18.0.1")
     bare = SimpleNamespace(address="2001:db8::7", iface=SimpleNamespace(prefixlen=64, gateway=None))
-    assert _address(bare) == ("2001:db8::7", 64, None)
+    assert interface_address(bare) == ("2001:db8::7", 64, None)
