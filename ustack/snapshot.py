@@ -14,11 +14,16 @@ after the caller lets go of the stack::
                receive buffer, drops
     arp        the ARP cache: address, MAC, seconds until it expires
 
-It reads only these surfaces of a Stack: ``stats``, ``iface`` (MAC, MTU and,
-through ``interface_address``, the address), ``device.capabilities``,
-``arp.entries(now)``, ``tcp.connections``, ``tcp.listeners``, ``udp.bound``
-and ``udp.connected``. The caller holds whatever lock keeps the stack still
-(the driver's) while it runs; nothing here blocks or reads a clock.
+It reads only these surfaces of a Stack: ``stats`` (``snapshot()``,
+``drops()``), ``iface.mac`` and ``iface.mtu``, the address through
+``interface_address`` (``str(stack.address)`` when there is one, else
+``stack.addr`` and ``iface.prefixlen``; ``iface.gateway``),
+``device.capabilities.mode``, ``arp.entries(now)``, ``tcp.connections``
+(``info()``), ``tcp.listeners`` (local, backlog, queue lengths, overflow
+and cookie counts) and the endpoints of ``udp.bound`` and ``udp.connected``
+(local address and port, remote, queue, receive buffer, drops). The caller
+holds whatever lock keeps the stack still (the driver's) while it runs;
+nothing here blocks or reads a clock.
 """
 
 from __future__ import annotations
