@@ -14,7 +14,7 @@ fast/pure measured in the same run (the machines are shared and noisy):
 same bursts, interleaved run by run with this one, so that a change to
 classify is measured under the same machine load:
 
-    python tools/bench_fastpath.py [--runs 7] [--baseline /tmp/old/_fastpath.cpython-311-x86_64-linux-gnu.so]
+    python -m ustack.tools.bench_fastpath [--runs 7] [--baseline /tmp/old/_fastpath.cpython-311-x86_64-linux-gnu.so]
 """
 
 from __future__ import annotations
@@ -26,15 +26,13 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from ustack import _fastpath as fp  # noqa: E402
-from ustack.wire import WireError  # noqa: E402
-from ustack.wire.checksum import internet_checksum  # noqa: E402
-from ustack.wire.ethernet import EthernetHeader  # noqa: E402
-from ustack.wire.ipv4 import Ipv4Header  # noqa: E402
-from ustack.wire.tcp import TcpHeader  # noqa: E402
-from ustack.wire.udp import UdpHeader  # noqa: E402
+from ustack import _fastpath as fp
+from ustack.wire import WireError
+from ustack.wire.checksum import internet_checksum
+from ustack.wire.ethernet import EthernetHeader
+from ustack.wire.ipv4 import Ipv4Header
+from ustack.wire.tcp import TcpHeader
+from ustack.wire.udp import UdpHeader
 
 BURST = 64
 ETH = bytes.fromhex("020000000001" "020000000002" "0800")

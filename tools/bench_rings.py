@@ -25,10 +25,15 @@ import argparse
 import os
 import resource
 import select
+import socket
 import sys
 import time
 
 from ustack.tools.netns import Topology
+from ustack.wire.ethernet import ETHERTYPE_IPV4, EthernetHeader
+from ustack.wire.ipv4 import Ipv4Header
+from ustack.wire.udp import HEADER_LEN as UDP_HEADER_LEN
+from ustack.wire.udp import PROTO_UDP, UdpHeader
 
 RX_PORT = 7000
 TX_PORT = 9000
@@ -75,10 +80,20 @@ def cpu() -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
-def frame_for(topo: Topology) -> bytes:
-    from tests.backends.link import ipv4_udp_frame
+def udp_frame(src_mac: bytes, dst_mac: bytes, src_ip: str, dst_ip: str, sport: int, dport: int,
+              payload: bytes) -> bytes:
+    """Ethernet + IPv4 (DF) + UDP with both checksums, built by the wire/ reference emitters."""
+    src, dst = socket.inet_aton(src_ip), socket.inet_aton(dst_ip)
+    udp_len = UDP_HEADER_LEN + len(payload)
+    frame = bytearray(14 + 20 + udp_len)
+    off = EthernetHeader(dst_mac, src_mac, ETHERTYPE_IPV4).emit(frame)
+    off += Ipv4Header(total_length=20 + udp_len, flags_df=True, proto=PROTO_UDP, src=src, dst=dst).emit(frame, off)
+    UdpHeader(sport, dport, udp_len).emit(frame, off, src, dst, payload)
+    return bytes(frame)
 
-    return ipv4_udp_frame(topo.stack_mac, topo.peer_mac, topo.stack_addr, topo.peer_addr, 5000, TX_PORT, b"y" * PAYLOAD)
+
+def frame_for(topo: Topology) -> bytes:
+    return udp_frame(topo.stack_mac, topo.peer_mac, topo.stack_addr, topo.peer_addr, 5000, TX_PORT, b"y" * PAYLOAD)
 
 
 def bench_rx(kind: str, topo: Topology, seconds: float, burst: int) -> dict:

@@ -1,22 +1,37 @@
-"""The reference servers ``ustack bench`` runs in the stack-side namespace, one process each.
+"""The servers ``ustack bench`` measures, one process each in the stack-side namespace.
+
+What runs in the server process:
 
 - ``kernel_serve``: the kernel row: UDP echo and TCP echo/discard/source on
   the kernel's own sockets, one selector loop;
 - ``pytcp_serve``: the PyTCP row (pmd-pytcp, an optional extra): its stack on
-  a TAP with the same four services on its asyncio API.
+  a TAP with the same four services on its asyncio API;
+- the ustack rows run ``python -m ustack serve`` with the same services.
 
-They print ``ready`` once listening and run until SIGTERM. Ports and sizes
-are the ones ``ustack.tools.bench`` measures against.
+They print ``ready`` once listening and run until SIGTERM. How the bench
+process starts them: ``ustack_server``, ``kernel_server`` and
+``pytcp_server`` return a ``Server`` (the process, its output, ready/stop);
+``pytcp_problem`` says why the PyTCP row cannot run; ``ustack_drops`` reads
+the drops by reason that ``ustack serve`` prints when it stops. Ports and
+sizes come from ustack.tools.bench_config.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import selectors
 import signal
 import socket
-import contextlib
+import subprocess
+import sys
+import threading
+from typing import Optional
 
-from ustack.tools.bench import TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO
+from ustack.tools.bench_config import TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO
+
+PYTCP_MIN_VERSION = "0.3"
 
 
 def kernel_serve(addr: str, source_bytes: int) -> None:
@@ -204,3 +219,128 @@ def pytcp_serve(ifname: str, addr: str, mac: str, source_bytes: int) -> None:
 
 
 # -- rows --------------------------------------------------------------------------------------
+
+
+# -- starting them (from the bench process) ---------------------------------------------------
+
+
+class Server:
+    """A server process: collects its output, knows when it is ready, stops it with SIGTERM."""
+
+    ready_line = "ready"
+
+    def __init__(self, topo, argv: list, env: Optional[dict] = None):
+        self.topo = topo
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self.proc = topo.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     bufsize=1, env={**os.environ, **(env or {})})
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if line.strip() == self.ready_line:
+                self._ready.set()
+        self._ready.set()  # EOF: the process is gone
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"server did not become ready: {' | '.join(self.lines[-8:]) or '(no output)'}")
+
+    @property
+    def cpus(self) -> list:
+        try:
+            return sorted(os.sched_getaffinity(self.proc.pid))
+        except OSError:
+            return []
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(5)
+        return rc
+
+
+def ustack_server(topo, backend: str, source_bytes: int, xdp_mode: Optional[str]) -> tuple[Server, str]:
+    """``python -m ustack serve`` on the topology's stack end; returns (server, mode it reported)."""
+    argv = [sys.executable, "-m", "ustack", "serve", "--backend", backend, "--ifname", topo.stack_ifname,
+            "--addr", f"{topo.stack_addr}/{topo.prefixlen}", "--udp-echo", str(UDP_ECHO),
+            "--tcp-echo", str(TCP_ECHO), "--tcp-discard", str(TCP_DISCARD), "--tcp-source", str(TCP_SOURCE),
+            "--source-bytes", str(source_bytes)]
+    if backend == "afxdp" and xdp_mode:
+        argv += ["--xdp-mode", xdp_mode]
+    server = Server(topo, argv)
+    server.wait_ready()
+    mode = backend
+    for line in server.lines:
+        m = re.match(r"ustack: .* on \S+ \((.*)\)$", line)
+        if m:
+            mode = m.group(1)
+    return server, mode
+
+
+def ustack_drops(lines: list[str]) -> dict:
+    """The ``drops by reason`` block that ``ustack serve`` prints when it stops."""
+    drops, inside = {}, False
+    for line in lines:
+        if line.startswith("drops by reason"):
+            inside = True
+            continue
+        m = re.match(r"^\s+(\S+)\s+(\d+)$", line) if inside else None
+        if m:
+            drops[m.group(1)] = int(m.group(2))
+    return drops
+
+
+def kernel_server(topo, source_bytes: int) -> Server:
+    from pyroute2 import IPRoute
+
+    with topo.in_stack_ns(), IPRoute() as ipr:
+        index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
+        ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
+    code = "import sys; from ustack.tools.bench_servers import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
+    server = Server(topo, [sys.executable, "-c", code, topo.stack_addr, str(source_bytes)])
+    server.wait_ready()
+    return server
+
+
+def _version_tuple(text: str) -> tuple:
+    return tuple(int(m) for m in re.findall(r"\d+", text)[:2])
+
+
+def pytcp_problem() -> Optional[str]:
+    """Why the PyTCP row cannot run, or None."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("pmd-pytcp")
+        except PackageNotFoundError:
+            return "pmd-pytcp is not installed (pip install 'ustack[bench]')"
+        import pmd_pytcp.stack  # noqa: F401
+        import pmd_pytcp.socket  # noqa: F401
+    except Exception as exc:  # an import failing for any reason makes the row unavailable
+        return f"pmd-pytcp cannot be imported: {exc!r}"
+    if _version_tuple(found) < _version_tuple(PYTCP_MIN_VERSION):
+        return f"pmd-pytcp {found} is older than {PYTCP_MIN_VERSION} (different API)"
+    return None
+
+
+def pytcp_server(topo, source_bytes: int) -> tuple[Server, str]:
+    from importlib.metadata import version
+
+    from ustack.tools.netns import TAP_STACK_MAC
+
+    code = ("import sys; from ustack.tools.bench_servers import pytcp_serve; "
+            "pytcp_serve(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))")
+    server = Server(topo, [sys.executable, "-c", code, topo.stack_ifname, f"{topo.stack_addr}/{topo.prefixlen}",
+                           TAP_STACK_MAC.hex(":"), str(source_bytes)])
+    server.wait_ready(60)
+    topo.wait_running()
+    return server, f"pmd-pytcp {version('pmd-pytcp')} on TAP, asyncio"

@@ -80,7 +80,7 @@ class UstackSide:
             self.sink = TcpSink(self.stack, SINK_PORT)
         self.driver.start()
         self.http = HttpServer(self.driver, HTTP_PORT).start()
-        from ustack.tools.stats import StatsPublisher
+        from ustack.tools.stats_server import StatsPublisher
 
         self.publisher = StatsPublisher(self.stack, self.driver).start()
 

@@ -42,6 +42,7 @@ from ustack.net.ip import IpLayer, ProtocolTable
 from ustack.net.ipv4 import Ipv4Layer
 from ustack.net.link import Link
 from ustack.net.route import Interface
+from ustack.snapshot import snapshot
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
 from ustack.transport.tcp.config import TcpConfig
@@ -207,6 +208,10 @@ class Stack:
 
     def flush(self) -> None:
         self.link.commit()
+
+    def snapshot(self, now: float) -> dict:
+        """The stack's state at ``now`` as plain data (``ustack.snapshot``): what ``ustack stats`` shows."""
+        return snapshot(self, now)
 
     @property
     def addr(self) -> str:

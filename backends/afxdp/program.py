@@ -26,6 +26,7 @@ import errno
 import os
 import struct
 
+from ..process import pid_alive
 from . import bpf
 from .errors import AfXdpError, ModeUnavailableError, MtuTooLargeError, NotPermittedError, ProgramConflictError
 from .link import Link, LinkError
@@ -64,16 +65,6 @@ def redirect_program(map_fd: int) -> bytes:
             insn(BPF_JMP_EXIT),
         )
     )
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _close_fd(fd: int) -> None:
@@ -215,7 +206,7 @@ class XdpProgram:
                     errno.ERANGE, f"queue {queue} is beyond the {minfo.max_entries} slots of the attached XSKMAP"
                 )
             owner = minfo.name[len(MAP_NAME_PREFIX):] if minfo.name.startswith(MAP_NAME_PREFIX) else ""
-            adopt = owner.isdigit() and int(owner) != os.getpid() and not _pid_alive(int(owner))
+            adopt = owner.isdigit() and int(owner) != os.getpid() and not pid_alive(int(owner))
         except OSError as exc:
             _close_fd(map_fd)
             _close_fd(prog_fd)

@@ -1,4 +1,4 @@
-"""``ustack stats``: a StatsPublisher on a live stack, read back by ``ustack.tools.stats.main``.
+"""``ustack stats``: a StatsPublisher (stats_server) on a live stack, read back by ``ustack.tools.stats.main``.
 
 Two stacks over the pipe backend on a real clock. Stack A connects to a
 listener on B, sends 3000 bytes, has a UDP socket holding three datagrams
@@ -22,6 +22,7 @@ import pytest
 
 from ustack.backends.pipe import PipeLink
 from ustack.tools import stats as ustats
+from ustack.tools import stats_client, stats_render, stats_server, stats_socket
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import Driver
 from ustack.net.addr import ANY4, parse as ip_addr
@@ -118,7 +119,7 @@ def pair():
 
 @pytest.fixture
 def published(pair, tmp_path):
-    pub = ustats.StatsPublisher(pair.a, pair.da, path=str(tmp_path / "a.sock")).start()
+    pub = stats_server.StatsPublisher(pair.a, pair.da, path=str(tmp_path / "a.sock")).start()
     try:
         yield pair, pub
     finally:
@@ -147,7 +148,7 @@ def test_text_shows_the_connection_udp_counters_and_drops(published, capsys):
     info = pair.conn.info()
     for item in (f"mss:{info.snd_mss}", "bytes_acked:3000", "bytes_received:0", "inflight:0",
                  f"peer_wnd:{info.snd_wnd}", f"cwnd:{info.cwnd // info.snd_mss}", "retrans:0/0",
-                 f"rto:{ustats._ms(info.rto)}", f"rtt:{ustats._ms(info.srtt)}/{ustats._ms(info.rttvar)}"):
+                 f"rto:{stats_render._ms(info.rto)}", f"rtt:{stats_render._ms(info.srtt)}/{stats_render._ms(info.rttvar)}"):
         assert item in detail.split(), (item, detail)
     assert [line for line in lines if line.startswith("UNCONN")] == [
         line for line in lines if line.split()[:4] == ["UNCONN", "303", "0", f"0.0.0.0:{UDP_PORT}"]]
@@ -166,7 +167,7 @@ def test_text_shows_the_connection_udp_counters_and_drops(published, capsys):
 
 
 def test_listener_on_the_other_stack_shows_its_queues(pair, tmp_path, capsys):
-    with ustats.StatsPublisher(pair.b, pair.db, path=str(tmp_path / "b.sock")) as pub:
+    with stats_server.StatsPublisher(pair.b, pair.db, path=str(tmp_path / "b.sock")) as pub:
         rc, out, err = run_main(capsys, "--socket", pub.path, "-t")
     assert rc == 0, err
     lines = out.splitlines()
@@ -252,19 +253,6 @@ def test_watch_shows_per_interval_deltas(published, capsys):
     assert "ESTAB" not in out  # -n: counters only
 
 
-def test_render_counters_deltas_exactly():
-    snap1 = {"stack": {"now": 10.0, "uptime": 5.0}, "drops": {"ipv4.bad_checksum": 1},
-             "counters": {"a.x": 5, "b.y": 7, "drop.ipv4.bad_checksum": 1}}
-    snap2 = {"stack": {"now": 12.0, "uptime": 7.0}, "drops": {"ipv4.bad_checksum": 4},
-             "counters": {"a.x": 5, "b.y": 11, "c.z": 1, "drop.ipv4.bad_checksum": 4}}
-    assert [line.split() for line in ustats.render_counters(snap2, snap1)] == [
-        ["#counters:", "deltas", "over", "2.00s", "(delta,", "rate/s)"],
-        ["b.y", "4", "2.0"], ["c.z", "1", "0.5"],
-        [], ["drops", "by", "reason", "(4", "total)"], ["ipv4.bad_checksum", "4", "+3"]]
-    coloured = ustats.render_counters(snap2, snap1, color=True)
-    assert coloured[-2] == "\x1b[1;31mdrops by reason (4 total)\x1b[0m" and coloured[-1].startswith("\x1b[1m")
-
-
 def test_missing_socket_is_a_clear_error(tmp_path, capsys):
     rc, out, err = run_main(capsys, "--socket", str(tmp_path / "nope.sock"))
     assert rc == 1 and out == ""
@@ -272,7 +260,7 @@ def test_missing_socket_is_a_clear_error(tmp_path, capsys):
 
 
 def test_no_running_stack_found(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(ustats.ENV_DIR, str(tmp_path / "run"))
+    monkeypatch.setenv(stats_socket.ENV_DIR, str(tmp_path / "run"))
     rc, out, err = run_main(capsys)
     assert rc == 1 and out == ""
     assert err.startswith("ustack stats: no running ustack found (looked for <pid>.sock in ")
@@ -291,14 +279,14 @@ def test_stale_socket_is_not_a_stack(tmp_path, capsys):
 
 def test_default_path_discovery_modes_and_close(pair, tmp_path, monkeypatch, capsys):
     rundir = tmp_path / "run"
-    monkeypatch.setenv(ustats.ENV_DIR, str(rundir))
+    monkeypatch.setenv(stats_socket.ENV_DIR, str(rundir))
     pid = os.getpid()
     # A stale socket left by a killed process with our pid is replaced.
     rundir.mkdir(mode=0o755)
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(rundir / f"{pid}.sock"))
     stale.close()
-    pub = ustats.StatsPublisher(pair.a, pair.da).start()
+    pub = stats_server.StatsPublisher(pair.a, pair.da).start()
     try:
         assert pub.path == str(rundir / f"{pid}.sock")
         assert stat.S_IMODE(os.stat(rundir).st_mode) == 0o700
@@ -309,7 +297,7 @@ def test_default_path_discovery_modes_and_close(pair, tmp_path, monkeypatch, cap
         rc, out, _ = run_main(capsys, "--pid", str(pid), "--json")
         assert rc == 0 and json.loads(out)["stack"]["addr"] == A_IP
         # A second stack in the same process gets its own socket; then the choice must be explicit.
-        with ustats.StatsPublisher(pair.b, pair.db) as second:
+        with stats_server.StatsPublisher(pair.b, pair.db) as second:
             assert second.path == str(rundir / f"{pid}.1.sock")
             rc, _, err = run_main(capsys)
             assert rc == 1 and "several ustacks are running" in err and second.path in err
@@ -322,7 +310,7 @@ def test_default_path_discovery_modes_and_close(pair, tmp_path, monkeypatch, cap
 
 def test_close_removes_the_socket_and_stops_serving(pair, tmp_path, capsys):
     path = str(tmp_path / "a.sock")
-    pub = ustats.StatsPublisher(pair.a, pair.da, path=path).start()
+    pub = stats_server.StatsPublisher(pair.a, pair.da, path=path).start()
     assert stat.S_ISSOCK(os.stat(path).st_mode)
     thread = pub._thread
     pub.close()
@@ -350,7 +338,7 @@ def test_lock_is_held_while_collecting(published):
     pair, pub = published
     got = []
     with pair.da.lock:
-        t = threading.Thread(target=lambda: got.append(ustats.fetch(pub.path)), daemon=True)
+        t = threading.Thread(target=lambda: got.append(stats_client.fetch(pub.path)), daemon=True)
         t.start()
         t.join(0.2)
         assert not got  # still waiting for the lock
@@ -369,7 +357,7 @@ def test_watch_on_a_tty_clears_and_colours(published, monkeypatch):
     monkeypatch.setattr(sys, "stdout", out)
     assert ustats.main(["--socket", pub.path, "--watch", "0.05", "--count", "2"]) == 0
     text = out.getvalue()
-    assert text.startswith(ustats.CLEAR) and text.count(ustats.CLEAR) == 2
+    assert text.startswith(stats_render.CLEAR) and text.count(stats_render.CLEAR) == 2
     assert "\x1b[1;31mdrops by reason (3 total)\x1b[0m" in text
 
 
@@ -397,7 +385,7 @@ def test_add_parser_makes_the_stats_subcommand(published, capsys):
 
 def test_uptime_counts_from_the_given_start(pair, tmp_path):
     start = pair.clock() - 100.0
-    with ustats.StatsPublisher(pair.a, pair.da, path=str(tmp_path / "u.sock"), started=start) as pub:
-        snap = ustats.fetch(pub.path)
+    with stats_server.StatsPublisher(pair.a, pair.da, path=str(tmp_path / "u.sock"), started=start) as pub:
+        snap = stats_client.fetch(pub.path)
     assert 100.0 <= snap["stack"]["uptime"] < 160.0
-    assert ustats.render_header(snap).split("uptime ")[1].startswith("1m4")
+    assert stats_render.render_header(snap).split("uptime ")[1].startswith("1m4")

@@ -25,8 +25,9 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.utils import wrpcap, wrpcapng
 
-from ustack.tools import trace
-from ustack.capture import PcapDevice, PcapWriter
+from ustack.capture import PcapDevice
+from ustack.pcap import PcapWriter
+from ustack.tools import trace, trace_records
 
 A, B = "198.18.0.1", "198.18.0.2"
 MAC_A, MAC_B = "02:00:00:00:00:01", "02:00:00:00:00:02"
@@ -519,7 +520,7 @@ GLOBAL_NS = struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1)
 
 
 def test_follow_reader_waits_for_partial_records_and_restarts_on_truncation(tmp_path):
-    """read_records(follow=True) driven by its sleep hook: each 'sleep' lets the writer add a piece."""
+    """trace_records.read_records(follow=True) driven by its sleep hook: each 'sleep' lets the writer add a piece."""
     frames = [bytes(p) for p in handshake_data_fin()]
     recs = record_bytes(frames)
     path = str(tmp_path / "grow.pcap")
@@ -545,9 +546,9 @@ def test_follow_reader_waits_for_partial_records_and_restarts_on_truncation(tmp_
 
     got = []
     with pytest.raises(KeyboardInterrupt):
-        for rec in trace.read_records(path, follow=True, interval=0.25, sleep=sleep):
-            got.append(rec if rec is trace.Restart else rec[2])
-    assert got == frames[:3] + [trace.Restart, frames[3]]
+        for rec in trace_records.read_records(path, follow=True, interval=0.25, sleep=sleep):
+            got.append(rec if rec is trace_records.Restart else rec[2])
+    assert got == frames[:3] + [trace_records.Restart, frames[3]]
     assert set(sleeps) == {0.25}
 
 

@@ -1,0 +1,50 @@
+"""The pieces of ``ustack bench`` that need no topology: nearest-rank percentiles, medians, server output,
+and the raw frame the ring benchmark transmits."""
+
+from __future__ import annotations
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from ustack.tools.bench_clients import percentile
+from ustack.tools.bench_rings import PAYLOAD, udp_frame
+from ustack.tools.bench_runner import median_or_none
+from ustack.tools.bench_servers import ustack_drops
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(100, 0, -1))  # 1..100, unordered
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile([7], 99) == 7.0
+    assert percentile([1, 2, 3], 50) == 2.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_median_or_none_ignores_missing():
+    assert median_or_none([3, None, 1, 2]) == 2
+    assert median_or_none([None]) is None
+
+
+def test_ustack_drops_are_read_from_serve_output():
+    lines = ["ustack: 198.18.0.2/24 mac 02:00:00:00:00:01 mtu 1500 on packet:x (packet_ring)", "ready", "counters:",
+             "  rx.frames 10", "drops by reason:", "  ipv4.bad_checksum                      3",
+             "  arp.bad_hardware                       1"]
+    assert ustack_drops(lines) == {"ipv4.bad_checksum": 3, "arp.bad_hardware": 1}
+    assert ustack_drops(["drops by reason:", "  (none)"]) == {}
+
+
+def test_ring_frame_is_a_60_byte_udp_frame_with_right_checksums():
+    frame = udp_frame(b"\x02" * 6, b"\x04" * 6, "198.18.0.2", "198.18.0.1", 5000, 9000, b"y" * PAYLOAD)
+    assert len(frame) == 60
+    pkt = Ether(frame)
+    assert (pkt.src, pkt.dst) == ("02:02:02:02:02:02", "04:04:04:04:04:04")
+    assert (pkt[IP].src, pkt[IP].dst, pkt[IP].flags.DF) == ("198.18.0.2", "198.18.0.1", True)
+    assert (pkt[UDP].sport, pkt[UDP].dport, bytes(pkt[UDP].payload)) == (5000, 9000, b"y" * PAYLOAD)
+    ip_sum, udp_sum = pkt[IP].chksum, pkt[UDP].chksum
+    del pkt[IP].chksum, pkt[UDP].chksum
+    again = Ether(bytes(pkt))  # scapy recomputes both
+    assert (again[IP].chksum, again[UDP].chksum) == (ip_sum, udp_sum)

@@ -1,0 +1,65 @@
+"""What ``ustack bench`` measures and how much: service ports, message size, metrics, the suites.
+
+The servers listen on the classic service ports (UDP/TCP echo 7, discard 9,
+chargen-like source 19); every echo carries ``MESSAGE`` bytes. ``METRICS``
+and ``RING_METRICS`` name each figure with its column header and unit (RTTs
+in µs, throughput in MB/s of 10^6 bytes, connections/s, frames in kpps).
+``BenchConfig.for_args`` picks the default or the ``--quick`` suite and
+applies the size options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+USTACK_BACKENDS = ("afxdp", "packet", "tap")
+ROW_KINDS = USTACK_BACKENDS + ("pytcp",)
+UDP_ECHO, TCP_ECHO, TCP_DISCARD, TCP_SOURCE = 7, 7, 9, 19
+MESSAGE = 64  # bytes of payload in every echo request
+
+# (key, column header, unit); RTTs in µs, throughput in MB/s (10^6 bytes), connections/s.
+METRICS = (
+    ("udp_rtt_p50_us", "UDP p50", "µs"),
+    ("udp_rtt_p99_us", "UDP p99", "µs"),
+    ("tcp_rtt_p50_us", "TCP p50", "µs"),
+    ("tcp_rtt_p99_us", "TCP p99", "µs"),
+    ("push_mbps", "push", "MB/s"),
+    ("pull_mbps", "pull", "MB/s"),
+    ("conn_per_s", "conn/s", "1/s"),
+)
+RING_METRICS = (
+    ("rx_kpps", "rx kpps", "kpps"),
+    ("rx_cpu_us", "rx µs/frame", "µs"),
+    ("tx_kpps", "tx kpps", "kpps"),
+    ("tx_cpu_us", "tx µs/frame", "µs"),
+)
+
+
+@dataclass
+class BenchConfig:
+    """Sizes and repetitions; ``for_args`` picks the default or the --quick suite."""
+
+    reps: int = 3
+    rtt_count: int = 2000
+    rtt_warmup: int = 200
+    bulk_bytes: int = 50_000_000
+    bulk_seconds: float = 8.0  # a transfer stops here even if bulk_bytes are not through
+    cps_seconds: float = 2.0
+    ring_seconds: float = 1.0
+    ring_runs: int = 3
+    rings: bool = True
+
+    @classmethod
+    def for_args(cls, args) -> "BenchConfig":
+        if args.quick:
+            cfg = cls(reps=1, rtt_count=300, rtt_warmup=50, bulk_bytes=4_000_000, bulk_seconds=3.0,
+                      cps_seconds=1.0, ring_seconds=0.5, ring_runs=1)
+        else:
+            cfg = cls()
+        for name in ("reps", "rtt_count", "rtt_warmup", "bulk_bytes", "bulk_seconds", "cps_seconds",
+                     "ring_seconds", "ring_runs"):
+            value = getattr(args, name, None)
+            if value is not None:
+                setattr(cfg, name, value)
+        cfg.rings = not args.no_rings
+        return cfg

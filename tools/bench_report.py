@@ -1,0 +1,167 @@
+"""The report of ``ustack bench``: the text table, the JSON file, the PNG chart and the notes.
+
+``format_table(result)`` prints the machine, the placement, one line per row
+and one per ring path; ``write_json`` keeps everything (each repetition's
+figures too); ``draw_png`` draws bar charts when matplotlib is there and
+otherwise says why not; ``notes_for`` adds the observations worth a line
+(the TPACKET_V3 retire timer, server drops, transfers cut by the time cap,
+unanswered echoes).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from ustack.tools.bench_config import MESSAGE, METRICS, RING_METRICS
+
+
+def _fmt(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "MB/s":
+        return f"{value:.1f}"
+    if unit == "µs" and value < 10:
+        return f"{value:.2f}"
+    return f"{value:.0f}"
+
+
+def format_table(result: dict) -> str:
+    """The human-readable report: machine, placement, both tables, notes."""
+    m = result["machine"]
+    out = [
+        f"machine: {m['cpu_model']}, {m['cpus']} CPUs, kernel {m['kernel']}, Python {m['python']}, "
+        f"load {' '.join(str(x) for x in m.get('loadavg_at_start', []))} (shared machine: expect noise)",
+        f"placement: {result['placement']['text']}",
+        f"suite: {'quick' if result['config'].get('quick') else 'default'}, median of {result['config']['reps']} "
+        f"reps; RTT over {result['config']['rtt_count']} round trips of {MESSAGE} B; bulk "
+        f"{result['config']['bulk_bytes'] / 1e6:g} MB (capped at {result['config']['bulk_seconds']:g} s) at 1500 MTU; "
+        f"conn/s over {result['config']['cps_seconds']:g} s",
+        "",
+    ]
+    heads = [h for _, h, _ in METRICS]
+    units = [u for _, _, u in METRICS]
+    width = max([len("row")] + [len(r["name"]) for r in result["rows"]])
+    out.append(f"{'row':{width}}  " + "  ".join(f"{h:>8}" for h in heads) + "  mode")
+    out.append(f"{'':{width}}  " + "  ".join(f"{u:>8}" for u in units))
+    for row in result["rows"]:
+        if row["status"] != "ok":
+            out.append(f"{row['name']:{width}}  {row['status']}: {row['note']}")
+            continue
+        cells = "  ".join(f"{_fmt(row['metrics'].get(k), u):>8}" for k, _, u in METRICS)
+        out.append(f"{row['name']:{width}}  {cells}  {row['mode']}" + (f" ({row['note']})" if row["note"] else ""))
+    if result.get("rings"):
+        out += ["", "ring cost, 60-byte UDP frames (64 on a wire); CPU of the stack-side thread per frame:"]
+        width = max([len("path")] + [len(r["name"]) for r in result["rings"]])
+        out.append(f"{'path':{width}}  " + "  ".join(f"{h:>11}" for _, h, _ in RING_METRICS))
+        for ring in result["rings"]:
+            if ring["status"] != "ok":
+                out.append(f"{ring['name']:{width}}  {ring['status']}: {ring['note']}")
+                continue
+            out.append(f"{ring['name']:{width}}  " + "  ".join(
+                f"{(f'{ring[k]:.0f}' if u == 'kpps' else f'{ring[k]:.2f}'):>11}" for k, _, u in RING_METRICS))
+    if result.get("notes"):
+        out += ["", "notes:"] + [f"- {n}" for n in result["notes"]]
+    out.append(f"\ntook {result.get('duration_s', 0):.0f} s")
+    return "\n".join(out)
+
+
+def write_json(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2, sort_keys=False, default=str)
+        f.write("\n")
+
+
+def draw_png(result: dict, path: str) -> Optional[str]:
+    """Bar charts of every metric; returns None on success or why no chart was drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # not installed (an optional extra) or broken
+        return f"matplotlib not available ({type(exc).__name__}: {exc}); no chart (pip install 'ustack[bench]')"
+    rows = [r for r in result["rows"] if r["status"] == "ok"]
+    rings = [r for r in result.get("rings", []) if r["status"] == "ok"]
+    panels = [
+        ("UDP echo RTT (µs, log)", [("p50", "udp_rtt_p50_us"), ("p99", "udp_rtt_p99_us")], True),
+        ("TCP echo RTT (µs, log)", [("p50", "tcp_rtt_p50_us"), ("p99", "tcp_rtt_p99_us")], True),
+        ("TCP throughput (MB/s, log)", [("push", "push_mbps"), ("pull", "pull_mbps")], True),
+        ("TCP connections/s", [("conn/s", "conn_per_s")], False),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    axes = axes.ravel()
+    names = [r["name"] for r in rows]
+    for ax, (title, series, logy) in zip(axes, panels):
+        _bars(ax, names, [(label, [r["metrics"].get(key) for r in rows]) for label, key in series], title, logy)
+    ring_names = [r["name"] for r in rings]
+    _bars(axes[4], ring_names, [("rx", [r["rx_kpps"] for r in rings]), ("tx", [r["tx_kpps"] for r in rings])],
+          "ring: 60-byte frames (kpps)", False)
+    _bars(axes[5], ring_names, [("rx", [r["rx_cpu_us"] for r in rings]), ("tx", [r["tx_cpu_us"] for r in rings])],
+          "ring: CPU µs per frame", False)
+    m = result["machine"]
+    fig.suptitle(f"ustack bench vs the kernel — {m['cpu_model']}, {m['cpus']} CPUs, kernel {m['kernel']}, "
+                 f"Python {m['python']} — {result['started'][:16]}", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def _bars(ax, names, series, title, logy) -> None:
+    if not names:
+        ax.set_title(title, fontsize=10)
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))]
+        ys = [v if v is not None else 0 for v in values]
+        bars = ax.bar(xs, ys, width, label=label)
+        for bar, v in zip(bars, values):
+            if v is not None:
+                ax.annotate(f"{v:.0f}" if v >= 10 else f"{v:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                            va="bottom", fontsize=7)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20, fontsize=8)
+    ax.set_title(title, fontsize=10)
+    if logy:
+        ax.set_yscale("log")
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+
+
+def notes_for(result: dict) -> list[str]:
+    """Observations worth a line under the tables."""
+    notes = []
+    rows = {r["name"]: r for r in result["rows"] if r["status"] == "ok"}
+    packet = rows.get("ustack/packet")
+    if packet and packet["metrics"]["udp_rtt_p50_us"] and packet["metrics"]["udp_rtt_p50_us"] > 700:
+        notes.append("ustack/packet RTTs sit near 1 ms: a lone frame waits in a half-empty TPACKET_V3 block "
+                     "until the kernel's block-retire timer (1 ms, the smallest it accepts) hands the block over")
+    if "kernel" in rows:
+        notes.append("the client is one Python process on kernel sockets and the kernel row's server is Python too "
+                     "(one selector loop): the kernel row is bounded by them, not by the kernel stack alone")
+    if any(row["stack"] == "ustack" for row in rows.values()):
+        notes.append("ustack serve busy-polls its device for 50 µs (ustack.api.driver) before it sleeps; the kernel "
+                     "server sleeps in epoll and pays a wake-up per request, so ping-pong RTTs of ustack can come "
+                     "out below the kernel's")
+    on_tap = [name for name, row in rows.items() if row["topology"] == "tap"]
+    if on_tap:
+        notes.append(f"{', '.join(on_tap)} ran over a TAP topology (the kernel client reaches the stack through the "
+                     f"tun driver in the same namespace); the other rows over a veth pair")
+    for row in rows.values():
+        drops = row.get("server_drops") or {}
+        if drops:
+            top = ", ".join(f"{k} {v}" for k, v in sorted(drops.items(), key=lambda kv: -kv[1])[:4])
+            notes.append(f"{row['name']} server drops: {top}")
+        for what in ("push", "pull"):
+            incomplete = [s for s in row.get("samples", {}).get(what, []) if not s.get("complete", True)]
+            if incomplete:
+                notes.append(f"{row['name']} {what}: {len(incomplete)} transfer(s) stopped at the time cap "
+                             f"(rate from the bytes moved)")
+        lost = sum(s.get("lost", 0) for s in row.get("samples", {}).get("udp_rtt", []))
+        if lost:
+            notes.append(f"{row['name']}: {lost} UDP echo requests unanswered (not timed)")
+    return notes

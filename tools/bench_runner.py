@@ -1,0 +1,246 @@
+"""How ``ustack bench`` runs: machine facts, CPU placement, and one row or ring measurement at a time.
+
+``run_row(kind, ...)`` builds a topology of its own (ustack.tools.netns),
+starts the row's server in its stack namespace (ustack.tools.bench_servers),
+runs every client measurement ``cfg.reps`` times (ustack.tools.bench_clients)
+and returns the row: medians in ``metrics``, each repetition in ``samples``.
+``run_ring(kind, ...)`` measures one backend's raw ring cost with
+ustack.tools.bench_rings or ustack.tools.bench_afxdp. A row or ring that
+fails is returned with its status and the reason; the others still run.
+
+Placement: with two or more CPUs the server process is pinned to one CPU and
+the client (this process) to another (taskset / sched_setaffinity); in the
+ring benchmark this process is the stack side and the kernel
+sender/receiver processes are pinned to the client CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ustack.tools.bench_clients import (connections_per_second, pull, push, tcp_rtts, udp_rtts,
+                                        widen_port_range)
+from ustack.tools.bench_config import METRICS, TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO, BenchConfig
+from ustack.tools.bench_servers import kernel_server, pytcp_problem, pytcp_server, ustack_drops, ustack_server
+
+
+def machine_info() -> dict:
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (0.0, 0.0, 0.0)
+    return {
+        "cpu_model": model,
+        "cpus": os.cpu_count(),
+        "cpus_allowed": sorted(os.sched_getaffinity(0)),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_at_start": [round(x, 2) for x in load],
+    }
+
+
+@dataclass
+class Placement:
+    client: Optional[set]
+    server: Optional[set]
+    text: str
+
+    @classmethod
+    def plan(cls) -> "Placement":
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            return cls(None, None, f"one CPU ({cpus[0] if cpus else '?'}): server and client share it, not pinned")
+        client, server = {cpus[0]}, {cpus[1]}
+        return cls(client, server, f"server (ustack serve / kernel server / PyTCP; ring bench: this process) on CPU "
+                                   f"{cpus[1]}, client (this process; ring bench: kernel sender/receiver) on CPU "
+                                   f"{cpus[0]}; kernel softirq work runs on the sending side's CPU")
+
+    def spawn(self, popen, argv, cpus: Optional[set], **kw):
+        """``popen(argv)`` pinned to ``cpus``: under taskset when there is one, else pinned right after the start."""
+        taskset = shutil.which("taskset")
+        if cpus and taskset:
+            return popen([taskset, "-c", ",".join(map(str, sorted(cpus))), *argv], **kw)
+        proc = popen(argv, **kw)
+        self.pin(proc.pid, cpus)
+        return proc
+
+    @staticmethod
+    def pin(pid: int, cpus: Optional[set]) -> None:
+        if cpus:
+            try:
+                os.sched_setaffinity(pid, cpus)
+            except OSError:
+                pass
+
+
+def _topology_class(placement: Placement):
+    """A ustack.tools.netns Topology whose child processes are pinned: peer side -> client CPU, stack side -> server CPU."""
+    from ustack.tools.netns import Topology
+
+    class PinnedTopology(Topology):
+        def peer_popen(self, argv, **kw):
+            return placement.spawn(super().peer_popen, argv, placement.client, **kw)
+
+        def stack_popen(self, argv, **kw):
+            return placement.spawn(super().stack_popen, argv, placement.server, **kw)
+
+    return PinnedTopology
+
+
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], None]) -> tuple[dict, dict]:
+    """Every service metric against a ready server; returns (medians, per-repetition samples)."""
+    samples: dict = {"udp_rtt": [], "tcp_rtt": [], "push": [], "pull": [], "cps": []}
+    for rep in range(cfg.reps):
+        samples["udp_rtt"].append(udp_rtts(topo, host, UDP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
+        samples["tcp_rtt"].append(tcp_rtts(topo, host, TCP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
+        samples["push"].append(push(topo, host, TCP_DISCARD, cfg.bulk_bytes, cfg.bulk_seconds))
+        samples["pull"].append(pull(topo, host, TCP_SOURCE, cfg.bulk_bytes, cfg.bulk_seconds))
+        samples["cps"].append(connections_per_second(topo, host, TCP_ECHO, cfg.cps_seconds))
+        last = {k: v[-1] for k, v in samples.items()}
+        log(f"    rep {rep + 1}/{cfg.reps}: udp p50 {last['udp_rtt']['p50']:.0f} µs, "
+            f"tcp p50 {last['tcp_rtt']['p50']:.0f} µs, push {last['push']['mbps']:.1f} MB/s, "
+            f"pull {last['pull']['mbps']:.1f} MB/s, {last['cps']['rate']:.0f} conn/s")
+    metrics = {
+        "udp_rtt_p50_us": median_or_none(s["p50"] for s in samples["udp_rtt"]),
+        "udp_rtt_p99_us": median_or_none(s["p99"] for s in samples["udp_rtt"]),
+        "tcp_rtt_p50_us": median_or_none(s["p50"] for s in samples["tcp_rtt"]),
+        "tcp_rtt_p99_us": median_or_none(s["p99"] for s in samples["tcp_rtt"]),
+        "push_mbps": median_or_none(s["mbps"] for s in samples["push"]),
+        "pull_mbps": median_or_none(s["mbps"] for s in samples["pull"]),
+        "conn_per_s": median_or_none(s["rate"] for s in samples["cps"]),
+    }
+    return metrics, samples
+
+
+def row_result(name: str, stack: str, topology: str, status: str = "ok", **extra) -> dict:
+    return {"name": name, "stack": stack, "topology": topology, "status": status, "mode": extra.pop("mode", ""),
+            "note": extra.pop("note", ""), "metrics": extra.pop("metrics", {k: None for k, _, _ in METRICS}),
+            **extra}
+
+
+def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optional[str],
+            log: Callable[[str], None]) -> dict:
+    """One row: a topology of its own, a server in its stack namespace, the client here."""
+    Topology = _topology_class(placement)
+    if kind == "kernel":
+        name, stack, topo_kind = "kernel", "kernel", "veth"
+    elif kind == "pytcp":
+        name, stack, topo_kind = "pytcp/tap", "pytcp", "tap"
+        problem = pytcp_problem()
+        if problem:
+            return row_result(name, stack, topo_kind, "not available", note=problem)
+    else:
+        name, stack, topo_kind = f"ustack/{kind}", "ustack", "tap" if kind == "tap" else "veth"
+    log(f"  {name} ({topo_kind} topology)")
+    t0 = time.monotonic()
+    try:
+        with Topology(topo_kind, tag="bn") as topo:
+            widen_port_range(topo)
+            server = None
+            try:
+                if kind == "kernel":
+                    server, mode = kernel_server(topo, cfg.bulk_bytes), "kernel sockets"
+                elif kind == "pytcp":
+                    server, mode = pytcp_server(topo, cfg.bulk_bytes)
+                else:
+                    server, mode = ustack_server(topo, kind, cfg.bulk_bytes, xdp_mode)
+                cpus = server.cpus
+                metrics, samples = measure_services(topo, topo.stack_addr, cfg, log)
+            finally:
+                rc = server.stop() if server is not None else None
+            extra = {}
+            if stack == "ustack":
+                extra["server_drops"] = ustack_drops(server.lines)
+            note = "" if rc in (0, None) else f"server exited with status {rc}"
+            return row_result(name, stack, topo_kind, mode=mode, metrics=metrics, samples=samples,
+                              server_cpus=cpus, seconds=round(time.monotonic() - t0, 1), note=note, **extra)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a row that fails is reported, the others still run
+        log(f"    failed: {exc!r}")
+        return row_result(name, stack, topo_kind, "error", note=f"{type(exc).__name__}: {exc}",
+                          seconds=round(time.monotonic() - t0, 1))
+
+
+def _ring_median(fn, runs: int) -> dict:
+    results = [fn() for _ in range(runs)]
+    keys = [k for k, v in results[0].items() if isinstance(v, (int, float))]
+    return {k: statistics.median(r[k] for r in results) for k in keys}
+
+
+def run_ring(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optional[str],
+             log: Callable[[str], None]) -> dict:
+    """Raw 60-byte UDP frames through one backend's rings (or a kernel UDP socket), this process as the stack."""
+    Topology = _topology_class(placement)
+    name = "kernel UDP socket" if kind == "kernel" else kind
+    log(f"  ring {name}")
+    try:
+        if kind in ("tap", "packet"):
+            from ustack.tools import bench_rings
+
+            burst = 64
+            rx_fn = lambda topo: bench_rings.bench_rx(kind, topo, cfg.ring_seconds, burst)  # noqa: E731
+            tx_fn = lambda topo: bench_rings.bench_tx(kind, topo, cfg.ring_seconds, burst)  # noqa: E731
+            cpu_of = lambda r: r["user_us"] + r["sys_us"]  # noqa: E731
+            source = "ustack.tools.bench_rings"
+        else:
+            from ustack.tools import bench_afxdp
+
+            mode = xdp_mode or "auto"
+            if kind == "afxdp":
+                rx_fn = lambda topo: bench_afxdp.bench_afxdp_rx(topo, mode, cfg.ring_seconds, 64)  # noqa: E731
+                tx_fn = lambda topo: bench_afxdp.bench_afxdp_tx(topo, mode, cfg.ring_seconds, 64)  # noqa: E731
+            else:
+                rx_fn = lambda topo: bench_afxdp.bench_kernel_rx(topo, cfg.ring_seconds, 64)  # noqa: E731
+                tx_fn = lambda topo: bench_afxdp.bench_kernel_tx(topo, cfg.ring_seconds)  # noqa: E731
+            cpu_of = lambda r: r["cpu_us"]  # noqa: E731
+            source = "ustack.tools.bench_afxdp"
+    except Exception as exc:  # e.g. bench_afxdp cannot import the afxdp backend
+        return {"name": name, "status": "not available", "note": f"{type(exc).__name__}: {exc}"}
+    home = os.sched_getaffinity(0)
+    try:
+        placement.pin(0, placement.server)  # this thread is the stack side here
+        with Topology("tap" if kind == "tap" else "veth", tag="br") as topo:
+            topo.add_peer_neighbour()
+            if kind == "kernel":
+                with topo.in_stack_ns():
+                    from pyroute2 import IPRoute
+
+                    with IPRoute() as ipr:
+                        index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
+                        ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
+            rx = _ring_median(lambda: rx_fn(topo), cfg.ring_runs)
+            tx = _ring_median(lambda: tx_fn(topo), cfg.ring_runs)
+        result = {"name": name, "status": "ok", "source": source,
+                  "rx_kpps": rx["pps"] / 1e3, "rx_cpu_us": cpu_of(rx), "tx_kpps": tx["pps"] / 1e3,
+                  "tx_cpu_us": cpu_of(tx), "rx": rx, "tx": tx}
+        log(f"    rx {result['rx_kpps']:.0f} kpps {result['rx_cpu_us']:.2f} µs/frame, "
+            f"tx {result['tx_kpps']:.0f} kpps {result['tx_cpu_us']:.2f} µs/frame")
+        return result
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        log(f"    failed: {exc!r}")
+        return {"name": name, "status": "error", "note": f"{type(exc).__name__}: {exc}"}
+    finally:
+        placement.pin(0, home)

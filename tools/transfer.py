@@ -1,0 +1,144 @@
+"""``ustack send`` and ``ustack recv``: one TCP transfer from the user-space stack, timed and hashed.
+
+``send`` connects, pushes ``--bytes`` of the deterministic pattern
+(ustack.tools.services), half-closes and reads the peer's answer to EOF;
+``recv`` accepts one connection (``--listen``) or makes one (``--connect``)
+and reads to EOF. Both print one line: bytes, seconds, MB/s, the sha256 of
+the data and the peer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+
+from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
+
+
+def add_parsers(subparsers) -> None:
+    """Add the ``send`` and ``recv`` subcommands to the ``ustack`` command line."""
+    send = subparsers.add_parser("send", help="push N bytes of the pattern to HOST:PORT over TCP; print rate and sha256")
+    add_stack_arguments(send)
+    send.add_argument("--connect", required=True, metavar="HOST:PORT")
+    send.add_argument("--bytes", type=int, default=100_000_000, metavar="N")
+    send.set_defaults(func=cmd_send)
+    recv = subparsers.add_parser("recv", help="accept (or make) one TCP connection, read to EOF; print rate and sha256")
+    add_stack_arguments(recv)
+    where = recv.add_mutually_exclusive_group(required=True)
+    where.add_argument("--listen", type=int, metavar="PORT", help="accept one connection on PORT")
+    where.add_argument("--connect", metavar="HOST:PORT", help="connect out and read what the server sends")
+    recv.set_defaults(func=cmd_recv)
+
+
+def _report(nbytes: int, seconds: float, digest: str, peer) -> None:
+    rate = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+    print(f"bytes {nbytes} seconds {seconds:.3f} MB/s {rate:.2f} sha256 {digest} peer {peer[0]}:{peer[1]}",
+          flush=True)
+
+
+def _host_port(text: str, name: str):
+    """"HOST:PORT" -> (host, port), or None after saying what is wrong."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        print(f"ustack {name}: --connect wants HOST:PORT, not {text!r}", file=sys.stderr)
+        return None
+    return host, int(port)
+
+
+def cmd_send(args) -> int:
+    from ustack.tools.services import PATTERN_BLOCK
+    from ustack.api.socket import socket as usocket
+
+    target = _host_port(args.connect, "send")
+    if target is None:
+        return 2
+    host, port = target
+    started = start_stack(args, "send")
+    if started is None:
+        return 2
+    stack, driver, _ = started
+    clock = driver.clock
+    try:
+        with usocket(driver) as s:
+            s.settimeout(30)
+            try:
+                s.connect((host, port))
+            except OSError as e:
+                print(f"ustack send: connect {args.connect}: {e.strerror or e}", file=sys.stderr)
+                return 1
+            h = hashlib.sha256()
+            left = args.bytes
+            t0 = clock()
+            while left:
+                chunk = memoryview(PATTERN_BLOCK)[:min(left, len(PATTERN_BLOCK))]
+                s.sendall(chunk)
+                h.update(chunk)
+                left -= len(chunk)
+            s.shutdown(1)  # half-close: the peer may still answer
+            s.settimeout(60)
+            reply = bytearray()
+            while True:  # read until the peer's FIN: every byte was taken
+                d = s.recv(65536)
+                if not d:
+                    break
+                if len(reply) < 4096:
+                    reply += d[:4096 - len(reply)]
+            _report(args.bytes, clock() - t0, h.hexdigest(), s.getpeername())
+            if reply:
+                print(f"reply {bytes(reply).decode(errors='replace').strip()}", flush=True)
+            info = s.tcp_info()
+            print(f"retransmits {info.retransmits} srtt_ms {info.srtt * 1000:.3f} cwnd {info.cwnd}", flush=True)
+        return 0
+    except (OSError, TimeoutError) as e:
+        print(f"ustack send: {e}", file=sys.stderr)
+        return 1
+    finally:
+        stop_stack(stack)
+
+
+def cmd_recv(args) -> int:
+    from ustack.api.socket import socket as usocket
+
+    target = _host_port(args.connect, "recv") if args.connect else None
+    if args.connect and target is None:
+        return 2
+    started = start_stack(args, "recv")
+    if started is None:
+        return 2
+    stack, driver, _ = started
+    clock = driver.clock
+    try:
+        with usocket(driver) as srv:
+            if target is not None:
+                conn = usocket(driver)
+                conn.settimeout(30)
+                try:
+                    conn.connect(target)
+                except OSError as e:
+                    print(f"ustack recv: connect {args.connect}: {e.strerror or e}", file=sys.stderr)
+                    return 1
+                peer = conn.getpeername()
+            else:
+                srv.bind(("0.0.0.0", args.listen))
+                srv.listen(1)
+                print("listening", flush=True)
+                conn, peer = srv.accept()
+            h = hashlib.sha256()
+            n = 0
+            buf = bytearray(1 << 18)
+            t0 = clock()
+            with conn:
+                conn.settimeout(60)
+                while True:
+                    k = conn.recv_into(buf)
+                    if not k:
+                        break
+                    h.update(memoryview(buf)[:k])
+                    n += k
+            _report(n, clock() - t0, h.hexdigest(), peer)
+        return 0
+    except (OSError, TimeoutError) as e:
+        print(f"ustack recv: {e}", file=sys.stderr)
+        return 1
+    finally:
+        stop_stack(stack)

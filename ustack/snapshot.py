@@ -1,0 +1,106 @@
+"""A snapshot of one Stack as plain data: what ``ustack stats`` shows, read in one pass.
+
+``snapshot(stack, now)`` returns a dict of dicts, lists, strings and numbers
+(JSON as it is), copied out of the stack so it can be encoded or printed
+after the caller lets go of the stack::
+
+    stack      address, prefix length, gateway, MAC, MTU, backend mode, now
+    counters   every named counter (``Stats.snapshot()``)
+    drops      the drop counters by reason (``Stats.drops()``)
+    tcp        one ``Connection.info()`` per connection, fields by name,
+               endpoints as "A.B.C.D:port", the negotiated options as a list
+    listeners  accept queue and backlog, SYN queue, overflows, SYN cookies
+    udp        bound and connected endpoints: queue in bytes and datagrams,
+               receive buffer, drops
+    arp        the ARP cache: address, MAC, seconds until it expires
+
+It reads only these surfaces of a Stack: ``stats`` (``snapshot()``,
+``drops()``), ``iface`` (address, prefix length, gateway, MAC, MTU),
+``device.capabilities.mode``, ``arp.entries(now)``, ``tcp.connections``
+(``info()``), ``tcp.listeners`` (local, backlog, queue lengths, overflow
+and cookie counts) and the endpoints of ``udp.bound`` and ``udp.connected``
+(local address and port, remote, queue, receive buffer, drops). The caller
+holds whatever lock keeps the stack still (the driver's) while it runs;
+nothing here blocks or reads a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from ustack.net.addr import to_str
+
+
+def snapshot(stack, now: float) -> dict:
+    """The stack's state at ``now`` as plain data (see the module docstring)."""
+    stats = stack.stats
+    tcp, udp = stack.tcp, stack.udp
+    addr, prefixlen, gateway = interface_address(stack)
+    endpoints = {id(ep): ep for ep in list(udp.bound.values()) + list(udp.connected.values())}
+    return {
+        "stack": {
+            "addr": addr,
+            "prefixlen": prefixlen,
+            "gateway": gateway,
+            "mac": stack.iface.mac.hex(":"),
+            "mtu": stack.iface.mtu,
+            "mode": stack.device.capabilities.mode,
+            "now": now,
+        },
+        "counters": stats.snapshot(),
+        "drops": stats.drops(),
+        "tcp": [_connection(conn.info()) for conn in tcp.connections.values()],
+        "listeners": [_listener(lst) for lst in tcp.listeners.values()],
+        "udp": [_udp_endpoint(ep) for ep in endpoints.values()],
+        "arp": [{"ip": ip, "mac": mac, "expires": round(left, 3)} for ip, mac, left in stack.arp.entries(now)],
+    }
+
+
+def interface_address(stack) -> tuple[str, int, str | None]:
+    """Our address, prefix length and gateway as text."""
+    iface = stack.iface
+    gateway = iface.gateway
+    return to_str(iface.addr), iface.prefixlen, None if gateway is None else to_str(gateway)
+
+
+def _host(addr: bytes) -> str:
+    return to_str(bytes(addr))
+
+
+def _plain(value):
+    """An enum member by its name; anything else as it is."""
+    return value.name if isinstance(value, enum.Enum) else value
+
+
+def _endpoint(addr, port) -> str:
+    return f"{_host(addr)}:{port}"
+
+
+def _connection(info) -> dict:
+    d = {f.name: _plain(getattr(info, f.name)) for f in dataclasses.fields(info)}
+    d["local"] = _endpoint(*info.local)
+    d["remote"] = _endpoint(*info.remote)
+    opts = []
+    if info.timestamps:
+        opts.append("ts")
+    if info.sack:
+        opts.append("sack")
+    if info.snd_wscale or info.rcv_wscale:
+        opts.append("wscale")
+    d["options"] = opts
+    return d
+
+
+def _listener(lst) -> dict:
+    return {"local": _endpoint(*lst.local), "state": "LISTEN", "accept_queue": lst.pending, "backlog": lst.backlog,
+            "syn_queue": lst.half_open, "syn_backlog": lst.syn_backlog, "overflows": lst.overflows,
+            "cookies_sent": lst.cookies_sent, "cookies_accepted": lst.cookies_accepted,
+            "cookies_rejected": lst.cookies_rejected}
+
+
+def _udp_endpoint(ep) -> dict:
+    remote = ep.remote
+    return {"local": _endpoint(ep.local_addr, ep.local_port), "remote": _endpoint(*remote) if remote else None,
+            "state": "ESTAB" if remote else "UNCONN", "recv_q": ep.queued_bytes, "datagrams": len(ep.queue),
+            "rcvbuf": ep.rcvbuf, "drops": ep.drops}
