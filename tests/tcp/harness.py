@@ -58,6 +58,9 @@ class FakeHost:
         else:
             self.out.append(seg)
 
+    def tcp_output_segment(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload) -> bool:
+        return False  # no fast emitter: every segment is built by the engine and comes to tcp_output
+
     def route_mtu(self, dst) -> int:
         return self.mtu
 

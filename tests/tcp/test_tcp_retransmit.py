@@ -26,7 +26,7 @@ def established(rtt: float = 0.1, peer_mss: int = 1000, peer_win: int = 65535, *
 def grow_cwnd(h, conn, segments: int):
     """Send and ACK full segments until cwnd reaches ``segments`` MSS; leaves nothing in flight."""
     mss = conn.tcb.snd_mss
-    while conn.cc.window < segments * mss:
+    while conn.sender.cc.window < segments * mss:
         conn.send(b"g" * mss, now=h.now)
         h.drain()
         h.peer.ack()
@@ -103,11 +103,11 @@ def test_timeout_goes_back_n_in_slow_start():
     h, conn = established(rtt=0.1)
     conn.send(b"".join(bytes([65 + i]) * 1000 for i in range(3)), now=h.now)
     first, second, third = h.drain()
-    assert conn.cc.window == 4000  # RFC 5681 IW for a 1000-byte MSS
+    assert conn.sender.cc.window == 4000  # RFC 5681 IW for a 1000-byte MSS
     h.fire_next()
     again = h.peer.expect(flags="A", seq=first.seq, payload=first.payload)  # one segment: cwnd = 1 MSS
     h.peer.expect_nothing()
-    assert conn.cc.window == 1000 and conn.cc.ssthresh == 2000
+    assert conn.sender.cc.window == 1000 and conn.sender.cc.ssthresh == 2000
     h.peer.ack(ack=again.seq + 1000)
     h.peer.expect(flags="A", seq=second.seq, payload=second.payload)
     h.peer.expect(flags="PA", seq=third.seq, payload=third.payload)
@@ -117,7 +117,7 @@ def test_timeout_goes_back_n_in_slow_start():
 def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
     h, conn = established(rtt=0.1)
     grow_cwnd(h, conn, 8)
-    cwnd = conn.cc.window
+    cwnd = conn.sender.cc.window
     conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
     segs = h.drain()
     assert len(segs) == 8
@@ -129,13 +129,13 @@ def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
     h.peer.expect(flags="A", seq=una, payload=segs[0].payload)
     info = conn.info()
     assert info.fast_retransmits == 1 and info.in_recovery and info.dup_acks == 3
-    assert conn.cc.ssthresh == 4000 and conn.cc.window == 4000 + 3000
+    assert conn.sender.cc.ssthresh == 4000 and info.cwnd == 4000 + 3000
     assert cwnd >= 8000
     h.peer.ack(ack=una)  # more duplicates inflate the window
-    assert conn.cc.window == 8000
+    assert conn.info().cwnd == 8000
     h.peer.ack(ack=segs[-1].seq + 1000)  # full ACK: recovery ends, window deflates
     info = conn.info()
-    assert not info.in_recovery and conn.cc.window == min(4000, 1000 + 1000)
+    assert not info.in_recovery and info.cwnd == conn.sender.cc.window == min(4000, 1000 + 1000)
 
 
 def test_newreno_partial_ack_retransmits_next_hole():
