@@ -114,6 +114,35 @@ def test_timeout_goes_back_n_in_slow_start():
     assert conn.info().retransmits == 3
 
 
+def test_pure_ack_after_a_timeout_carries_snd_max():
+    """Regression: a segment without data carries SND.MAX, not snd_nxt.
+
+    A timeout pulls snd_nxt back to SND.UNA (go-back-N) while the peer may
+    have everything up to SND.MAX already. An ACK numbered snd_nxt then falls
+    left of the peer's RCV.NXT: the peer finds it unacceptable and ignores its
+    ACK field (RFC 9293 3.10.7.4), and two such peers stall until a timeout.
+    """
+    h, conn = established(rtt=0.1)
+    conn.send(b"".join(bytes([65 + i]) * 1000 for i in range(3)), now=h.now)
+    first, second, third = h.drain()  # the peer gets all three; its ACKs will be lost
+    snd_max = third.seq + 1000
+    assert h.peer.rcv_nxt == snd_max
+    h.fire_next()  # RTO: go back N with a one-segment window
+    h.peer.expect(flags="A", seq=first.seq, payload=first.payload)
+    h.peer.expect_nothing()
+    tcb = conn.tcb
+    assert tcb.snd_max == snd_max and tcb.snd_nxt == first.seq + 1000  # snd_nxt really was pulled back
+    # The peer's data (its ACK field still at our first byte) is acknowledged at once, by a pure ACK:
+    h.peer.send(flags="PA", ack=first.seq, payload=b"data")
+    ack = h.peer.expect(flags="A", length=0, ack=h.peer.snd_nxt)
+    assert ack.seq == snd_max == h.peer.rcv_nxt  # acceptable to the peer: SEG.SEQ = RCV.NXT
+    # An old duplicate is answered with a pure ACK too (RFC 9293 3.10.7.4, first step).
+    h.peer.send(flags="PA", ack=first.seq, payload=b"data", seq=h.peer.snd_nxt - 4, advance=False)
+    again = h.peer.expect(flags="A", length=0)
+    assert again.seq == snd_max and h.stats["drop.tcp.unacceptable"] == 1
+    h.peer.expect_nothing()
+
+
 def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
     h, conn = established(rtt=0.1)
     grow_cwnd(h, conn, 8)
