@@ -1,5 +1,5 @@
-"""Retransmission: RTO timing and backoff (RFC 6298) with Karn, giving up, go-back-N after a timeout,
-fast retransmit and NewReno fast recovery with partial ACKs (RFC 5681, RFC 6582)."""
+"""Retransmission: RTO timing and backoff (RFC 6298) with Karn, giving up, go-back-N after a timeout (and the
+pure ACKs sent meanwhile), fast retransmit and NewReno fast recovery with partial ACKs (RFC 5681, RFC 6582)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import errno
 
 import pytest
 
-from tests.tcp.harness import Harness
+from tests.tcp.harness import LOCAL, PEER, SECRET, Harness
 from ustack.transport.tcp import State
+from ustack.transport.tcp.isn import initial_sequence_number
 
 
 def established(rtt: float = 0.1, peer_mss: int = 1000, peer_win: int = 65535, **cfg):
@@ -165,6 +166,31 @@ def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
     h.peer.ack(ack=segs[-1].seq + 1000)  # full ACK: recovery ends, window deflates
     info = conn.info()
     assert not info.in_recovery and info.cwnd == conn.sender.cc.window == min(4000, 1000 + 1000)
+
+
+@pytest.mark.parametrize("sack", [False, True])
+def test_first_fast_retransmit_whatever_the_iss(sack):
+    """RFC 6582 3.2 step 1: "recover" starts at the ISS. Started at 0, it made an ISS in the upper
+    half of sequence space look "below recover" and refused every fast retransmit until a timeout."""
+    local_port = 4000
+    base = initial_sequence_number(SECRET, LOCAL, local_port, PEER, 5000, 0.0)
+    h = Harness(start=((0xC0000000 - base) % (1 << 32)) / 250_000, delayed_ack=False, sack=sack)
+    conn = h.layer.connect((LOCAL, local_port), (PEER, 5000), h.now)
+    assert conn.tcb.iss >= 1 << 31
+    h.peer.local_port = local_port
+    syn = h.peer.expect(flags="S")
+    h.advance(0.1)
+    h.peer.send(flags="SA", ack=syn.seq + 1, mss=1000, sack_perm=sack)
+    h.peer.expect(flags="A")
+    grow_cwnd(h, conn, 8)
+    conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
+    segs = h.drain()
+    una = segs[0].seq
+    for _ in range(3):
+        h.peer.ack(ack=una)
+    h.peer.expect(flags="A", seq=una, payload=segs[0].payload)
+    info = conn.info()
+    assert info.fast_retransmits == 1 and info.in_recovery and info.timeouts == 0
 
 
 def test_newreno_partial_ack_retransmits_next_hole():

@@ -64,7 +64,7 @@ class Sender:
         self.sndbuf = SendBuffer(config.sndbuf)
         self.rtt = RttEstimator(config.initial_rto, config.min_rto, config.max_rto)
         self.cc: CongestionControl = make(config.congestion, mss)
-        self.recovery: Recovery = NewRenoRecovery(self, 0)
+        self.recovery: Recovery = NewRenoRecovery(self, 0)  # until the handshake settles SACK (use_sack)
         self.rtx_timer = rtx_timer  # fires the connection's retransmission timeout
         self.persist_timer = persist_timer  # fires the connection's persist timeout
         self.low_water = low_water  # called when queued bytes fall to ``send_low``
@@ -95,10 +95,10 @@ class Sender:
     # -- the handshake ---------------------------------------------------
 
     def use_sack(self, sack_ok: bool) -> None:
-        """The handshake settled SACK (RFC 2018): recovery by the scoreboard (RFC 6675) or NewReno."""
-        if sack_ok != isinstance(self.recovery, SackRecovery):
-            cls = SackRecovery if sack_ok else NewRenoRecovery
-            self.recovery = cls(self, self.recovery.recover)
+        """The handshake settled SACK (RFC 2018): loss recovery by the scoreboard (RFC 6675) or
+        NewReno's (RFC 6582), with "recover" initialised to the ISS (RFC 6582 3.2 step 1)."""
+        cls = SackRecovery if sack_ok else NewRenoRecovery
+        self.recovery = cls(self, self.tcb.iss)
 
     def arm_rtx(self, now: float, restart: bool = True) -> None:
         """Run the retransmission timer for a SYN or SYN-ACK just sent."""
