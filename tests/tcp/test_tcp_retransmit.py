@@ -223,3 +223,26 @@ def test_duplicate_acks_need_no_data_and_same_window():
     h.peer.ack(ack=una, win=60000)
     h.peer.expect_nothing()
     assert conn.info().dup_acks == 2
+
+
+def test_switching_congestion_control_on_a_live_connection_keeps_window_and_recovery():
+    h, conn = established(rtt=0.1)
+    grow_cwnd(h, conn, 8)
+    conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
+    segs = h.drain()
+    una = segs[0].seq
+    for _ in range(3):
+        h.peer.ack(ack=una)
+    h.peer.expect(flags="A", seq=una)
+    before = conn.info()
+    assert before.in_recovery and before.congestion == "newreno"
+    conn.configure(congestion="cubic")
+    cc = conn.sender.cc
+    after = conn.info()
+    assert after.congestion == "cubic" and type(cc).__name__ == "Cubic"
+    assert (after.cwnd, after.ssthresh, after.in_recovery) == (before.cwnd, before.ssthresh, True)
+    conn.configure(congestion="CUBIC")
+    assert conn.sender.cc is cc  # the same algorithm: nothing rebuilt
+    h.peer.ack(ack=segs[-1].seq + 1000)  # the full ACK ends recovery under the new algorithm
+    info = conn.info()
+    assert not info.in_recovery and info.cwnd == min(4000, 1000 + 1000) and info.congestion == "cubic"
