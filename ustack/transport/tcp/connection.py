@@ -549,7 +549,7 @@ class Connection:
 
     def _enter_time_wait(self, now: float) -> None:
         self.sender.stop()
-        self.receiver.delack_timer.cancel()
+        self.receiver.stop()
         self._keepalive_timer.cancel()
         self._set_state(State.TIME_WAIT)
         self._close_timer.arm(now + 2 * self.config.msl)
@@ -561,7 +561,7 @@ class Connection:
             return
         tcb.state = State.CLOSED
         self.sender.stop()
-        self.receiver.delack_timer.cancel()
+        self.receiver.stop()
         self._keepalive_timer.cancel()
         self._close_timer.cancel()
         self.sender.sndbuf.clear()

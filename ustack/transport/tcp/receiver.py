@@ -175,6 +175,10 @@ class Receiver:
         if self.delack_timer.deadline is not None:
             self.delack_timer.cancel()
 
+    def stop(self) -> None:
+        """No more delayed ACKs (TIME-WAIT, CLOSED)."""
+        self.delack_timer.cancel()
+
     def ack_owed(self) -> bool:
         """The delayed-ACK timer expired: is an ACK still owed?"""
         tcb = self.tcb

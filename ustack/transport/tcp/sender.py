@@ -255,6 +255,8 @@ class Sender:
             cwnd = self.recovery.window(self.cc.window)
             if cwnd is None:
                 return  # SACK recovery sends new data itself
+        else:
+            cwnd = 0  # unused: the budget stands in for the congestion window
         sndbuf = self.sndbuf
         buffered = len(sndbuf)
         una = tcb.snd_una
