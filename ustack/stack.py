@@ -54,28 +54,27 @@ from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 class TcpOverIp:
     """The ``TcpHost`` that puts a TcpLayer on an IpLayer (and routes ICMP errors back to it)."""
 
-    __slots__ = ("ip", "timers", "stats", "isn_secret", "now", "tcp")
+    __slots__ = ("ip", "timers", "stats", "isn_secret", "tcp")
 
     def __init__(self, ip: IpLayer, timers: TimerHeap, stats: Stats, isn_secret: bytes):
         self.ip = ip
         self.timers = timers
         self.stats = stats
         self.isn_secret = isn_secret
-        self.now = 0.0  # the time of the current round, for the output calls that do not carry it
         self.tcp: Optional[TcpLayer] = None
 
-    def tcp_output(self, src: bytes, dst: bytes, segment) -> None:
+    def tcp_output(self, src: bytes, dst: bytes, segment, now: float) -> None:
         """A whole TCP segment (checksum filled) to IP; DF set for path-MTU discovery (RFC 1191)."""
         ip = self.ip
         try:
-            ip.output(src, dst, PROTO_TCP, segment, self.now, df=len(segment) + ip.header_len <= ip.mtu(dst))
+            ip.output(src, dst, PROTO_TCP, segment, now, df=len(segment) + ip.header_len <= ip.mtu(dst))
         except OSError as e:
             # No route: the segment is lost like any other; TCP's timers recover or give up.
             self.stats.drop("tcp.output_" + (errno.errorcode.get(e.errno, "error").lower()))
 
     def tcp_output_segment(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
-                           window: int, ts, payload) -> bool:
-        return self.ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, self.now)
+                           window: int, ts, payload, now: float) -> bool:
+        return self.ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
 
     def route_mtu(self, dst: bytes) -> int:
         return self.ip.mtu(dst)
@@ -130,7 +129,6 @@ class Stack:
     # -- the poll loop ------------------------------------------------------
     def start(self, now: float) -> None:
         """Bring the interface up: gratuitous ARP (RFC 5227)."""
-        self._tcp_host.now = now
         if not self._started:
             self._started = True
             if self._announce:
@@ -141,7 +139,6 @@ class Stack:
         """One round: RX burst, deliver, timers, TX commit. Returns the next deadline."""
         if not self._started:
             self.start(now)
-        self._tcp_host.now = now
         link = self.link
         opened = link.begin_round()
         frames = None
@@ -183,8 +180,9 @@ class Stack:
         if pkt.dst != iface.addr:
             self.stats.drop("ipv4.not_for_us" if not iface.is_local_dest(pkt.dst) else "tcp.broadcast")
             return
-        # classify verified the checksum (or the device did): the layer need not redo it
-        self.tcp.input(pkt.src, pkt.dst, frame[pkt.l4:pkt.l3 + pkt.total_len], now, checksum_ok=True)
+        # classify verified the checksum and parsed the header and options: the record is the header
+        off = pkt.payload_off
+        self.tcp.segment_arrives(pkt.src, pkt.dst, pkt, frame[off:off + pkt.payload_len], now)
 
     def _icmp_input(self, frame: memoryview, pkt, now: float) -> None:
         if self.iface.is_local_dest(pkt.dst):

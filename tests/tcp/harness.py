@@ -51,12 +51,15 @@ class FakeHost:
         self.out: list = []
         self.sink = None  # when set, segments go there instead of ``out``
 
-    def tcp_output(self, src, dst, segment) -> None:
+    def tcp_output(self, src, dst, segment, now) -> None:
         seg = (bytes(src), bytes(dst), bytes(segment))
         if self.sink is not None:
             self.sink(*seg)
         else:
             self.out.append(seg)
+
+    def tcp_output_segment(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) -> bool:
+        return False  # no fast emitter: every segment is built by the engine and comes to tcp_output
 
     def route_mtu(self, dst) -> int:
         return self.mtu

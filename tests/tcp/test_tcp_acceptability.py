@@ -41,7 +41,7 @@ def test_zero_window_accepts_only_rcv_nxt_and_still_processes_acks():
     # A zero-window probe (one octet at RCV.NXT): the text is refused, the ACK field is used.
     h.peer.send(flags="PA", seq=3001, ack=ours.seq + 4, payload=b"p", advance=False)
     h.peer.expect(flags="A", ack=3001, win=0)
-    assert conn.tcb.snd_una == ours.seq + 4 and len(conn.rcvbuf) == 2000
+    assert conn.tcb.snd_una == ours.seq + 4 and len(conn.receiver.rcvbuf) == 2000
 
 
 def test_data_segments_trimmed_to_the_window():
@@ -124,7 +124,7 @@ def test_ack_for_unsent_data_is_challenged_and_dropped():
     una = conn.tcb.snd_una
     h.peer.send(flags="PA", ack=una + 10, payload=b"ignored", advance=False)
     h.peer.expect(flags="A", ack=1001)
-    assert len(conn.rcvbuf) == 0 and h.stats["drop.tcp.ack_unsent"] == 1
+    assert len(conn.receiver.rcvbuf) == 0 and h.stats["drop.tcp.ack_unsent"] == 1
 
 
 def test_too_old_ack_is_challenged_but_recent_old_ack_is_fine():
@@ -133,7 +133,7 @@ def test_too_old_ack_is_challenged_but_recent_old_ack_is_fine():
     assert conn.tcb.max_snd_wnd == 65535
     h.peer.send(flags="PA", ack=una - 65536, payload=b"old", advance=False)
     h.peer.expect(flags="A", ack=1001)
-    assert h.stats["drop.tcp.ack_too_old"] == 1 and len(conn.rcvbuf) == 0
+    assert h.stats["drop.tcp.ack_too_old"] == 1 and len(conn.receiver.rcvbuf) == 0
     h.peer.send(flags="PA", ack=una - 1000, payload=b"fine")
     h.peer.expect(flags="A", ack=1005)
     assert conn.recv(10) == b"fine"
@@ -193,7 +193,7 @@ def test_segment_without_timestamp_dropped_once_negotiated():
     h, conn = ts_established()
     h.peer.send(flags="PA", payload=b"bare", ts=False, advance=False)
     h.peer.expect_nothing()
-    assert h.stats["drop.tcp.no_timestamp"] == 1 and len(conn.rcvbuf) == 0
+    assert h.stats["drop.tcp.no_timestamp"] == 1 and len(conn.receiver.rcvbuf) == 0
     h.peer.send(flags="R", ts=False)  # RSTs need none
     assert conn.state == State.CLOSED
 

@@ -150,7 +150,7 @@ def test_close_with_unread_data_resets():
 def test_abort_resets_the_peer():
     h = Harness()
     conn = h.open_active()
-    conn.abort()
+    conn.abort(h.now)
     h.peer.expect(flags="RA", seq=conn.tcb.snd_max)
     assert conn.state == State.CLOSED and h.timers.next_deadline() is None
 

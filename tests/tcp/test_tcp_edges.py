@@ -4,12 +4,14 @@ resets during a simultaneous open, segments without ACK, TIME-WAIT reuse by time
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
 import pytest
 
 from tests.tcp.harness import LOCAL, PEER, Harness, Peer
 from ustack.transport.ports import EPHEMERAL_HIGH, EPHEMERAL_LOW
 from ustack.transport.tcp import State
+from ustack.wire.tcp import ACK, PSH, SYN, TcpHeader
 
 
 def test_data_and_fin_on_the_syn_ack():
@@ -81,7 +83,7 @@ def test_segment_without_ack_is_dropped():
     conn = h.open_active()
     h.peer.send(flags="P", payload=b"no ack bit", advance=False)
     h.peer.expect_nothing()
-    assert h.stats["drop.tcp.no_ack"] == 1 and len(conn.rcvbuf) == 0
+    assert h.stats["drop.tcp.no_ack"] == 1 and len(conn.receiver.rcvbuf) == 0
 
 
 def test_segment_with_no_syn_in_syn_sent_dropped():
@@ -131,7 +133,7 @@ def test_listener_close_resets_pending_connections():
     p2 = Peer(h, port=5001)
     p2.send(flags="S")
     h.pop()
-    lst.close()
+    lst.close(h.now)
     resets = h.drain()
     assert sorted(s.dst_port for s in resets) == [5000, 5001] and all(s.flag_str == "RA" for s in resets)
     assert not h.layer.connections and lst.readable
@@ -200,27 +202,61 @@ def test_fragmentation_needed_lowers_the_mss_and_resends():
     assert h.stats["drop.tcp.icmp_no_connection"] == 1
 
 
-def test_input_frame_takes_a_classify_record():
-    from ustack import _fastpath as fastpath
-    from scapy.compat import raw
-    from scapy.layers.inet import IP, TCP
-    from scapy.layers.l2 import Ether
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A parsed segment that is not a TcpHeader: only the attribute names the engine reads
+    (what the fast path's classify will hand over)."""
 
+    src_port: int
+    dst_port: int
+    seq: int
+    ack: int
+    flags: int
+    window: int
+    urgent: int = 0
+    header_len: int = 20
+    mss: int | None = None
+    wscale: int | None = None
+    sack_permitted: bool = False
+    sack_blocks: tuple = ()
+    timestamps: tuple | None = None
+
+
+def test_segment_arrives_takes_any_record_with_the_header_fields():
+    h = Harness(delayed_ack=False)
+    lst = h.layer.listen((LOCAL, 80), 5)
+    h.layer.segment_arrives(PEER, LOCAL, Record(5000, 80, 41, 0, SYN, 8000, mss=1400), memoryview(b""), h.now)
+    synack = h.peer.expect(flags="SA", ack=42, mss=1460)
+    h.layer.segment_arrives(PEER, LOCAL, Record(5000, 80, 42, synack.seq + 1, ACK, 8000), memoryview(b""), h.now)
+    conn = lst.accept()
+    assert conn is not None and conn.state == State.ESTABLISHED and conn.tcb.snd_mss == 1400
+    h.layer.segment_arrives(PEER, LOCAL, Record(5000, 80, 42, synack.seq + 1, ACK | PSH, 8000),
+                            memoryview(b"hello"), h.now)
+    assert conn.recv(100) == b"hello"
+    h.peer.expect(flags="A", seq=synack.seq + 1, ack=47)
+    h.layer.segment_arrives(PEER, LOCAL, Record(0, 80, 47, synack.seq + 1, ACK, 8000), memoryview(b""), h.now)
+    assert h.stats["drop.tcp.bad_port"] == 1 and h.stats["tcp.in_segs"] == 3
+
+
+def test_input_checksum_ok_skips_the_checksum():
+    """The stack passes checksum_ok=True when classify (or the device) verified it already."""
     h = Harness()
     h.layer.listen((LOCAL, 80), 5)
-    frame = raw(Ether(dst="02:00:00:00:00:01", src="02:00:00:00:00:02") / IP(src="198.18.0.2", dst="198.18.0.1")
-                / TCP(sport=5000, dport=80, seq=41, flags="S", options=[("MSS", 1400)]))
-    rec = fastpath.classify_one(frame, bytes.fromhex("020000000001"))
-    assert rec.kind == fastpath.K_TCP
-    h.layer.input_frame(memoryview(frame), rec, h.now)
+    syn = bytearray(TcpHeader(5000, 80, 41, 0, SYN, 8000).to_bytes(PEER, LOCAL))
+    syn[16] ^= 0xFF  # a checksum nobody looks at
+    h.layer.input(PEER, LOCAL, memoryview(bytes(syn)), h.now)
+    h.peer.expect_nothing()
+    assert h.stats["drop.tcp.bad_checksum"] == 1
+    h.layer.input(PEER, LOCAL, memoryview(bytes(syn)), h.now, checksum_ok=True)
     h.peer.expect(flags="SA", ack=42)
 
 
-def test_abort_all():
+def test_abort_and_listener_close_empty_the_layer():
     h = Harness()
-    h.layer.listen((LOCAL, 80), 5)
+    lst = h.layer.listen((LOCAL, 80), 5)
     conn = h.open_active()
-    h.layer.abort_all()
+    lst.close(h.now)
+    conn.abort(h.now)
     assert not h.layer.connections and not h.layer.listeners and conn.state == State.CLOSED
     assert h.drain()[-1].flag_str == "RA"
 

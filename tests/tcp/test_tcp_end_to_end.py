@@ -10,6 +10,7 @@ import pytest
 
 from tests.tcp.harness import FakeHost
 from ustack.api.clock import ManualClock
+from ustack.backends.impair import Impairment
 from ustack.transport.tcp import State, TcpConfig, TcpLayer
 from ustack.timers import TimerHeap
 from ustack.wire.ipv4 import ip_to_bytes
@@ -20,37 +21,29 @@ B_ADDR = ip_to_bytes("198.18.1.2")
 
 class Link:
     """A lossy wire between two layers: every segment is delayed, and may be lost, duplicated,
-    held back (reordered) or corrupted, all from one seeded generator."""
+    held back (reordered) or corrupted, by the project's one seeded impairment model."""
 
     def __init__(self, clock, seed: int, loss=0.0, dup=0.0, reorder=0.0, corrupt=0.0, delay=0.01):
         self.clock = clock
-        self.rng = random.Random(seed)
-        self.loss, self.dup, self.reorder, self.corrupt, self.delay = loss, dup, reorder, corrupt, delay
+        # Reordered segments are held back by up to three one-way delays.
+        self.impairment = Impairment(seed=seed, loss=loss, duplicate=dup, reorder=reorder, corrupt=corrupt,
+                                     delay=delay, reorder_delay=2 * delay)
         self.queue: list = []
         self._n = 0
         self.ends: dict = {}
-        self.sent = self.lost = 0
+        self.sent = 0
+
+    @property
+    def lost(self) -> int:
+        return self.impairment.counters["lost"]
 
     def attach(self, addr: bytes, layer: TcpLayer, host: FakeHost) -> None:
         self.ends[addr] = layer
         host.sink = self.transmit
 
     def transmit(self, src: bytes, dst: bytes, segment: bytes) -> None:
-        rng = self.rng
         self.sent += 1
-        if rng.random() < self.loss:
-            self.lost += 1
-            return
-        copies = 2 if rng.random() < self.dup else 1
-        for _ in range(copies):
-            data = segment
-            if rng.random() < self.corrupt:
-                b = bytearray(data)
-                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-                data = bytes(b)
-            when = self.clock.now + self.delay
-            if rng.random() < self.reorder:
-                when += rng.uniform(0.001, 3 * self.delay)
+        for when, data in self.impairment.carry(segment, self.clock.now):
             self._n += 1
             heapq.heappush(self.queue, (when, self._n, src, dst, data))
 

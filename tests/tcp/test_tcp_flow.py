@@ -244,11 +244,11 @@ def test_keepalive_off_by_default():
 def test_water_mark_callbacks_and_events():
     h, conn = established(sndbuf=10000, rcvbuf=10000, send_low_water=1000, recv_high_water=3000)
     low, high, events = [], [], []
-    conn.on_send_low_water = lambda c: low.append(len(c.sndbuf))
-    conn.on_recv_high_water = lambda c: high.append(len(c.rcvbuf))
+    conn.on_send_low_water = lambda c: low.append(len(c.sender.sndbuf))
+    conn.on_recv_high_water = lambda c: high.append(len(c.receiver.rcvbuf))
     conn.on_event = lambda c: events.append(c.state)
     assert conn.send(b"s" * 12000, now=h.now) == 10000
-    assert not conn.writable or conn.sndbuf.free == 0
+    assert not conn.writable or conn.sender.sndbuf.free == 0
     h.drain()
     h.peer.ack(ack=conn.tcb.snd_una + 4380)
     assert low == []

@@ -46,10 +46,10 @@ def _check(h: Harness, conn) -> None:
     tcb = conn.tcb
     if conn.state not in (State.SYN_SENT,):
         assert seq_le(tcb.snd_una, tcb.snd_nxt) and seq_le(tcb.snd_nxt, tcb.snd_max)
-        assert seq_diff(tcb.snd_max, tcb.snd_una) <= len(conn.sndbuf) + 2
+        assert seq_diff(tcb.snd_max, tcb.snd_una) <= len(conn.sender.sndbuf) + 2
         assert seq_ge(tcb.rcv_adv, tcb.rcv_nxt) or conn.state == State.SYN_RECEIVED
-    assert len(conn.sndbuf) <= conn.sndbuf.capacity
-    assert conn.rcvbuf.ooo_bytes <= conn.rcvbuf.capacity + (1 << 14)
+    assert len(conn.sender.sndbuf) <= conn.sender.sndbuf.capacity
+    assert conn.receiver.rcvbuf.ooo_bytes <= conn.receiver.rcvbuf.capacity + (1 << 14)
 
 
 def _run(h: Harness, conn, actions, extra_conns=lambda: []) -> None:

@@ -1,4 +1,5 @@
-"""The engine's parts on their own: sequence arithmetic, buffers and reassembly, RTT, NewReno, ISNs, cookies."""
+"""The engine's parts on their own: sequence arithmetic, buffers and reassembly, RTT, congestion control
+(NewReno, CUBIC), NewReno loss recovery, ISNs, cookies."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ustack.transport.tcp.congestion import NewReno, initial_window, make
+from ustack.stats import Stats
+from ustack.transport.tcp.congestion import Cubic, NewReno, initial_window, make
 from ustack.transport.tcp.isn import (
     COOKIE_MSS,
     check_cookie,
@@ -16,10 +18,12 @@ from ustack.transport.tcp.isn import (
     initial_sequence_number,
     make_cookie,
 )
+from ustack.transport.tcp.recovery import NewRenoRecovery
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
 from ustack.transport.tcp.rtt import RttEstimator
 from ustack.transport.tcp.sendbuf import SendBuffer
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt, seq_max, seq_min
+from ustack.transport.tcp.tcb import Tcb
 
 SECRET = bytes(range(16))
 A, B = bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2])
@@ -154,7 +158,39 @@ def test_rtt_min_max_and_backoff():
     assert r.rto == 0.2 and r.backoffs == 0
 
 
-# -- congestion control ------------------------------------------------------------
+# -- congestion control and loss recovery ------------------------------------------
+
+class FakeSender:
+    """What loss recovery sees of the sender (``recovery.RecoveryHost``), recording retransmissions."""
+
+    def __init__(self, cc, snd_una: int, snd_max: int, mss: int):
+        self.tcb = Tcb()
+        self.tcb.snd_una, self.tcb.snd_max, self.tcb.snd_nxt, self.tcb.snd_mss = snd_una, snd_max, snd_max, mss
+        self.cc = cc
+        self.sndbuf = SendBuffer(1 << 20)
+        self.stats = Stats()
+        self.sent: list = []
+
+    def retransmit_head(self, now: float) -> None:
+        self.sent.append(("head", self.tcb.snd_una))
+
+    def retransmit(self, seq: int, n: int, now: float) -> None:
+        self.sent.append((seq, n))
+
+    def output(self, now: float, budget=None) -> None:
+        self.sent.append(("new", budget))
+
+
+def ack(sender, rec, ack_seq: int, now: float = 0.0) -> bool:
+    """SND.UNA moves to ``ack_seq``: what the sender does with the recovery and the controller."""
+    tcb = sender.tcb
+    advanced = ack_seq - tcb.snd_una
+    tcb.snd_una = ack_seq
+    hold = rec.on_ack(ack_seq, advanced, advanced, tcb.snd_max - ack_seq, now)
+    if not hold:
+        sender.cc.on_ack(advanced, None, now)
+    return hold
+
 
 def test_initial_window_rfc5681():
     assert initial_window(1460) == 4380 and initial_window(536) == 2144 and initial_window(9000) == 18000
@@ -163,48 +199,55 @@ def test_initial_window_rfc5681():
 def test_newreno_slow_start_and_avoidance():
     cc = NewReno(1000)
     assert cc.window == 4000
-    cc.on_ack(1000, 1000, 0, 1000, 0.0)
+    cc.on_ack(1000, None, 0.0)
     assert cc.window == 5000  # slow start: +min(acked, SMSS)
-    cc.on_ack(5000, 4000, 0, 5000, 0.0)
+    cc.on_ack(4000, None, 0.0)
     assert cc.window == 6000  # at most one SMSS per ACK
     cc.ssthresh = 6000
     for i in range(5):
-        cc.on_ack(6000 + i * 1000, 1000, 0, 20000, 0.0)
+        cc.on_ack(1000, None, 0.0)
     assert cc.window == 6000
-    cc.on_ack(12000, 1000, 0, 20000, 0.0)
+    cc.on_ack(1000, None, 0.0)
     assert cc.window == 7000  # congestion avoidance: +SMSS per window of data
 
 
 def test_newreno_fast_recovery_partial_and_full_ack():
-    cc = NewReno(1000, iss=0)
-    cc.cwnd = 10000
-    snd_max = 10001
-    assert not cc.on_dup_ack(1, 10000, snd_max, 0.0)
-    assert not cc.on_dup_ack(1, 10000, snd_max, 0.0)
-    assert cc.on_dup_ack(1, 10000, snd_max, 0.0)  # third: fast retransmit
-    assert cc.in_recovery and cc.ssthresh == 5000 and cc.window == 8000
-    assert cc.recover == 10000
-    assert not cc.on_dup_ack(1, 10000, snd_max, 0.0)
-    assert cc.window == 9000  # inflation
-    assert cc.on_ack(3001, 3000, 7000, snd_max, 0.0)  # partial ACK: retransmit
-    assert cc.in_recovery and cc.window == 9000 - 3000 + 1000
-    assert not cc.on_ack(10001, 7000, 0, snd_max, 0.0)  # full ACK ends recovery
-    assert not cc.in_recovery and cc.window == min(5000, 1000 + 1000)
+    sender = FakeSender(NewReno(1000, cwnd=10000), snd_una=1, snd_max=10001, mss=1000)
+    rec = NewRenoRecovery(sender, recover=0)
+    rec.on_dup_ack(1, 10000, 0.0)
+    rec.on_dup_ack(1, 10000, 0.0)
+    assert sender.sent == [] and rec.window(sender.cc.window) == 10000 + 2 * 1000  # RFC 3042
+    rec.on_dup_ack(1, 10000, 0.0)  # third: fast retransmit
+    assert sender.sent == [("head", 1)] and rec.fast_retransmits == 1
+    assert rec.in_recovery and sender.cc.ssthresh == 5000 and rec.window(sender.cc.window) == 8000
+    assert rec.recover == 10000
+    rec.on_dup_ack(1, 10000, 0.0)
+    assert rec.window(sender.cc.window) == 9000  # inflation
+    assert ack(sender, rec, 3001)  # partial ACK: retransmit, no growth
+    assert sender.sent[-1] == ("head", 3001) and sender.stats["tcp.partial_acks"] == 1
+    assert rec.in_recovery and rec.window(sender.cc.window) == 9000 - 3000 + 1000
+    assert ack(sender, rec, 10001)  # full ACK ends recovery (and does not grow the window)
+    assert not rec.in_recovery and rec.window(sender.cc.window) == sender.cc.window == min(5000, 1000 + 1000)
+    assert len(sender.sent) == 2
 
 
 def test_newreno_no_second_fast_retransmit_after_timeout():
-    cc = NewReno(1000, iss=0)
-    cc.on_rto(8000, 9001, 0.0)
-    assert cc.window == 1000 and cc.ssthresh == 4000 and cc.recover == 9000
+    sender = FakeSender(NewReno(1000), snd_una=1001, snd_max=9001, mss=1000)
+    rec = NewRenoRecovery(sender, recover=0)
+    sender.cc.on_rto(8000, 0.0)
+    rec.on_rto()
+    assert sender.cc.window == 1000 and sender.cc.ssthresh == 4000 and rec.recover == 9000
     for _ in range(3):
-        fr = cc.on_dup_ack(5001, 4000, 9001, 0.0)
-    assert not fr  # RFC 6582 step 2: the ACK does not cover "recover"
+        rec.on_dup_ack(5001, 4000, 0.0)
+    assert not rec.in_recovery and sender.sent == []  # RFC 6582 step 2: the ACK does not cover "recover"
 
 
-def test_make_by_name():
+def test_make_by_name_and_switching_keeps_the_window():
     assert isinstance(make("NewReno", 1000), NewReno)
     with pytest.raises(ValueError):
         make("nope", 1000)
+    cc = make("cubic", 1000, cwnd=7000, ssthresh=5000)
+    assert isinstance(cc, Cubic) and cc.name == "cubic" and cc.window == 7000 and cc.ssthresh == 5000
 
 
 # -- ISNs and SYN cookies ----------------------------------------------------------
@@ -232,42 +275,36 @@ def test_cookie_roundtrip_expiry_and_forgery():
 
 
 def test_cubic_decrease_and_return_to_w_max():
-    from ustack.transport.tcp.congestion import Cubic
-
     mss = 1000
-    cc = Cubic(mss)
-    cc.cwnd = 100 * mss
-    cc.srtt = 0.1
-    cc.on_loss(100 * mss, 0.0)
+    cc = Cubic(mss, cwnd=100 * mss)
+    rtt = 0.1
+    cc.on_congestion(100 * mss, 0.0)
     assert cc.ssthresh == 70 * mss and cc.window == 70 * mss and cc.w_max == 100
     # one window of ACKs per RTT: the window climbs back to W_max around t = K = cbrt(30 / 0.4)
     k = (30 / 0.4) ** (1 / 3)
     now = 0.0
     while now < k:
         for _ in range(cc.window // mss):
-            cc.on_ack(0, mss, 0, 0, now)
+            cc.on_ack(mss, rtt, now)
         now += 0.1
     assert 95 * mss <= cc.window <= 105 * mss
     plateau = cc.window
     for _ in range(10):  # concave near W_max: slow growth
         for _ in range(cc.window // mss):
-            cc.on_ack(0, mss, 0, 0, now)
+            cc.on_ack(mss, rtt, now)
         now += 0.1
     assert cc.window - plateau < 5 * mss
     for _ in range(30):  # then convex: faster again
         for _ in range(cc.window // mss):
-            cc.on_ack(0, mss, 0, 0, now)
+            cc.on_ack(mss, rtt, now)
         now += 0.1
     assert cc.window > 115 * mss
 
 
 def test_cubic_fast_convergence_and_timeout():
-    from ustack.transport.tcp.congestion import Cubic
-
-    cc = Cubic(1000)
-    cc.cwnd = 100_000
-    cc.on_loss(100_000, 0.0)
-    cc.on_loss(cc.window, 1.0)  # lost again below the last W_max
+    cc = Cubic(1000, cwnd=100_000)
+    cc.on_congestion(100_000, 0.0)
+    cc.on_congestion(cc.window, 1.0)  # lost again below the last W_max
     assert cc.w_max == pytest.approx(70 * 1.7 / 2)
-    cc.on_rto(40_000, 1, 2.0)
+    cc.on_rto(40_000, 2.0)
     assert cc.window == 1000 and cc.ssthresh == 28_000

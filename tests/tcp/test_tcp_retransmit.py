@@ -1,5 +1,5 @@
-"""Retransmission: RTO timing and backoff (RFC 6298) with Karn, giving up, go-back-N after a timeout,
-fast retransmit and NewReno fast recovery with partial ACKs (RFC 5681, RFC 6582)."""
+"""Retransmission: RTO timing and backoff (RFC 6298) with Karn, giving up, go-back-N after a timeout (and the
+pure ACKs sent meanwhile), fast retransmit and NewReno fast recovery with partial ACKs (RFC 5681, RFC 6582)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import errno
 
 import pytest
 
-from tests.tcp.harness import Harness
+from tests.tcp.harness import LOCAL, PEER, SECRET, Harness
 from ustack.transport.tcp import State
+from ustack.transport.tcp.isn import initial_sequence_number
 
 
 def established(rtt: float = 0.1, peer_mss: int = 1000, peer_win: int = 65535, **cfg):
@@ -26,7 +27,7 @@ def established(rtt: float = 0.1, peer_mss: int = 1000, peer_win: int = 65535, *
 def grow_cwnd(h, conn, segments: int):
     """Send and ACK full segments until cwnd reaches ``segments`` MSS; leaves nothing in flight."""
     mss = conn.tcb.snd_mss
-    while conn.cc.window < segments * mss:
+    while conn.sender.cc.window < segments * mss:
         conn.send(b"g" * mss, now=h.now)
         h.drain()
         h.peer.ack()
@@ -103,21 +104,50 @@ def test_timeout_goes_back_n_in_slow_start():
     h, conn = established(rtt=0.1)
     conn.send(b"".join(bytes([65 + i]) * 1000 for i in range(3)), now=h.now)
     first, second, third = h.drain()
-    assert conn.cc.window == 4000  # RFC 5681 IW for a 1000-byte MSS
+    assert conn.sender.cc.window == 4000  # RFC 5681 IW for a 1000-byte MSS
     h.fire_next()
     again = h.peer.expect(flags="A", seq=first.seq, payload=first.payload)  # one segment: cwnd = 1 MSS
     h.peer.expect_nothing()
-    assert conn.cc.window == 1000 and conn.cc.ssthresh == 2000
+    assert conn.sender.cc.window == 1000 and conn.sender.cc.ssthresh == 2000
     h.peer.ack(ack=again.seq + 1000)
     h.peer.expect(flags="A", seq=second.seq, payload=second.payload)
     h.peer.expect(flags="PA", seq=third.seq, payload=third.payload)
     assert conn.info().retransmits == 3
 
 
+def test_pure_ack_after_a_timeout_carries_snd_max():
+    """Regression: a segment without data carries SND.MAX, not snd_nxt.
+
+    A timeout pulls snd_nxt back to SND.UNA (go-back-N) while the peer may
+    have everything up to SND.MAX already. An ACK numbered snd_nxt then falls
+    left of the peer's RCV.NXT: the peer finds it unacceptable and ignores its
+    ACK field (RFC 9293 3.10.7.4), and two such peers stall until a timeout.
+    """
+    h, conn = established(rtt=0.1)
+    conn.send(b"".join(bytes([65 + i]) * 1000 for i in range(3)), now=h.now)
+    first, second, third = h.drain()  # the peer gets all three; its ACKs will be lost
+    snd_max = third.seq + 1000
+    assert h.peer.rcv_nxt == snd_max
+    h.fire_next()  # RTO: go back N with a one-segment window
+    h.peer.expect(flags="A", seq=first.seq, payload=first.payload)
+    h.peer.expect_nothing()
+    tcb = conn.tcb
+    assert tcb.snd_max == snd_max and tcb.snd_nxt == first.seq + 1000  # snd_nxt really was pulled back
+    # The peer's data (its ACK field still at our first byte) is acknowledged at once, by a pure ACK:
+    h.peer.send(flags="PA", ack=first.seq, payload=b"data")
+    ack = h.peer.expect(flags="A", length=0, ack=h.peer.snd_nxt)
+    assert ack.seq == snd_max == h.peer.rcv_nxt  # acceptable to the peer: SEG.SEQ = RCV.NXT
+    # An old duplicate is answered with a pure ACK too (RFC 9293 3.10.7.4, first step).
+    h.peer.send(flags="PA", ack=first.seq, payload=b"data", seq=h.peer.snd_nxt - 4, advance=False)
+    again = h.peer.expect(flags="A", length=0)
+    assert again.seq == snd_max and h.stats["drop.tcp.unacceptable"] == 1
+    h.peer.expect_nothing()
+
+
 def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
     h, conn = established(rtt=0.1)
     grow_cwnd(h, conn, 8)
-    cwnd = conn.cc.window
+    cwnd = conn.sender.cc.window
     conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
     segs = h.drain()
     assert len(segs) == 8
@@ -129,13 +159,38 @@ def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
     h.peer.expect(flags="A", seq=una, payload=segs[0].payload)
     info = conn.info()
     assert info.fast_retransmits == 1 and info.in_recovery and info.dup_acks == 3
-    assert conn.cc.ssthresh == 4000 and conn.cc.window == 4000 + 3000
+    assert conn.sender.cc.ssthresh == 4000 and info.cwnd == 4000 + 3000
     assert cwnd >= 8000
     h.peer.ack(ack=una)  # more duplicates inflate the window
-    assert conn.cc.window == 8000
+    assert conn.info().cwnd == 8000
     h.peer.ack(ack=segs[-1].seq + 1000)  # full ACK: recovery ends, window deflates
     info = conn.info()
-    assert not info.in_recovery and conn.cc.window == min(4000, 1000 + 1000)
+    assert not info.in_recovery and info.cwnd == conn.sender.cc.window == min(4000, 1000 + 1000)
+
+
+@pytest.mark.parametrize("sack", [False, True])
+def test_first_fast_retransmit_whatever_the_iss(sack):
+    """RFC 6582 3.2 step 1: "recover" starts at the ISS. Started at 0, it made an ISS in the upper
+    half of sequence space look "below recover" and refused every fast retransmit until a timeout."""
+    local_port = 4000
+    base = initial_sequence_number(SECRET, LOCAL, local_port, PEER, 5000, 0.0)
+    h = Harness(start=((0xC0000000 - base) % (1 << 32)) / 250_000, delayed_ack=False, sack=sack)
+    conn = h.layer.connect((LOCAL, local_port), (PEER, 5000), h.now)
+    assert conn.tcb.iss >= 1 << 31
+    h.peer.local_port = local_port
+    syn = h.peer.expect(flags="S")
+    h.advance(0.1)
+    h.peer.send(flags="SA", ack=syn.seq + 1, mss=1000, sack_perm=sack)
+    h.peer.expect(flags="A")
+    grow_cwnd(h, conn, 8)
+    conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
+    segs = h.drain()
+    una = segs[0].seq
+    for _ in range(3):
+        h.peer.ack(ack=una)
+    h.peer.expect(flags="A", seq=una, payload=segs[0].payload)
+    info = conn.info()
+    assert info.fast_retransmits == 1 and info.in_recovery and info.timeouts == 0
 
 
 def test_newreno_partial_ack_retransmits_next_hole():
@@ -168,3 +223,26 @@ def test_duplicate_acks_need_no_data_and_same_window():
     h.peer.ack(ack=una, win=60000)
     h.peer.expect_nothing()
     assert conn.info().dup_acks == 2
+
+
+def test_switching_congestion_control_on_a_live_connection_keeps_window_and_recovery():
+    h, conn = established(rtt=0.1)
+    grow_cwnd(h, conn, 8)
+    conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
+    segs = h.drain()
+    una = segs[0].seq
+    for _ in range(3):
+        h.peer.ack(ack=una)
+    h.peer.expect(flags="A", seq=una)
+    before = conn.info()
+    assert before.in_recovery and before.congestion == "newreno"
+    conn.configure(congestion="cubic")
+    cc = conn.sender.cc
+    after = conn.info()
+    assert after.congestion == "cubic" and type(cc).__name__ == "Cubic"
+    assert (after.cwnd, after.ssthresh, after.in_recovery) == (before.cwnd, before.ssthresh, True)
+    conn.configure(congestion="CUBIC")
+    assert conn.sender.cc is cc  # the same algorithm: nothing rebuilt
+    h.peer.ack(ack=segs[-1].seq + 1000)  # the full ACK ends recovery under the new algorithm
+    info = conn.info()
+    assert not info.in_recovery and info.cwnd == min(4000, 1000 + 1000) and info.congestion == "cubic"

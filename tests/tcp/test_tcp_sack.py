@@ -4,7 +4,7 @@ RFC 3042 limited transmit."""
 from __future__ import annotations
 
 from tests.tcp.harness import Harness
-from ustack.transport.tcp.sack import Scoreboard
+from ustack.transport.tcp.scoreboard import Scoreboard
 
 MSS = 1000
 
@@ -30,7 +30,7 @@ def test_scoreboard_merges_slides_and_ignores_bogus_blocks():
 def test_holes_and_is_lost():
     b = Scoreboard()
     b.blocks = [[1000, 2000], [3000, 5000], [6000, 7000]]
-    holes = b.holes(10000, MSS)
+    holes = b.holes(MSS)
     # the first hole has 4000 SACKed above it (> 2 MSS) and 3 runs: lost;
     # the second has 3000 above (> 2 MSS): lost; the third only 1000: not lost
     assert holes == [(0, 1000, True), (2000, 3000, True), (5000, 6000, False)]
@@ -47,7 +47,7 @@ def sack_established(**cfg):
     h.advance(0.1)
     h.peer.send(flags="SA", ack=syn.seq + 1, mss=MSS, sack_perm=True)
     h.peer.expect(flags="A")
-    while conn.cc.window < 10 * MSS:  # grow cwnd to 10 segments
+    while conn.sender.cc.window < 10 * MSS:  # grow cwnd to 10 segments
         conn.send(b"g" * MSS, now=h.now)
         h.drain()
         h.peer.ack()
@@ -70,7 +70,7 @@ def test_second_hole_retransmitted_without_waiting_for_a_partial_ack():
     h.peer.expect_nothing()
     sack((1, 3), (4, 5))  # third duplicate ACK: recovery, segment 0 again
     h.peer.expect(flags="A", seq=una, payload=segs[0].payload)
-    assert conn.cc.in_recovery and conn.cc.window == conn.cc.ssthresh == 5 * MSS
+    assert conn.sender.recovery.in_recovery and conn.sender.cc.window == conn.sender.cc.ssthresh == 5 * MSS
     sack((1, 3), (4, 6))
     h.peer.expect_nothing()  # pipe = 1000 (retransmitted) + 1000 (hole 3) + 4000 (tail) > cwnd
     sack((1, 3), (4, 7))  # now 3000 bytes SACKed above hole 3: lost; pipe drops to 4000
@@ -86,7 +86,7 @@ def test_second_hole_retransmitted_without_waiting_for_a_partial_ack():
     h.peer.send(flags="A", ack=una + 3 * MSS, sack=[(una + 4 * MSS, una + 9 * MSS)], advance=False)  # partial
     h.peer.expect_nothing()  # nothing to do: hole 3 already went again
     h.peer.send(flags="A", ack=una + 11 * MSS, advance=False)
-    assert not conn.cc.in_recovery
+    assert not conn.sender.recovery.in_recovery
     info = conn.info()
     assert info.retransmits == 3 and info.timeouts == 0 and info.fast_retransmits == 1
 
@@ -99,7 +99,7 @@ def test_recovery_starts_when_sack_says_the_first_hole_is_lost():
     una = segs[0].seq
     h.peer.send(flags="A", ack=una, sack=[(una + MSS, una + 4 * MSS)], advance=False)  # one ACK, 3000 SACKed
     h.peer.expect(flags="A", seq=una, length=MSS)
-    assert conn.cc.in_recovery and conn.info().dup_acks == 1
+    assert conn.sender.recovery.in_recovery and conn.info().dup_acks == 1
 
 
 def test_advancing_ack_is_no_duplicate_and_a_timeout_recovers_the_tail():
@@ -124,10 +124,10 @@ def test_timeout_clears_the_scoreboard():
     segs = h.drain()
     una = segs[0].seq
     h.peer.send(flags="A", ack=una, sack=[(una + 2 * MSS, una + 3 * MSS)], advance=False)
-    assert conn._board.blocks
+    assert conn.sender.recovery.board.blocks
     h.fire_next()
     h.peer.expect(flags="A", seq=una)
-    assert conn._board.blocks == [] and not conn.cc.in_recovery
+    assert conn.sender.recovery.board.blocks == [] and not conn.sender.recovery.in_recovery
 
 
 def test_limited_transmit_sends_new_data_on_the_first_two_duplicates():
@@ -149,7 +149,7 @@ def test_limited_transmit_sends_new_data_on_the_first_two_duplicates():
 
 
 def test_scoreboard_is_bounded():
-    from ustack.transport.tcp.sack import MAX_BLOCKS
+    from ustack.transport.tcp.scoreboard import MAX_BLOCKS
 
     b = Scoreboard()
     for i in range(1, 400):

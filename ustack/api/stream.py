@@ -26,7 +26,7 @@ import struct
 from typing import Callable, Optional
 
 from ustack.api.base import SOL_SOCKET, SocketBase, parse_address
-from ustack.net.addr import to_str
+from ustack.net.addr import ANY4, to_str
 from ustack.transport.ports import conflicts
 from ustack.transport.tcp.tcb import State
 
@@ -103,7 +103,7 @@ class StreamSocket(SocketBase):
         tcp = self.stack.tcp
         with self._driver.lock:
             if port == 0:
-                port = tcp.ephemeral_port(addr)
+                port = tcp.pick_port(addr, ANY4, 0)
             elif conflicts(addr, port, tcp.listeners) or (
                     not self._reuseaddr and conflicts(addr, port, tcp.connections)):
                 raise OSError(errno.EADDRINUSE, "Address already in use")
@@ -200,8 +200,7 @@ class StreamSocket(SocketBase):
             try:
                 self._wait(ready)
             except TimeoutError:
-                with self._driver.lock:
-                    conn.abort()
+                self._call(lambda now: conn.abort(now))
                 self._conn = None
                 raise TimeoutError("timed out") from None
             with self._driver.lock:
@@ -285,11 +284,11 @@ class StreamSocket(SocketBase):
         self._closed = True
         conn, lst = self._conn, self._listener
         if lst is not None:
-            self._call(lambda now: lst.close())
+            self._call(lambda now: lst.close(now))
         if conn is None:
             return
         if self._linger is not None and self._linger[0] and self._linger[1] == 0:
-            self._call(lambda now: conn.abort())  # SO_LINGER 0: RST, discard (RFC 9293 3.10.5 ABORT)
+            self._call(lambda now: conn.abort(now))  # SO_LINGER 0: RST, discard (RFC 9293 3.10.5 ABORT)
             return
         self._call(lambda now: conn.close(now))
         if self._linger is not None and self._linger[0]:

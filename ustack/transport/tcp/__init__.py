@@ -1,13 +1,16 @@
 """TCP (RFC 9293 with RFC 5961, 6528, 6298, 5681, 6582, 7323, 4987, 896, 1122, 2018, 6675, 3042, 9438).
 
-Rooms: ``seq`` (sequence arithmetic), ``tcb`` (per-connection state),
-``sendbuf``/``recvbuf`` (buffers, reassembly), ``rtt`` (RFC 6298),
-``congestion`` (hook interface, NewReno, CUBIC), ``sack`` (scoreboard, RFC
-6675 recovery), ``isn`` (RFC 6528 ISNs, SYN cookies), ``input`` / ``output``
-(segment arrival, sending), ``connection`` (user side of the state machine,
-timers), ``listener`` (SYN and accept queues), ``layer`` (demux, closed
-ports: what the stack calls), ``config`` (knobs), ``info`` (TCP_INFO-like
-snapshot).
+Rooms: ``seq`` (sequence arithmetic), ``tcb`` (the per-connection sequence
+space, shared by the parts), ``sendbuf``/``recvbuf`` (buffers, reassembly),
+``rtt`` (RFC 6298 estimator, RFC 7323 timestamp clock), ``congestion``
+(the ``CongestionControl`` protocol, NewReno, CUBIC), ``scoreboard`` (SACKed
+ranges at the sender), ``recovery`` (loss recovery: NewReno fast recovery,
+RFC 6675 SACK recovery), ``sender`` / ``receiver`` (the two sides of a
+connection, each owning its state), ``output`` (building and emitting
+segments), ``connection`` (the state machine, user calls, timers, wiring),
+``listener`` (SYN and accept queues, cookies), ``isn`` (RFC 6528 ISNs, SYN
+cookies), ``layer`` (demux, closed ports: what the stack calls), ``config``
+(knobs), ``info`` (TCP_INFO-like snapshot).
 """
 
 from ustack.transport.tcp.config import TcpConfig

@@ -1,27 +1,61 @@
-"""A TCP connection: the RFC 9293 state machine's user side, timers and lifecycle.
+"""A TCP connection: the RFC 9293 state machine, the user calls, and the wiring of its parts.
 
-``Connection`` combines ``SegmentInput`` (segment arrival),
-``SegmentOutput`` (sending) and ``SackSender`` (SACK loss recovery) with
-what the user calls: ``send``, ``recv``, ``recv_into``, ``shutdown``,
-``close``, ``abort``, ``info``, knobs and callbacks. Connections are made
-by ``TcpLayer.connect`` (active open) and by a ``Listener`` (passive open);
-the layer owns them.
+A ``Connection`` receives every event of RFC 9293 3.10 (user calls,
+SEGMENT ARRIVES, timeouts) and owns the state machine; what the events do
+to the sending and receiving sides is done by its parts, each owning its
+state:
+
+- ``tcb``: the sequence space and negotiated options (``tcb.Tcb``), the
+  one record the parts share;
+- ``sender`` (``sender.Sender``): send buffer, output loop, RTT, congestion
+  control and loss recovery, retransmission and persist timers;
+- ``receiver`` (``receiver.Receiver``): receive buffer and reassembly,
+  delayed ACK, window advertisement, SACK blocks;
+- ``out`` (``output.Output``): builds segments and hands them to the host.
+
+SEGMENT ARRIVES for a synchronized connection (and SYN-RECEIVED), in order:
+
+0. SYN-RECEIVED special cases: a retransmitted SYN gets the SYN-ACK again;
+   the peer's SYN-ACK in a simultaneous open completes the handshake.
+1. Timestamps (RFC 7323): once negotiated, a non-RST segment without a
+   TSopt is dropped (3.2); PAWS rejects an old TSval with an ACK (5.3 R1).
+2. A SYN gets a challenge ACK whatever its sequence number (RFC 5961 4.2).
+3. Acceptability test (3.10.7.4 first step, the four cases); an
+   unacceptable segment is answered with an ACK unless it is a RST, then
+   trimmed to the window. TS.Recent is updated (RFC 7323 4.3).
+4. RST: reset only when SEG.SEQ == RCV.NXT, otherwise a challenge ACK
+   (RFC 5961 3.2).
+5. ACK: SYN-RECEIVED -> ESTABLISHED; acceptable range
+   SND.UNA - MAX.SND.WND <= SEG.ACK <= SND.NXT else challenge ACK (RFC 5961
+   5.2); then the sender takes it (new data acknowledged, duplicate ACKs,
+   loss recovery, window update); FIN-WAIT-1, CLOSING and LAST-ACK
+   transitions.
+6. URG: ignored (urgent data is delivered in line, RFC 6093).
+7. Text: to the receiver (in order, or kept for reassembly).
+8. FIN: in sequence only (an early FIN waits for the gap to fill).
+Then the output loop runs, and an ACK goes out if one is still owed.
 
 User calls that produce segments (``send``, ``shutdown``, ``close``, a read
 that opens the window) do not need the time: they mark the connection
 dirty and ``TcpLayer.flush(now)`` (run by the stack once per poll round)
 sends. Passing ``now=`` flushes at once.
 
-Timers (one ``Timer`` each on the host's heap): retransmission (RFC 6298;
-also SYN and SYN-ACK), persist (zero-window probes), delayed ACK, keepalive
-(RFC 1122 4.2.3.6, idle/interval/count), and a close timer for TIME-WAIT
-(2 MSL) and the FIN-WAIT-2 timeout of closed connections.
+Timers (one ``Timer`` each on the host's heap, all firing here):
+retransmission (RFC 6298; also SYN and SYN-ACK), persist (zero-window
+probes), delayed ACK, keepalive (RFC 1122 4.2.3.6, idle/interval/count),
+and a close timer for TIME-WAIT (2 MSL) and the FIN-WAIT-2 timeout of
+closed connections.
 
 Errors: a reset, refusal or timeout sets ``error`` (ConnectionResetError,
 ConnectionRefusedError, TimeoutError) and closes the connection. The error
 is raised once by the next ``recv``/``send`` (or taken by ``take_error``,
 like SO_ERROR); after that ``recv`` returns b"" and ``send`` raises
 BrokenPipeError. Data received before a reset stays readable.
+
+Used by the layer and the listener (besides the user calls):
+``open_active``, ``open_passive``, ``open_from_cookie``,
+``segment_arrives``, ``icmp_error``, ``flush``, ``terminate``,
+``detach_listener``.
 """
 
 from __future__ import annotations
@@ -29,22 +63,20 @@ from __future__ import annotations
 import errno
 import socket
 
-from ustack.transport.tcp import congestion
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.info import TcpInfo
-from ustack.transport.tcp.input import SegmentInput
-from ustack.transport.tcp.isn import timestamp_offset
-from ustack.transport.tcp.output import SegmentOutput
-from ustack.transport.tcp.recvbuf import ReceiveBuffer
-from ustack.transport.tcp.rtt import RttEstimator
-from ustack.transport.tcp.sack import SackSender, Scoreboard
-from ustack.transport.tcp.sendbuf import SendBuffer
-from ustack.transport.tcp.seq import seq_add, seq_diff
-from ustack.transport.tcp.tcb import SYNCHRONIZED, State, Tcb
+from ustack.transport.tcp.isn import initial_sequence_number, timestamp_offset
+from ustack.transport.tcp.output import Output
+from ustack.transport.tcp.receiver import Receiver
+from ustack.transport.tcp.sender import Sender
+from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
+from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED, State, Tcb
 from ustack.wire.icmp import error_to_oserror
-from ustack.wire.tcp import ACK
+from ustack.wire.tcp import ACK, FIN, RST, SYN
 
 _NEG_INF = float("-inf")
+# RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
+PAWS_IDLE = 24 * 24 * 3600.0
 
 
 def window_shift_for(rcvbuf: int) -> int:
@@ -55,85 +87,58 @@ def window_shift_for(rcvbuf: int) -> int:
     return shift
 
 
-class Connection(SegmentInput, SegmentOutput, SackSender):
+class Connection:
     """One TCP connection (see the module docstring)."""
 
     __slots__ = (
-        "layer", "host", "config", "tcb", "sndbuf", "rcvbuf", "rtt", "cc",
-        "local_addr", "local_port", "remote_addr", "remote_port", "key",
-        "listener", "passive", "accepted",
-        "error", "_pending_error", "rd_shutdown", "wr_shutdown", "orphaned",
-        "on_event", "on_send_low_water", "on_recv_high_water", "_send_low", "_recv_high",
-        "_rtx_timer", "_persist_timer", "_delack_timer", "_keepalive_timer", "_close_timer",
-        "_rtx_count", "_persist_backoff", "_keep_probes", "_rtt_seq", "_rtt_time", "_syn_time",
-        "_syn_retransmitted", "_ack_now", "_unacked", "_force", "_last_challenge", "_last_rcv",
-        "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_wnd_update", "_soft_error",
-        "_board", "_high_rxt", "_rescue_rxt", "_probes_out",
-        "retransmits", "timeouts", "fast_retransmits", "dup_acks", "window_probes", "segs_in", "segs_out",
-        "bytes_acked", "bytes_received", "challenge_acks", "_fast_output",
+        "layer", "host", "config", "tcb", "out", "sender", "receiver",
+        "local_addr", "local_port", "remote_addr", "remote_port", "key", "listener", "passive",
+        "error", "_pending_error", "wr_shutdown", "orphaned", "on_event", "on_send_low_water", "on_recv_high_water",
+        "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
+        "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
+        "segs_in", "challenge_acks",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
         self.layer = layer
         host = self.host = layer.host
         self.config = config
-        self.tcb = Tcb()
+        tcb = self.tcb = Tcb()
         self.local_addr, self.local_port = bytes(local[0]), local[1]
         self.remote_addr, self.remote_port = bytes(remote[0]), remote[1]
         self.key = (self.local_addr, self.local_port, self.remote_addr, self.remote_port)
         self.listener = listener
         self.passive = listener is not None
-        self.accepted = False
-        self.sndbuf = SendBuffer(config.sndbuf)
-        self.rcvbuf = ReceiveBuffer(config.rcvbuf, config.max_ooo_runs)
-        self.rtt = RttEstimator(config.initial_rto, config.min_rto, config.max_rto)
         own_mss = host.route_mtu(self.remote_addr) - 40
         if config.mss:
             own_mss = min(own_mss, config.mss)
         self._own_mss = max(own_mss, 88)
-        self.cc = congestion.make(config.congestion, min(self._own_mss, 536))
+        timers = host.timers
+        self.receiver = Receiver(tcb, config, host.stats, timers.timer(self._on_delack_timer), self._recv_high_water)
+        self.out = Output(tcb, self.receiver, host, (self.local_addr, self.local_port),
+                          (self.remote_addr, self.remote_port))
+        self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(self._on_rtx_timer),
+                             timers.timer(self._on_persist_timer), self._send_low_water, min(self._own_mss, 536))
+        self._keepalive_timer = timers.timer(self._on_keepalive_timer)
+        self._close_timer = timers.timer(self._on_close_timer)
         self.error = None
         self._pending_error = None
-        self.rd_shutdown = False
         self.wr_shutdown = False
         self.orphaned = False
         self.on_event = None
         self.on_send_low_water = None
         self.on_recv_high_water = None
-        self._set_water_marks()
-        timers = host.timers
-        self._rtx_timer = timers.timer(self._on_rtx_timer)
-        self._persist_timer = timers.timer(self._on_persist_timer)
-        self._delack_timer = timers.timer(self._on_delack_timer)
-        self._keepalive_timer = timers.timer(self._on_keepalive_timer)
-        self._close_timer = timers.timer(self._on_close_timer)
-        self._rtx_count = 0
-        self._persist_backoff = 0
         self._keep_probes = 0
-        self._rtt_seq = None
-        self._rtt_time = 0.0
         self._syn_time = 0.0
         self._syn_retransmitted = False
-        self._ack_now = False
-        self._unacked = 0
-        self._force = False
         self._last_challenge = _NEG_INF
         self._last_rcv = 0.0
         self._offer_ws = config.window_scaling
         self._offer_ts = config.timestamps
         self._offer_sack = config.sack
         self._dirty = False
-        self._wnd_update = False
-        # The host's direct-to-TX-slot emitter for established segments, when it has one (see TcpHost).
-        self._fast_output = getattr(host, "tcp_output_segment", None)
         self._soft_error = None
-        self._board = Scoreboard()
-        self._high_rxt = 0
-        self._rescue_rxt = None
-        self._probes_out = 0
-        self.retransmits = self.timeouts = self.fast_retransmits = self.dup_acks = self.window_probes = 0
-        self.segs_in = self.segs_out = self.bytes_acked = self.bytes_received = self.challenge_acks = 0
-        tcb = self.tcb
+        self.segs_in = self.challenge_acks = 0
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = timestamp_offset(host.isn_secret, *self.key)
 
@@ -141,107 +146,400 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         return (f"<Connection {_fmt(self.local_addr, self.local_port)} -> "
                 f"{_fmt(self.remote_addr, self.remote_port)} {self.tcb.state.name}>")
 
-    # -- opening ---------------------------------------------------------
+    # -- opening (RFC 9293 3.10.1, 3.10.7.2) -----------------------------
 
-    def _open_active(self, now: float) -> None:
-        """Active OPEN (RFC 9293 3.10.1): send the SYN, enter SYN-SENT."""
+    def open_active(self, now: float) -> None:
+        """Active OPEN: send the SYN, enter SYN-SENT."""
         tcb = self.tcb
-        tcb.iss = self.layer._isn(self.key, now)
+        tcb.iss = initial_sequence_number(self.host.isn_secret, *self.key, now)
         tcb.snd_una = tcb.iss
         tcb.state = State.SYN_SENT
         self._syn_time = now
         self._last_rcv = now
-        self._send_syn(now)
+        self._send_syn(SYN, now)
         self.host.stats.inc("tcp.active_opens")
 
-    def _open_passive(self, hdr, now: float) -> None:
-        """A SYN reached a listener (RFC 9293 3.10.7.2): enter SYN-RECEIVED, send the SYN-ACK."""
+    def open_passive(self, seg, now: float) -> None:
+        """A SYN reached a listener: enter SYN-RECEIVED, send the SYN-ACK."""
         tcb = self.tcb
-        tcb.irs = hdr.seq
-        tcb.rcv_nxt = seq_add(hdr.seq, 1)
+        tcb.irs = seg.seq
+        tcb.rcv_nxt = seq_add(seg.seq, 1)
         tcb.last_ack_sent = tcb.rcv_nxt
-        tcb.iss = self.layer._isn(self.key, now)
+        tcb.iss = initial_sequence_number(self.host.isn_secret, *self.key, now)
         tcb.snd_una = tcb.iss
-        self._negotiate(hdr, now)
-        tcb.snd_wnd = hdr.window
-        tcb.max_snd_wnd = hdr.window
-        tcb.snd_wl1 = hdr.seq
+        self._negotiate(seg, now)
+        tcb.snd_wnd = seg.window
+        tcb.max_snd_wnd = seg.window
+        tcb.snd_wl1 = seg.seq
         tcb.state = State.SYN_RECEIVED
         self._syn_time = now
         self._last_rcv = now
-        self._send_synack(now)
+        self._send_syn(SYN | ACK, now)
         self.host.stats.inc("tcp.passive_opens")
 
-    def _open_from_cookie(self, hdr, mss: int, peer_wscale, sack_ok: bool, now: float) -> None:
+    def open_from_cookie(self, seg, mss: int, peer_wscale: int | None, sack_ok: bool, now: float) -> None:
         """Rebuild a connection from a valid SYN-cookie ACK (RFC 4987 3.6): straight to ESTABLISHED."""
         tcb = self.tcb
-        tcb.irs = seq_add(hdr.seq, -1)
-        tcb.rcv_nxt = hdr.seq
-        tcb.last_ack_sent = hdr.seq
-        tcb.iss = seq_add(hdr.ack, -1)
-        tcb.snd_una = tcb.snd_nxt = tcb.snd_max = hdr.ack
+        tcb.irs = seq_add(seg.seq, -1)
+        tcb.rcv_nxt = seg.seq
+        tcb.last_ack_sent = seg.seq
+        tcb.iss = seq_add(seg.ack, -1)
+        tcb.snd_una = tcb.snd_nxt = tcb.snd_max = seg.ack
         tcb.mss_base = max(64, min(mss, self._own_mss))
         if peer_wscale is not None and self.config.window_scaling:
             tcb.snd_wscale = min(peer_wscale, 14)
         else:
             tcb.snd_wscale = tcb.rcv_wscale = 0
-        ts = hdr.timestamps
+        ts = seg.timestamps
         tcb.ts_ok = self.config.timestamps and ts is not None
         if tcb.ts_ok:
             tcb.ts_recent = ts[0]
             tcb.ts_recent_age = now
         tcb.sack_ok = self.config.sack and sack_ok
-        self.cc.sack = tcb.sack_ok
+        self.sender.use_sack(tcb.sack_ok)
         tcb.snd_mss = tcb.mss_base - (12 if tcb.ts_ok else 0)
         tcb.rcv_mss = min(tcb.snd_mss, 536)
         # The SYN-ACK advertised min(free, 65535) unscaled; assume that much is offered.
-        tcb.rcv_adv = seq_add(tcb.rcv_nxt, min(self.rcvbuf.free, 0xFFFF))
-        tcb.snd_wnd = hdr.window << tcb.snd_wscale
+        tcb.rcv_adv = seq_add(tcb.rcv_nxt, min(self.receiver.rcvbuf.free, 0xFFFF))
+        tcb.snd_wnd = seg.window << tcb.snd_wscale
         tcb.max_snd_wnd = tcb.snd_wnd
-        tcb.snd_wl1 = hdr.seq
-        tcb.snd_wl2 = hdr.ack
+        tcb.snd_wl1 = seg.seq
+        tcb.snd_wl2 = seg.ack
         self._syn_time = now
         self._last_rcv = now
         self.host.stats.inc("tcp.passive_opens")
         self._become_established(now)  # no handshake RTT sample: the SYN-ACK time was not kept
 
-    def _negotiate(self, hdr, now: float) -> None:
+    def _negotiate(self, seg, now: float) -> None:
         """Options of the peer's SYN or SYN-ACK (RFC 9293 3.7.1, RFC 7323 2.2/3.2, RFC 2018)."""
         tcb = self.tcb
-        peer_mss = hdr.mss or 536  # no MSS option: 536 (RFC 9293 3.7.1)
+        peer_mss = seg.mss or 536  # no MSS option: 536 (RFC 9293 3.7.1)
         tcb.mss_base = max(64, min(peer_mss, self._own_mss))
-        if self._offer_ws and hdr.wscale is not None:
-            tcb.snd_wscale = min(hdr.wscale, 14)  # RFC 7323 2.3: larger values are treated as 14
+        if self._offer_ws and seg.wscale is not None:
+            tcb.snd_wscale = min(seg.wscale, 14)  # RFC 7323 2.3: larger values are treated as 14
         else:
             self._offer_ws = False
             tcb.snd_wscale = tcb.rcv_wscale = 0
-        if self._offer_ts and hdr.timestamps is not None:
+        if self._offer_ts and seg.timestamps is not None:
             tcb.ts_ok = True
-            tcb.ts_recent = hdr.timestamps[0]
+            tcb.ts_recent = seg.timestamps[0]
             tcb.ts_recent_age = now
         else:
             self._offer_ts = False
-        tcb.sack_ok = self._offer_sack and hdr.sack_permitted
+        tcb.sack_ok = self._offer_sack and seg.sack_permitted
         self._offer_sack = tcb.sack_ok
         tcb.snd_mss = tcb.mss_base - (12 if tcb.ts_ok else 0)
         tcb.rcv_mss = min(tcb.snd_mss, 536)
-        self.cc.set_mss(tcb.snd_mss)
-        self.cc.sack = tcb.sack_ok
+        self.sender.cc.set_mss(tcb.snd_mss)
+        self.sender.use_sack(tcb.sack_ok)
+
+    def _send_syn(self, flags: int, now: float) -> None:
+        """Our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED), first or again."""
+        tcb = self.tcb
+        self.out.emit_syn(flags, now, self._own_mss, tcb.rcv_wscale if self._offer_ws else None, self._offer_sack,
+                          self._offer_ts)
+        tcb.snd_nxt = tcb.snd_max = seq_add(tcb.iss, 1)
+        self.sender.arm_rtx(now, restart=not flags & ACK)
+
+    def _handshake_rtt(self, seg, now: float) -> None:
+        """An RTT sample from the handshake (timestamps, or Karn: only an unretransmitted SYN)."""
+        if not self.sender.sample_tsecr(seg.timestamps, now) and not self._syn_retransmitted:
+            self.sender.rtt.sample(now - self._syn_time)
 
     def _become_established(self, now: float) -> None:
         tcb = self.tcb
-        self._rtx_timer.cancel()
-        self._rtx_count = 0
-        self.rtt.reset_backoff()
-        if self._syn_retransmitted:
-            self.rtt.set_floor(3.0)  # RFC 6298 5.7
-        self.cc.set_mss(tcb.snd_mss)
+        self.sender.established(self._syn_retransmitted)
         self._set_state(State.FIN_WAIT_1 if tcb.fin_queued else State.ESTABLISHED)
         self.host.stats.inc("tcp.established")
         if self.config.keepalive:
             self._keepalive_timer.arm(now + self.config.keepidle)
         if self.listener is not None:
-            self.listener._child_established(self)
+            self.listener.child_established(self)
+
+    # -- SEGMENT ARRIVES (RFC 9293 3.10.7.3, 3.10.7.4) -------------------
+
+    def segment_arrives(self, seg, payload, now: float) -> None:
+        """Process one segment for this connection.
+
+        ``seg`` has the header's fields as attributes (``seq``, ``ack``,
+        ``flags``, ``window``, ``mss``, ``wscale``, ``sack_permitted``,
+        ``sack_blocks``, ``timestamps``): a ``TcpHeader`` or the fast path's
+        record. ``payload`` is the data after the header.
+        """
+        self.segs_in += 1
+        self._last_rcv = now
+        self._keep_probes = 0
+        self.sender.probes_out = 0
+        st = self.tcb.state
+        if st == State.SYN_SENT:
+            self._syn_sent_arrives(seg, payload, now)
+        elif st != State.CLOSED:
+            self._synchronized_arrives(seg, payload, now)
+        self._notify()
+
+    def _syn_sent_arrives(self, seg, payload, now: float) -> None:
+        tcb = self.tcb
+        flags = seg.flags
+        stats = self.host.stats
+        if flags & ACK:
+            if seq_le(seg.ack, tcb.iss) or seq_gt(seg.ack, tcb.snd_max):
+                stats.drop("tcp.bad_ack")
+                if not flags & RST:
+                    self.out.send_rst(now, seg.ack)
+                return
+        if flags & RST:
+            if flags & ACK:  # acceptable ACK: the peer refused (RFC 5961 3.2 for SYN-SENT)
+                self._fail(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+            else:
+                stats.drop("tcp.rst_without_ack")
+            return
+        if not flags & SYN:
+            stats.drop("tcp.no_syn")
+            return
+        tcb.irs = seg.seq
+        tcb.rcv_nxt = seq_add(seg.seq, 1)
+        tcb.rcv_adv = seq_add(tcb.rcv_nxt, tcb.rcv_wnd)
+        tcb.last_ack_sent = tcb.rcv_nxt
+        self._negotiate(seg, now)
+        tcb.snd_wnd = seg.window  # RFC 7323 2.2: never scaled in a SYN
+        tcb.max_snd_wnd = max(tcb.max_snd_wnd, tcb.snd_wnd)
+        tcb.snd_wl1 = seg.seq
+        tcb.snd_wl2 = seg.ack
+        if flags & ACK:
+            tcb.snd_una = seg.ack
+            self._handshake_rtt(seg, now)
+            self._become_established(now)
+            receiver = self.receiver
+            receiver.ack_now = True
+            if payload or flags & FIN:  # data on a SYN-ACK: rare, but legal
+                data = payload[: max(0, seq_diff(tcb.rcv_adv, tcb.rcv_nxt))]
+                if data:
+                    self._receive_text(tcb.rcv_nxt, data, now)
+                if flags & FIN and len(data) == len(payload):
+                    self._fin_arrives(now)
+            self.sender.output(now)
+            if receiver.ack_now:
+                self.out.send_ack(now)
+        else:
+            # Simultaneous open (RFC 9293 3.10.7.3, Figure 7).
+            tcb.state = State.SYN_RECEIVED
+            self._send_syn(SYN | ACK, now)
+
+    def _synchronized_arrives(self, seg, payload, now: float) -> None:
+        tcb = self.tcb
+        flags = seg.flags
+        seq = seg.seq
+        st = tcb.state
+        stats = self.host.stats
+
+        if st == State.SYN_RECEIVED and flags & SYN and not flags & RST and seq == tcb.irs:
+            if not flags & ACK:
+                stats.inc("tcp.syn_retransmits_seen")
+                self._send_syn(SYN | ACK, now)  # our SYN-ACK was lost
+                return
+            if seg.ack == tcb.snd_max:  # the crossing SYN-ACK of a simultaneous open
+                tcb.snd_una = seg.ack
+                tcb.snd_wnd = seg.window
+                tcb.max_snd_wnd = max(tcb.max_snd_wnd, tcb.snd_wnd)
+                tcb.snd_wl1 = seq
+                tcb.snd_wl2 = seg.ack
+                self._handshake_rtt(seg, now)
+                self._become_established(now)
+                self.sender.output(now)
+                return
+
+        ts = seg.timestamps
+        if tcb.ts_ok and not flags & RST:
+            if ts is None:
+                stats.drop("tcp.no_timestamp")  # RFC 7323 3.2
+                return
+            if seq_lt(ts[0], tcb.ts_recent):
+                if now - tcb.ts_recent_age <= PAWS_IDLE:
+                    stats.drop("tcp.paws")  # RFC 7323 5.3 R1
+                    self.out.send_ack(now)
+                    return
+                # RFC 7323 5.5: TS.Recent is stale after 24 idle days; start again from this one.
+                tcb.ts_recent = ts[0]
+                tcb.ts_recent_age = now
+
+        if flags & SYN and not flags & RST:
+            stats.drop("tcp.syn_in_window")
+            self._challenge_ack(now)  # RFC 5961 4.2
+            return
+
+        if st == State.TIME_WAIT and flags & FIN and not flags & RST:
+            self._close_timer.arm(now + 2 * self.config.msl)  # a retransmitted FIN restarts 2 MSL
+
+        # First: the acceptability test.
+        rcv_nxt = tcb.rcv_nxt
+        rcv_wnd = seq_diff(tcb.rcv_adv, rcv_nxt)
+        if rcv_wnd < 0:
+            rcv_wnd = 0
+        dlen = len(payload)
+        seg_len = dlen + (1 if flags & FIN else 0)
+        if seg_len == 0:
+            ok = seq == rcv_nxt if rcv_wnd == 0 else seq_in(seq, rcv_nxt, seq_add(rcv_nxt, rcv_wnd))
+        elif rcv_wnd == 0:
+            # Not acceptable as text, but its ACK (and RST) must still be processed.
+            ok = seq == rcv_nxt
+        else:
+            end = seq_add(rcv_nxt, rcv_wnd)
+            ok = seq_in(seq, rcv_nxt, end) or seq_in(seq_add(seq, seg_len - 1), rcv_nxt, end)
+        if not ok:
+            if flags & RST:
+                stats.drop("tcp.rst_out_of_window")
+                return
+            stats.drop("tcp.unacceptable")
+            self.out.send_ack(now)
+            return
+
+        # Trim to the window: old bytes off the front, bytes past the window off the end.
+        data = payload
+        fin = flags & FIN
+        dseq = seq
+        if seq_lt(seq, rcv_nxt):
+            skip = seq_diff(rcv_nxt, seq)
+            data = data[skip:]
+            dseq = rcv_nxt
+        room = rcv_wnd - seq_diff(dseq, rcv_nxt)
+        if len(data) > room:
+            data = data[: max(room, 0)]
+            fin = 0
+            self.receiver.ack_now = True
+            stats.inc("tcp.rcv_beyond_window")
+
+        if tcb.ts_ok and ts is not None and seq_le(seq, tcb.last_ack_sent) and seq_ge(ts[0], tcb.ts_recent):
+            tcb.ts_recent = ts[0]  # RFC 7323 4.3 (2)
+            tcb.ts_recent_age = now
+
+        # Second: RST (RFC 5961 3.2).
+        if flags & RST:
+            if seq == rcv_nxt:
+                self._reset_received()
+            else:
+                stats.drop("tcp.rst_not_exact")
+                self._challenge_ack(now)
+            return
+
+        # Fifth: ACK.
+        if not flags & ACK:
+            stats.drop("tcp.no_ack")
+            return
+        if st == State.SYN_RECEIVED:
+            ack = seg.ack
+            if not (seq_lt(tcb.snd_una, ack) and seq_le(ack, tcb.snd_max)):
+                stats.drop("tcp.bad_ack")
+                self.out.send_rst(now, ack)
+                return
+            if self.listener is not None and not self.listener.has_room():
+                stats.drop("tcp.accept_queue_full")
+                return
+            tcb.snd_una = ack
+            tcb.snd_wnd = seg.window << tcb.snd_wscale
+            tcb.max_snd_wnd = max(tcb.max_snd_wnd, tcb.snd_wnd)
+            tcb.snd_wl1 = seq
+            tcb.snd_wl2 = ack
+            self._handshake_rtt(seg, now)
+            self._become_established(now)
+        elif not self._process_ack(seg, dlen, now):
+            return
+        st = tcb.state
+
+        # Seventh: text.
+        if data:
+            if st in RECEIVING:
+                if self.orphaned:
+                    # Data for a connection the user has closed: nobody will read it (RFC 2525 2.17).
+                    stats.drop("tcp.data_after_close")
+                    self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
+                    self.terminate()
+                    return
+                self._receive_text(dseq, data, now)
+            else:
+                stats.drop("tcp.data_after_fin")
+
+        # Eighth: FIN.
+        if fin:
+            fin_seq = seq_add(dseq, len(data))
+            if fin_seq == tcb.rcv_nxt and not tcb.fin_rcvd:
+                self._fin_arrives(now)
+            elif seq_gt(fin_seq, tcb.rcv_nxt):
+                tcb.fin_rcvd_seq = fin_seq  # early FIN: wait for the gap to fill
+                self.receiver.ack_now = True
+
+        if tcb.state != State.CLOSED:
+            self.sender.output(now)
+            if self.receiver.ack_now:
+                self.out.send_ack(now)
+
+    def _process_ack(self, seg, dlen: int, now: float) -> bool:
+        """Fifth step for synchronized states; False when the segment is to be dropped."""
+        tcb = self.tcb
+        ack = seg.ack
+        if seq_gt(ack, tcb.snd_max):
+            self.host.stats.drop("tcp.ack_unsent")
+            self._challenge_ack(now)
+            return False
+        if seq_lt(ack, seq_add(tcb.snd_una, -tcb.max_snd_wnd)):
+            self.host.stats.drop("tcp.ack_too_old")
+            self._challenge_ack(now)  # RFC 5961 5.2
+            return False
+        self.sender.on_ack(seg, dlen, now)
+        if tcb.fin_acked:
+            st = tcb.state
+            if st == State.FIN_WAIT_1:
+                self._set_state(State.FIN_WAIT_2)
+                if self.orphaned:
+                    self._close_timer.arm(now + self.config.fin_wait2_timeout)
+            elif st == State.CLOSING:
+                self._enter_time_wait(now)
+            elif st == State.LAST_ACK:
+                self.terminate()
+                return False
+        return True
+
+    def _receive_text(self, dseq: int, data, now: float) -> None:
+        tcb = self.tcb
+        self.receiver.receive(dseq, data, now)
+        if tcb.fin_rcvd_seq is not None and tcb.fin_rcvd_seq == tcb.rcv_nxt:
+            self._fin_arrives(now)  # the gap before an early FIN has filled
+
+    def _fin_arrives(self, now: float) -> None:
+        tcb = self.tcb
+        self.receiver.receive_fin()
+        st = tcb.state
+        if st in (State.SYN_RECEIVED, State.ESTABLISHED):
+            self._set_state(State.CLOSE_WAIT)
+        elif st == State.FIN_WAIT_1:
+            if tcb.fin_acked:
+                self._enter_time_wait(now)
+            else:
+                self._set_state(State.CLOSING)  # simultaneous close
+        elif st == State.FIN_WAIT_2:
+            self._enter_time_wait(now)
+
+    def _reset_received(self) -> None:
+        st = self.tcb.state
+        self.host.stats.inc("tcp.resets_received")
+        if st == State.SYN_RECEIVED:
+            if self.passive:
+                self.terminate()  # back to LISTEN: the listener simply forgets it
+            else:
+                self._fail(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+        elif st in (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2, State.CLOSE_WAIT):
+            self._fail(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"))
+        else:
+            self.terminate()
+
+    def _challenge_ack(self, now: float) -> None:
+        """RFC 5961 3.2/4.2/5.2 challenge ACK, rate-limited per connection and per layer (section 7)."""
+        if now - self._last_challenge < self.config.challenge_ack_interval or not self.layer.challenge_allowed(now):
+            self.host.stats.inc("tcp.challenge_acks_suppressed")
+            return
+        self._last_challenge = now
+        self.challenge_acks += 1
+        self.host.stats.inc("tcp.challenge_acks")
+        self.out.send_ack(now)
 
     # -- state changes ---------------------------------------------------
 
@@ -250,57 +548,82 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         self._notify()
 
     def _enter_time_wait(self, now: float) -> None:
-        for t in (self._rtx_timer, self._persist_timer, self._delack_timer, self._keepalive_timer):
-            t.cancel()
+        self.sender.stop()
+        self.receiver.stop()
+        self._keepalive_timer.cancel()
         self._set_state(State.TIME_WAIT)
         self._close_timer.arm(now + 2 * self.config.msl)
 
-    def _terminate(self) -> None:
-        """Enter CLOSED and leave the layer (the TCB is deleted)."""
+    def terminate(self) -> None:
+        """Enter CLOSED and delete the TCB (leave the layer), sending nothing."""
         tcb = self.tcb
         if tcb.state == State.CLOSED:
             return
         tcb.state = State.CLOSED
-        for t in (self._rtx_timer, self._persist_timer, self._delack_timer, self._keepalive_timer,
-                  self._close_timer):
-            t.cancel()
-        self.sndbuf.clear()
-        self.layer._forget(self)
+        self.sender.stop()
+        self.receiver.stop()
+        self._keepalive_timer.cancel()
+        self._close_timer.cancel()
+        self.sender.sndbuf.clear()
+        self.layer.forget(self)
         if self.listener is not None:
-            self.listener._child_gone(self)
+            self.listener.child_gone(self)
         self._notify()
+
+    def detach_listener(self) -> None:
+        """The listener lets go of this connection (accepted, or the listener closed)."""
+        self.listener = None
 
     def _fail(self, exc: OSError) -> None:
         self.error = exc
         self._pending_error = exc
         self.host.stats.inc("tcp.errors." + type(exc).__name__)
-        self._terminate()
+        self.terminate()
+
+    def _timeout_error(self) -> OSError:
+        """ETIMEDOUT, or the soft ICMP error that probably explains it (RFC 1122 4.2.3.9)."""
+        return self._soft_error or TimeoutError(errno.ETIMEDOUT, "Connection timed out")
 
     def _notify(self) -> None:
         cb = self.on_event
         if cb is not None:
             cb(self)
 
+    def _send_low_water(self) -> None:
+        cb = self.on_send_low_water
+        if cb is not None:
+            cb(self)
+
+    def _recv_high_water(self) -> None:
+        cb = self.on_recv_high_water
+        if cb is not None:
+            cb(self)
+
     def _mark_dirty(self, now: float | None) -> None:
         if now is not None:
-            self._flush(now)
+            self._send_pending(now)
         elif not self._dirty:
             self._dirty = True
-            self.layer._dirty.append(self)
+            self.layer.mark_dirty(self)
 
-    def _flush(self, now: float) -> None:
-        """Send what user calls left pending (data, FIN, a window update)."""
+    def flush(self, now: float) -> None:
+        """Send what user calls left pending (``TcpLayer.flush``)."""
+        if self._dirty:
+            self._send_pending(now)
+
+    def _send_pending(self, now: float) -> None:
         self._dirty = False
         tcb = self.tcb
         if tcb.state == State.CLOSED:
             return
-        self._output(now)
-        if (self._wnd_update or self._ack_now) and tcb.state in SYNCHRONIZED:
-            self._send_ack(now)
+        self.sender.output(now)
+        receiver = self.receiver
+        if (receiver.wnd_update or receiver.ack_now) and tcb.state in SYNCHRONIZED:
+            self.out.send_ack(now)
 
     # -- ICMP ------------------------------------------------------------
 
-    def _icmp_error(self, itype: int, code: int, extra: int, now: float | None) -> None:
+    def icmp_error(self, itype: int, code: int, extra: int, now: float | None) -> None:
         """RFC 1122 4.2.3.9 / RFC 5927: most ICMP errors are soft (remembered, reported only if the
         connection then times out); in SYN-SENT a destination unreachable aborts the open."""
         tcb = self.tcb
@@ -313,10 +636,10 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
             if base < tcb.mss_base:
                 tcb.mss_base = base
                 tcb.snd_mss = base - (12 if tcb.ts_ok else 0)
-                self.cc.mss = tcb.snd_mss
+                self.sender.cc.lower_mss(tcb.snd_mss)
                 stats.inc("tcp.pmtu_reductions")
                 if now is not None and tcb.state in SYNCHRONIZED and tcb.snd_max != tcb.snd_una:
-                    self._retransmit_head(now)
+                    self.sender.retransmit_head(now)
             return
         err = error_to_oserror(itype, code)
         if tcb.state == State.SYN_SENT and itype == 3:
@@ -324,55 +647,43 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         else:
             self._soft_error = err
 
-    # -- timers ----------------------------------------------------------
+    # -- timeouts (RFC 9293 3.10.8) --------------------------------------
 
     def _on_rtx_timer(self, now: float) -> None:
         tcb = self.tcb
         st = tcb.state
-        cfg = self.config
-        stats = self.host.stats
         if st == State.SYN_SENT or st == State.SYN_RECEIVED:
+            cfg = self.config
             limit = cfg.syn_retries if st == State.SYN_SENT and not self.passive else cfg.synack_retries
-            if self._rtx_count >= limit:
+            if not self.sender.syn_timeout(limit):
                 if self.passive:
-                    stats.inc("tcp.synack_timeouts")
-                    self._terminate()
+                    self.host.stats.inc("tcp.synack_timeouts")
+                    self.terminate()
                 else:
                     self._fail(self._timeout_error())
                 return
-            self._rtx_count += 1
-            self.timeouts += 1
-            self.retransmits += 1
             self._syn_retransmitted = True
-            self.rtt.backoff()
-            stats.inc("tcp.retrans_segs")
-            if st == State.SYN_SENT:
-                self._send_syn(now)
-            else:
-                self._send_synack(now)
+            self._send_syn(SYN if st == State.SYN_SENT else SYN | ACK, now)
             return
         if tcb.snd_max == tcb.snd_una or st == State.TIME_WAIT:
             return
-        if self._rtx_count >= cfg.max_retries:
+        if not self.sender.retransmit_timeout(now):
             self._fail(self._timeout_error())
             return
-        # RFC 6298 5.4-5.6, RFC 5681 3.1: retransmit the earliest segment, back off, go back N.
-        self._rtx_count += 1
-        self.timeouts += 1
-        stats.inc("tcp.rto_expired")
-        self.cc.on_rto(seq_diff(tcb.snd_max, tcb.snd_una), tcb.snd_max, now)
-        self._board.clear()  # the receiver may renege (RFC 2018 8); go back N from SND.UNA
-        self.rtt.backoff()
-        self._rtt_seq = None  # Karn
-        tcb.snd_nxt = tcb.snd_una
-        self._output(now)
-        if self._rtx_timer.deadline is None and tcb.snd_max != tcb.snd_una:
-            self._rtx_timer.arm(now + self.rtt.rto)
         self._notify()
 
-    def _timeout_error(self) -> OSError:
-        """ETIMEDOUT, or the soft ICMP error that probably explains it (RFC 1122 4.2.3.9)."""
-        return self._soft_error or TimeoutError(errno.ETIMEDOUT, "Connection timed out")
+    def _on_persist_timer(self, now: float) -> None:
+        sender = self.sender
+        if not sender.persist_pending():
+            return
+        if not sender.persist_timeout(now):
+            self._fail(self._timeout_error())
+            return
+        self._notify()
+
+    def _on_delack_timer(self, now: float) -> None:
+        if self.receiver.ack_owed():
+            self.out.send_ack(now)
 
     def _on_keepalive_timer(self, now: float) -> None:
         cfg = self.config
@@ -384,23 +695,23 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
             if now < due:
                 self._keepalive_timer.arm(due)
                 return
-        if tcb.snd_max != tcb.snd_una or self._persist_timer.deadline is not None:
+        if self.sender.busy:
             self._keepalive_timer.arm(now + cfg.keepidle)  # data in flight: the RTO watches the peer
             return
         if self._keep_probes >= cfg.keepcnt:
             self.host.stats.inc("tcp.keepalive_timeouts")
-            self._reply_rst(tcb.snd_max, tcb.rcv_nxt)
+            self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
             self._fail(TimeoutError(errno.ETIMEDOUT, "Connection timed out (keepalive)"))
             return
-        # A probe: SEG.SEQ = SND.NXT - 1, no data (RFC 1122 4.2.3.6); the peer answers with an ACK.
+        # A probe: SEG.SEQ = SND.UNA - 1, no data (RFC 1122 4.2.3.6); the peer answers with an ACK.
         self._keep_probes += 1
         self.host.stats.inc("tcp.keepalive_probes")
-        self._emit(seq_add(tcb.snd_una, -1), ACK, now)
+        self.out.emit(seq_add(tcb.snd_una, -1), ACK, now)
         self._keepalive_timer.arm(now + cfg.keepintvl)
 
     def _on_close_timer(self, now: float) -> None:
         if self.tcb.state in (State.TIME_WAIT, State.FIN_WAIT_2):
-            self._terminate()
+            self.terminate()
 
     # -- user calls ------------------------------------------------------
 
@@ -417,14 +728,20 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         return (self.remote_addr, self.remote_port)
 
     @property
+    def rd_shutdown(self) -> bool:
+        return self.receiver.rd_shutdown
+
+    @property
     def eof(self) -> bool:
         """The peer's FIN (or our SHUT_RD) has been reached and every byte before it was read."""
-        return (self.tcb.fin_rcvd or self.rd_shutdown) and not len(self.rcvbuf)
+        receiver = self.receiver
+        return (self.tcb.fin_rcvd or receiver.rd_shutdown) and not len(receiver.rcvbuf)
 
     @property
     def readable(self) -> bool:
         """``recv`` would not come back empty-handed for lack of data: data, EOF, an error, or closed."""
-        return bool(len(self.rcvbuf)) or self.eof or self._pending_error is not None or self.tcb.state == State.CLOSED
+        return (bool(len(self.receiver.rcvbuf)) or self.eof or self._pending_error is not None
+                or self.tcb.state == State.CLOSED)
 
     @property
     def writable(self) -> bool:
@@ -432,7 +749,7 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         st = self.tcb.state
         if self._pending_error is not None or st == State.CLOSED or self.wr_shutdown:
             return True
-        return st in (State.ESTABLISHED, State.CLOSE_WAIT) and self.sndbuf.free > 0
+        return st in (State.ESTABLISHED, State.CLOSE_WAIT) and self.sender.sndbuf.free > 0
 
     @property
     def connected(self) -> bool:
@@ -450,50 +767,42 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         st = self.tcb.state
         if self.wr_shutdown or st not in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT):
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-        n = self.sndbuf.write(data)
+        n = self.sender.sndbuf.write(data)
         if n and st in (State.ESTABLISHED, State.CLOSE_WAIT):
             self._mark_dirty(now)
         return n
 
     def recv(self, n: int, now: float | None = None) -> bytes:
         """Up to ``n`` bytes; b"" when nothing is ready (see ``eof``); raises a pending error once."""
-        rcvbuf = self.rcvbuf
+        receiver = self.receiver
+        rcvbuf = receiver.rcvbuf
         if not len(rcvbuf) or n <= 0:
             if self._pending_error is not None and n > 0:
                 raise self.take_error()
             return b""
         data = rcvbuf.read(n)
-        self._after_read(now)
+        if receiver.after_read():
+            self._mark_dirty(now)
         return data
 
     def recv_into(self, buf, now: float | None = None) -> int:
-        rcvbuf = self.rcvbuf
+        receiver = self.receiver
+        rcvbuf = receiver.rcvbuf
         if not len(rcvbuf):
             if self._pending_error is not None and len(buf):
                 raise self.take_error()
             return 0
         n = rcvbuf.read_into(buf)
-        self._after_read(now)
-        return n
-
-    def _after_read(self, now: float | None) -> None:
-        """Send a window update when reading opened the window usefully (RFC 9293 3.8.6.2.2)."""
-        tcb = self.tcb
-        if tcb.state not in (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2):
-            return
-        cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
-        cap = self.rcvbuf.capacity
-        if cur <= cap // 2 and self.rcvbuf.free - cur >= min(cap // 2, tcb.mss_base):
-            self._wnd_update = True
+        if receiver.after_read():
             self._mark_dirty(now)
+        return n
 
     def shutdown(self, how: int, now: float | None = None) -> None:
         """SHUT_RD, SHUT_WR or SHUT_RDWR (values of the socket module)."""
         if how not in (socket.SHUT_RD, socket.SHUT_WR, socket.SHUT_RDWR):
             raise ValueError(f"bad shutdown how {how}")
         if how in (socket.SHUT_RD, socket.SHUT_RDWR):
-            self.rd_shutdown = True
-            self.rcvbuf.read(len(self.rcvbuf))
+            self.receiver.shutdown()
         if how in (socket.SHUT_WR, socket.SHUT_RDWR) and not self.wr_shutdown:
             self.wr_shutdown = True
             self._close_send(now)
@@ -521,34 +830,37 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         if st == State.CLOSED:
             return
         if st == State.SYN_SENT:
-            self._terminate()
+            self.terminate()
             return
-        if len(self.rcvbuf) and st in SYNCHRONIZED:
+        if len(self.receiver.rcvbuf) and st in SYNCHRONIZED:
             # Unread data: abort with a RST (RFC 1122 4.2.2.13, RFC 2525 2.17).
             self.host.stats.inc("tcp.close_with_unread_data")
-            self.abort()
+            self.abort(now)
             return
         self.shutdown(socket.SHUT_RDWR, now)
         if tcb.state == State.FIN_WAIT_2:
             t = now if now is not None else self._last_rcv
             self._close_timer.arm(t + self.config.fin_wait2_timeout)
 
-    def abort(self) -> None:
-        """ABORT (RFC 9293 3.10.5): RST the peer when synchronized, delete the TCB at once."""
+    def abort(self, now: float | None = None) -> None:
+        """ABORT (RFC 9293 3.10.5): RST the peer when synchronized, delete the TCB at once.
+
+        Without ``now`` the RST leaves at the layer's next ``flush(now)``, like
+        every segment a time-less user call produces.
+        """
         tcb = self.tcb
         self.orphaned = True
         if tcb.state in (State.SYN_RECEIVED, State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
                          State.CLOSE_WAIT):
-            self._reply_rst(tcb.snd_max, tcb.rcv_nxt)
-        self.rcvbuf.clear()
-        self._terminate()
+            if now is None:
+                self.layer.defer_reset(self.local_addr, self.remote_addr, self.local_port, self.remote_port,
+                                       tcb.snd_max, tcb.rcv_nxt)
+            else:
+                self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
+        self.receiver.rcvbuf.clear()
+        self.terminate()
 
-    # -- knobs, water marks, info ----------------------------------------
-
-    def _set_water_marks(self) -> None:
-        cfg = self.config
-        self._send_low = cfg.send_low_water if cfg.send_low_water is not None else cfg.sndbuf // 2
-        self._recv_high = cfg.recv_high_water if cfg.recv_high_water is not None else cfg.rcvbuf // 2
+    # -- knobs, info -----------------------------------------------------
 
     @property
     def nodelay(self) -> bool:
@@ -565,16 +877,10 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
         can only be advertised up to 65535 << rcv_wscale.
         """
         cfg = self.config = self.config.derive(**knobs)
-        self.sndbuf.capacity = cfg.sndbuf
-        self.rcvbuf.capacity = cfg.rcvbuf
-        self.rcvbuf.max_runs = cfg.max_ooo_runs
-        self.rtt.min_rto, self.rtt.max_rto = cfg.min_rto, cfg.max_rto
-        self._set_water_marks()
-        if "congestion" in knobs and knobs["congestion"] != getattr(self.cc, "name", None):
-            old = self.cc
-            self.cc = congestion.make(cfg.congestion, self.tcb.snd_mss, self.tcb.iss)
-            self.cc.cwnd, self.cc.ssthresh, self.cc.recover = old.cwnd, old.ssthresh, old.recover
-            self.cc.sack = self.tcb.sack_ok
+        self.sender.configure(cfg)
+        self.receiver.configure(cfg)
+        if "congestion" in knobs:
+            self.sender.set_congestion(cfg.congestion)
         if cfg.keepalive and self.tcb.state in (State.ESTABLISHED, State.CLOSE_WAIT):
             base = now if now is not None else self._last_rcv
             self._keepalive_timer.arm(base + cfg.keepidle)
@@ -585,25 +891,28 @@ class Connection(SegmentInput, SegmentOutput, SackSender):
 
     def info(self) -> TcpInfo:
         tcb = self.tcb
-        rtt = self.rtt
-        cc = self.cc
+        sender = self.sender
+        rtt = sender.rtt
+        cc = sender.cc
+        recovery = sender.recovery
+        queued = len(sender.sndbuf)
+        rcvbuf = self.receiver.rcvbuf
         sent = seq_diff(tcb.snd_nxt, tcb.snd_una)
         return TcpInfo(
             state=tcb.state.name, local=self.local, remote=self.remote,
             snd_una=tcb.snd_una, snd_nxt=tcb.snd_nxt, snd_max=tcb.snd_max, rcv_nxt=tcb.rcv_nxt,
-            snd_wnd=tcb.snd_wnd, rcv_wnd=tcb.rcv_wnd, cwnd=cc.window, ssthresh=cc.ssthresh,
-            srtt=rtt.srtt, rttvar=rtt.rttvar, rto=rtt.rto, retransmits=self.retransmits, timeouts=self.timeouts,
-            backoff=rtt.backoffs, fast_retransmits=self.fast_retransmits, dup_acks=self.dup_acks,
+            snd_wnd=tcb.snd_wnd, rcv_wnd=tcb.rcv_wnd, cwnd=cc.window + recovery.inflation, ssthresh=cc.ssthresh,
+            srtt=rtt.srtt, rttvar=rtt.rttvar, rto=rtt.rto, retransmits=sender.retransmits, timeouts=sender.timeouts,
+            backoff=rtt.backoffs, fast_retransmits=recovery.fast_retransmits, dup_acks=sender.dup_acks,
             bytes_in_flight=max(0, seq_diff(tcb.snd_max, tcb.snd_una)),
-            send_queue=len(self.sndbuf), unsent=max(0, len(self.sndbuf) - max(sent, 0)),
-            recv_queue=len(self.rcvbuf), ooo_bytes=self.rcvbuf.ooo_bytes,
+            send_queue=queued, unsent=max(0, queued - max(sent, 0)),
+            recv_queue=len(rcvbuf), ooo_bytes=rcvbuf.ooo_bytes,
             snd_mss=tcb.snd_mss, rcv_mss=tcb.rcv_mss, snd_wscale=tcb.snd_wscale, rcv_wscale=tcb.rcv_wscale,
-            timestamps=tcb.ts_ok, sack=tcb.sack_ok, congestion=getattr(cc, "name", type(cc).__name__),
-            in_recovery=bool(getattr(cc, "in_recovery", False)), segs_in=self.segs_in, segs_out=self.segs_out,
-            bytes_acked=self.bytes_acked, bytes_received=self.bytes_received, challenge_acks=self.challenge_acks,
+            timestamps=tcb.ts_ok, sack=tcb.sack_ok, congestion=cc.name, in_recovery=recovery.in_recovery,
+            segs_in=self.segs_in, segs_out=self.out.segs_out, bytes_acked=sender.bytes_acked,
+            bytes_received=self.receiver.bytes_received, challenge_acks=self.challenge_acks,
         )
 
 
 def _fmt(addr: bytes, port: int) -> str:
     return f"{'.'.join(str(b) for b in addr)}:{port}" if len(addr) == 4 else f"{addr.hex()}:{port}"
-

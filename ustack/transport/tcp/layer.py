@@ -1,18 +1,26 @@
 """The TCP layer: owns connections and listeners, demultiplexes segments, answers closed ports.
 
 The stack hands each TCP segment to ``TcpLayer.input(src, dst, segment,
-now)``. The checksum is checked here (a bad one is the drop
-``tcp.bad_checksum``, like every other parse error by its reason). Demux is
-a dict lookup, most specific first: the exact 4-tuple, then a listener on
-(dst, port), then a listener on (0.0.0.0, port). A segment for no one gets a
-RST (RFC 9293 3.10.7.1) unless it is a RST itself.
+now)``, which parses the header (the checksum is checked here unless the
+caller did; a bad one is the drop ``tcp.bad_checksum``, like every other
+parse error by its reason) and calls ``segment_arrives(src, dst, seg,
+payload, now)``; a caller that has parsed the header already (the fast
+path's record, with the ``TcpHeader`` attribute names) calls that
+directly. Demux is a dict lookup, most specific first: the exact 4-tuple,
+then a listener on (dst, port), then a listener on (0.0.0.0, port). A
+segment for no one gets a RST (RFC 9293 3.10.7.1) unless it is a RST
+itself.
 
 The stack also calls ``flush(now)`` once per poll round: it sends what user
 calls (send, close, reads that open the window) left pending.
 
 ``TcpHost`` is what the layer needs from the stack: the timer heap, the
-counters, a secret for ISNs and cookies, an output function, and routing
+counters, a secret for ISNs and cookies, the output functions, and routing
 facts (MTU, source address).
+
+Connections and listeners use, besides ``host`` and ``config``:
+``register``, ``forget``, ``forget_listener``, ``mark_dirty``,
+``challenge_allowed``, ``send_segment``, ``send_reset``.
 
 Drops (``stats.drop``): the parse errors (tcp.truncated, tcp.bad_data_offset,
 tcp.bad_checksum, tcp.bad_options), tcp.bad_port, tcp.no_socket; per
@@ -38,8 +46,8 @@ from ustack.ratelimit import TokenBucket
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
-from ustack.transport.tcp.isn import initial_sequence_number
 from ustack.transport.tcp.listener import Listener
+from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
 from ustack.transport.tcp.tcb import State
 from ustack.wire import WireError
@@ -55,12 +63,14 @@ class TcpHost(Protocol):
     stats: "ustack.stats.Stats"  # noqa: F821  .inc(name), .drop(reason)
     isn_secret: bytes  # 16+ random bytes chosen by the stack at start
 
-    def tcp_output(self, src: bytes, dst: bytes, segment: bytes | bytearray) -> None:
-        """Hand a full TCP segment (header + payload, checksum filled) to IPv4."""
+    def tcp_output(self, src: bytes, dst: bytes, segment: bytes | bytearray, now: float) -> None:
+        """Hand a full TCP segment (header + payload, checksum filled) to IP."""
 
-    # Optional: tcp_output_segment(src, dst, sport, dport, seq, ack, flags, window, ts, payload) -> bool
-    # writes an established segment (no options but timestamps) straight into a TX slot and returns
-    # True, or returns False and sends nothing; the connection then builds it and calls tcp_output.
+    def tcp_output_segment(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                           window: int, ts: tuple | None, payload, now: float) -> bool:
+        """Write an established segment (no options but timestamps, ``ts`` = (TSval, TSecr) or None)
+        straight into a TX slot and return True; or send nothing and return False (a host without a
+        fast emitter always does), and the connection builds the segment and calls ``tcp_output``."""
 
     def route_mtu(self, dst: bytes) -> int:
         """IP MTU toward ``dst`` (our MSS = MTU - 40)."""
@@ -72,8 +82,7 @@ class TcpHost(Protocol):
 class TcpLayer:
     """All TCP state of one stack."""
 
-    __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_port_counter",
-                 "challenge_acks", "ports")
+    __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -82,6 +91,7 @@ class TcpLayer:
         self.connections: dict[tuple, Connection] = {}
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
+        self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
         self.ports = EphemeralPorts(host.isn_secret, b"tcp")
         # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second.
         self.challenge_acks = TokenBucket(1000.0, 1000.0)
@@ -94,44 +104,52 @@ class TcpLayer:
         ``checksum_ok=True`` skips the checksum when the caller (the fast
         path's classify, or the device) has verified it already.
         """
-        stats = self.host.stats
         try:
             hdr = TcpHeader.parse(segment, src, dst, verify_checksum=not checksum_ok)
         except WireError as e:
-            stats.drop(e.reason)
+            self.host.stats.drop(e.reason)
             return
-        if hdr.src_port == 0 or hdr.dst_port == 0:
+        self.segment_arrives(src, dst, hdr, memoryview(segment)[hdr.header_len :], now)
+
+    def segment_arrives(self, src: bytes, dst: bytes, seg, payload, now: float) -> None:
+        """One parsed, checksum-verified segment: demux to a connection, a listener, or CLOSED.
+
+        ``seg`` has the ``TcpHeader`` fields as attributes (``src_port``,
+        ``dst_port``, ``seq``, ``ack``, ``flags``, ``window``, ``urgent``,
+        ``header_len``, ``mss``, ``wscale``, ``sack_permitted``,
+        ``sack_blocks``, ``timestamps``); ``payload`` is the data (a
+        memoryview); ``src``/``dst`` are packed 4-byte addresses.
+        """
+        stats = self.host.stats
+        sport = seg.src_port
+        dport = seg.dst_port
+        if sport == 0 or dport == 0:
             stats.drop("tcp.bad_port")
             return
         stats.inc("tcp.in_segs")
-        payload = memoryview(segment)[hdr.header_len :]
         src = bytes(src)
         dst = bytes(dst)
-        conn = self.connections.get((dst, hdr.dst_port, src, hdr.src_port))
+        conn = self.connections.get((dst, dport, src, sport))
         if conn is not None:
-            if conn.tcb.state == State.TIME_WAIT and self._time_wait_reuse(conn, hdr):
-                conn._terminate()  # a new incarnation: RFC 9293 3.10.7.4 / RFC 6191
+            if conn.tcb.state == State.TIME_WAIT and self._time_wait_reuse(conn, seg):
+                conn.terminate()  # a new incarnation: RFC 9293 3.10.7.4 / RFC 6191
             else:
-                conn.segment_arrives(hdr, payload, now)
+                conn.segment_arrives(seg, payload, now)
                 return
-        lst = self.listeners.get((dst, hdr.dst_port)) or self.listeners.get((ANY, hdr.dst_port))
+        lst = self.listeners.get((dst, dport)) or self.listeners.get((ANY, dport))
         if lst is not None:
-            lst.segment_arrives(src, dst, hdr, payload, now)
+            lst.segment_arrives(src, dst, seg, payload, now)
             return
         # CLOSED (RFC 9293 3.10.7.1).
         stats.drop("tcp.no_socket")
-        if hdr.flags & RST:
+        flags = seg.flags
+        if flags & RST:
             return
-        if hdr.flags & ACK:
-            self._send_reset(dst, src, hdr.dst_port, hdr.src_port, hdr.ack, None)
+        if flags & ACK:
+            self.send_reset(dst, src, dport, sport, seg.ack, None, now)
         else:
-            seg_len = len(payload) + (1 if hdr.flags & SYN else 0) + (1 if hdr.flags & FIN else 0)
-            self._send_reset(dst, src, hdr.dst_port, hdr.src_port, 0, seq_add(hdr.seq, seg_len))
-
-    def input_frame(self, frame, rec: tuple, now: float, checksum_ok: bool = True) -> None:
-        """A TCP record from ``_fastpath.classify``: (kind, reason, l3_off, ihl, total_len, proto,
-        src, dst, l4_off, ...) with integer addresses; classify has checked the checksum."""
-        self.input(rec.src, rec.dst, memoryview(frame)[rec.l4 : rec.l3 + rec.total_len], now, checksum_ok)
+            seg_len = len(payload) + (1 if flags & SYN else 0) + (1 if flags & FIN else 0)
+            self.send_reset(dst, src, dport, sport, 0, seq_add(seg.seq, seg_len), now)
 
     def icmp_error(self, laddr, lport: int, raddr, rport: int, itype: int, code: int, extra: int = 0,
                    now: float | None = None, quoted_seq: int | None = None) -> None:
@@ -153,17 +171,20 @@ class TcpLayer:
             if not (seq_ge(quoted_seq, tcb.snd_una) and seq_lt(quoted_seq, tcb.snd_max)):
                 self.host.stats.drop("tcp.icmp_bad_seq")
                 return
-        conn._icmp_error(itype, code, extra, now)
+        conn.icmp_error(itype, code, extra, now)
 
     def flush(self, now: float) -> None:
         """Send what user calls left pending. Call once per poll round."""
+        resets = self._resets
+        while resets:
+            src, dst, sport, dport, seq, ack = resets.pop(0)
+            self.send_reset(src, dst, sport, dport, seq, ack, now)
         dirty = self._dirty
         while dirty:
             batch = dirty[:]
             dirty.clear()
             for conn in batch:
-                if conn._dirty:
-                    conn._flush(now)
+                conn.flush(now)
 
     def connect(self, local: tuple | None, remote: tuple, now: float, **opts) -> Connection:
         """Active open toward ``remote`` = (addr, port); ``local`` = (addr, port), either may be 0/None."""
@@ -174,20 +195,20 @@ class TcpLayer:
         if laddr == ANY:
             laddr = bytes(self.host.pick_source(raddr))
         if lport == 0:
-            lport = self._pick_port(laddr, raddr, rport)
+            lport = self.pick_port(laddr, raddr, rport)
         elif (laddr, lport, raddr, rport) in self.connections:
             raise OSError(errno.EADDRINUSE, "Address already in use")
         cfg = self.config.derive(**opts)
         conn = Connection(self, cfg, (laddr, lport), (raddr, rport))
-        self._register(conn)
-        conn._open_active(now)
+        self.register(conn)
+        conn.open_active(now)
         return conn
 
     def listen(self, local: tuple, backlog: int, **opts) -> Listener:
         """Passive open on ``local`` = (addr, port); addr 0.0.0.0 listens on every address, port 0 picks one."""
         laddr, lport = bytes(local[0]), int(local[1])
         if lport == 0:
-            lport = self._pick_port(laddr, ANY, 0)
+            lport = self.pick_port(laddr, ANY, 0)
         key = (laddr, lport)
         if key in self.listeners:
             raise OSError(errno.EADDRINUSE, "Address already in use")
@@ -195,68 +216,7 @@ class TcpLayer:
         self.listeners[key] = lst
         return lst
 
-    def abort_all(self) -> None:
-        """Reset every connection and close every listener (the stack is going away)."""
-        for lst in list(self.listeners.values()):
-            lst.close()
-        for conn in list(self.connections.values()):
-            conn.abort()
-
-    def find(self, local: tuple, remote: tuple) -> Connection | None:
-        return self.connections.get((bytes(local[0]), local[1], bytes(remote[0]), remote[1]))
-
-    def ephemeral_port(self, laddr: bytes) -> int:
-        """A free local port for a socket bound to port 0 (RFC 6056, ``ustack.transport.ports``)."""
-        return self._pick_port(laddr, ANY, 0)
-
-    # -- used by connections and listeners -------------------------------
-
-    def _register(self, conn: Connection) -> None:
-        self.connections[conn.key] = conn
-
-    def _forget(self, conn: Connection) -> None:
-        if self.connections.get(conn.key) is conn:
-            del self.connections[conn.key]
-
-    def _forget_listener(self, lst: Listener) -> None:
-        if self.listeners.get(lst.key) is lst:
-            del self.listeners[lst.key]
-
-    def _isn(self, key: tuple, now: float) -> int:
-        return initial_sequence_number(self.host.isn_secret, key[0], key[1], key[2], key[3], now)
-
-    def _challenge_allowed(self, now: float) -> bool:
-        return self.challenge_acks.take(now)
-
-    def _send_header(self, src: bytes, dst: bytes, hdr: TcpHeader, payload=b"") -> None:
-        seg = bytearray(hdr.header_len + len(payload))
-        seg[hdr.header_len :] = payload
-        hdr.emit(seg, 0, src, dst, len(payload))
-        self.host.tcp_output(src, dst, seg)
-        self.host.stats.inc("tcp.out_segs")
-
-    def _send_reset(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int | None) -> None:
-        """<SEQ=seq><CTL=RST>, or <SEQ=seq><ACK=ack><CTL=RST,ACK> when ``ack`` is given."""
-        if ack is None:
-            hdr = TcpHeader(sport, dport, seq, 0, RST, 0)
-        else:
-            hdr = TcpHeader(sport, dport, seq, ack, RST | ACK, 0)
-        self._send_header(src, dst, hdr)
-        self.host.stats.inc("tcp.out_rsts")
-
-    def _time_wait_reuse(self, conn: Connection, hdr) -> bool:
-        """A SYN may reopen a TIME-WAIT connection when it is clearly new (RFC 6191, RFC 1122 4.2.2.13)."""
-        if hdr.flags & (SYN | ACK | RST) != SYN:
-            return False
-        key = (conn.local_addr, conn.local_port)
-        if key not in self.listeners and (ANY, conn.local_port) not in self.listeners:
-            return False
-        tcb = conn.tcb
-        if tcb.ts_ok and hdr.timestamps is not None:
-            return seq_gt(hdr.timestamps[0], tcb.ts_recent)
-        return seq_gt(hdr.seq, tcb.rcv_nxt)
-
-    def _pick_port(self, laddr: bytes, raddr: bytes, rport: int) -> int:
+    def pick_port(self, laddr: bytes, raddr: bytes, rport: int) -> int:
         """An ephemeral port (RFC 6056, ``ustack.transport.ports``) free for this destination."""
         listeners = self.listeners
         conns = self.connections
@@ -269,6 +229,61 @@ class TcpLayer:
             return any(k[0] == laddr and k[1] == port for k in conns)
 
         return self.ports.pick(laddr, raddr, rport, taken)
+
+    # -- used by connections and listeners -------------------------------
+
+    def register(self, conn: Connection) -> None:
+        """Demux segments for ``conn.key`` to ``conn`` from now on."""
+        self.connections[conn.key] = conn
+
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is CLOSED: its TCB is deleted."""
+        if self.connections.get(conn.key) is conn:
+            del self.connections[conn.key]
+
+    def forget_listener(self, lst: Listener) -> None:
+        """``lst`` closed."""
+        if self.listeners.get(lst.key) is lst:
+            del self.listeners[lst.key]
+
+    def mark_dirty(self, conn: Connection) -> None:
+        """``conn`` has something to send at the next ``flush``."""
+        self._dirty.append(conn)
+
+    def challenge_allowed(self, now: float) -> bool:
+        """RFC 5961 section 7: one more challenge ACK fits the layer-wide budget."""
+        return self.challenge_acks.take(now)
+
+    def send_segment(self, src: bytes, dst: bytes, hdr: TcpHeader, now: float, payload=b"") -> None:
+        """A segment that belongs to no connection (SYN cookie SYN-ACK, RST)."""
+        write_segment(self.host, src, dst, hdr, now, payload)
+        self.host.stats.inc("tcp.out_segs")
+
+    def send_reset(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int | None,
+                   now: float) -> None:
+        """<SEQ=seq><CTL=RST>, or <SEQ=seq><ACK=ack><CTL=RST,ACK> when ``ack`` is given."""
+        if ack is None:
+            hdr = TcpHeader(sport, dport, seq, 0, RST, 0)
+        else:
+            hdr = TcpHeader(sport, dport, seq, ack, RST | ACK, 0)
+        self.send_segment(src, dst, hdr, now)
+        self.host.stats.inc("tcp.out_rsts")
+
+    def defer_reset(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int | None) -> None:
+        """A reset for the next ``flush(now)`` (an abort called without the time)."""
+        self._resets.append((src, dst, sport, dport, seq, ack))
+
+    def _time_wait_reuse(self, conn: Connection, seg) -> bool:
+        """A SYN may reopen a TIME-WAIT connection when it is clearly new (RFC 6191, RFC 1122 4.2.2.13)."""
+        if seg.flags & (SYN | ACK | RST) != SYN:
+            return False
+        key = (conn.local_addr, conn.local_port)
+        if key not in self.listeners and (ANY, conn.local_port) not in self.listeners:
+            return False
+        tcb = conn.tcb
+        if tcb.ts_ok and seg.timestamps is not None:
+            return seq_gt(seg.timestamps[0], tcb.ts_recent)
+        return seq_gt(seg.seq, tcb.rcv_nxt)
 
 
 def _addr(a) -> bytes:

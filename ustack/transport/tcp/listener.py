@@ -12,6 +12,9 @@ low 6 bits of our TSval carry its window scale (4 bits, 15 = none) and
 SACK-permitted (1 bit), as Linux does, so those options survive. A
 returning ACK whose SEG.ACK - 1 is a valid cookie rebuilds the connection
 in ESTABLISHED; any other ACK is answered with a RST.
+
+Used by the layer: ``segment_arrives``; by its connections: ``has_room``,
+``child_established``, ``child_gone``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections import deque
 
 from ustack.transport.tcp.connection import Connection, window_shift_for
 from ustack.transport.tcp.isn import COOKIE_MSS, check_cookie, cookie_mss_index, make_cookie, timestamp_offset
+from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add
 from ustack.transport.tcp.tcb import State
 from ustack.wire.tcp import ACK, RST, SYN, TcpHeader
@@ -69,34 +73,36 @@ class Listener:
         if not self._accept:
             return None
         conn = self._accept.popleft()
-        conn.accepted = True
-        conn.listener = None
+        conn.detach_listener()
         return conn
 
-    def close(self) -> None:
-        """Stop listening; connections not yet accepted are reset."""
+    def close(self, now: float | None = None) -> None:
+        """Stop listening; connections not yet accepted are reset (at ``now``, or at the next flush)."""
         if self.closed:
             return
         self.closed = True
-        self.layer._forget_listener(self)
+        self.layer.forget_listener(self)
         for conn in list(self._syn_queue) + list(self._accept):
-            conn.listener = None
-            conn.abort()
+            conn.detach_listener()
+            conn.abort(now)
         self._syn_queue.clear()
         self._accept.clear()
         self._notify()
 
     # -- called by connections -------------------------------------------
 
-    def _has_room(self) -> bool:
+    def has_room(self) -> bool:
+        """The accept queue can take one more connection."""
         return len(self._accept) < self.backlog
 
-    def _child_established(self, conn) -> None:
+    def child_established(self, conn) -> None:
+        """A connection of the SYN queue completed its handshake: it waits for accept()."""
         self._syn_queue.discard(conn)
         self._accept.append(conn)
         self._notify()
 
-    def _child_gone(self, conn) -> None:
+    def child_gone(self, conn) -> None:
+        """A connection of this listener was deleted (reset, timed out)."""
         self._syn_queue.discard(conn)
         # A reset connection in the accept queue stays there: accept() returns it and recv() raises.
 
@@ -107,6 +113,7 @@ class Listener:
     # -- LISTEN state (RFC 9293 3.10.7.2) --------------------------------
 
     def segment_arrives(self, src: bytes, dst: bytes, hdr, payload, now: float) -> None:
+        """A segment for no connection, to this listener's address (``hdr``: header fields as attributes)."""
         stats = self.layer.host.stats
         flags = hdr.flags
         if flags & RST:
@@ -116,12 +123,12 @@ class Listener:
             if not flags & SYN and self.config.syncookies and self._cookie_ack(src, dst, hdr, payload, now):
                 return
             stats.drop("tcp.listen_bad_ack")
-            self.layer._send_reset(dst, src, hdr.dst_port, hdr.src_port, hdr.ack, None)
+            self.layer.send_reset(dst, src, hdr.dst_port, hdr.src_port, hdr.ack, None, now)
             return
         if not flags & SYN:
             stats.drop("tcp.listen_no_syn")
             return
-        if not self._has_room():
+        if not self.has_room():
             self.overflows += 1
             stats.drop("tcp.listen_overflow")
             return
@@ -133,9 +140,9 @@ class Listener:
             return
         # Data on the SYN is not kept: it is not acknowledged, so the peer sends it again.
         conn = Connection(self.layer, self.config, (dst, hdr.dst_port), (src, hdr.src_port), listener=self)
-        self.layer._register(conn)
+        self.layer.register(conn)
         self._syn_queue.add(conn)
-        conn._open_passive(hdr, now)
+        conn.open_passive(hdr, now)
 
     # -- SYN cookies -------------------------------------------------------
 
@@ -154,8 +161,7 @@ class Listener:
             # Options survive only through the timestamp: encode them in TSval's low bits.
             peer_ws = hdr.wscale if (cfg.window_scaling and hdr.wscale is not None) else _WS_NONE
             bits = (min(peer_ws, 14) if peer_ws != _WS_NONE else _WS_NONE) | (0x10 if cfg.sack and hdr.sack_permitted else 0)
-            ts_now = (int(now * 1000) + timestamp_offset(layer.host.isn_secret, dst, hdr.dst_port, src,
-                                                          hdr.src_port)) & 0xFFFFFFFF
+            ts_now = ts_clock(now, timestamp_offset(layer.host.isn_secret, dst, hdr.dst_port, src, hdr.src_port))
             tsval = (ts_now & ~0x3F) | bits
             if tsval > ts_now:
                 tsval -= 64  # never ahead of the connection's clock (the peer's PAWS would object)
@@ -166,7 +172,7 @@ class Listener:
         reply = TcpHeader(hdr.dst_port, hdr.src_port, iss, seq_add(hdr.seq, 1), SYN | ACK,
                           min(cfg.rcvbuf, 0xFFFF), 0, 0, mss=own_mss,
                           wscale=wscale, sack_permitted=sack_perm, timestamps=ts)
-        layer._send_header(dst, src, reply)
+        layer.send_segment(dst, src, reply, now)
         self.cookies_sent += 1
         layer.host.stats.inc("tcp.syncookies_sent")
 
@@ -181,7 +187,7 @@ class Listener:
             self.cookies_rejected += 1
             stats.drop("tcp.syncookie_bad")
             return False
-        if not self._has_room():
+        if not self.has_room():
             self.overflows += 1
             stats.drop("tcp.listen_overflow")
             return True  # valid but no room: drop quietly, the peer retransmits
@@ -194,12 +200,10 @@ class Listener:
                 peer_ws = bits & 0xF
             sack_ok = bool(bits & 0x10)
         conn = Connection(layer, self.config, (dst, hdr.dst_port), (src, hdr.src_port), listener=self)
-        if peer_ws is None:
-            conn.tcb.rcv_wscale = 0
-        layer._register(conn)
+        layer.register(conn)
         self.cookies_accepted += 1
         stats.inc("tcp.syncookies_accepted")
-        conn._open_from_cookie(hdr, COOKIE_MSS[idx], peer_ws, sack_ok, now)
+        conn.open_from_cookie(hdr, COOKIE_MSS[idx], peer_ws, sack_ok, now)
         if conn.tcb.state != State.CLOSED and (payload or hdr.flags & ~ACK):
             conn.segment_arrives(hdr, payload, now)  # data (or FIN) riding on the cookie ACK
         return True

@@ -8,13 +8,30 @@ unless timestamps disambiguate (RFC 7323 4).
 
 RFC 6298 2.4 says the RTO SHOULD be rounded up to 1 s; ``min_rto`` is
 configurable because practice (Linux: 200 ms) differs.
+
+``ts_clock`` is the RFC 7323 timestamp clock (TSval): milliseconds plus a
+per-connection random offset (RFC 7323 5.4 and 7.1); ``tsecr_rtt`` turns
+an echoed TSecr into a measurement (RFC 7323 4.1).
 """
 
 from __future__ import annotations
 
+from ustack.transport.tcp.seq import MASK
+
 ALPHA = 1 / 8
 BETA = 1 / 4
 K = 4
+
+
+def ts_clock(now: float, offset: int) -> int:
+    """Our TSval at ``now``: milliseconds plus the connection's offset, mod 2**32."""
+    return (int(now * 1000) + offset) & MASK
+
+
+def tsecr_rtt(now: float, offset: int, tsecr: int) -> float | None:
+    """The RTT (seconds) an echoed TSecr measures, or None when it echoes a TSval from the future."""
+    r = (ts_clock(now, offset) - tsecr) & MASK
+    return r / 1000.0 if r < 0x7FFFFFFF else None
 
 
 class RttEstimator:

@@ -1,10 +1,11 @@
 """The transmission control block: one slotted object per connection (RFC 9293 3.3.1).
 
 It holds the per-connection sequence state in the RFC's names, plus what
-RFC 7323 (window scale, timestamps) and RFC 2018 (SACK) add. The future
+RFC 7323 (window scale, timestamps) and RFC 2018 (SACK) add: the one record
+the connection's ``Sender``, ``Receiver`` and ``Output`` share. The future
 Cython fast path (header prediction for established flows) reads and
-updates exactly these fields; timers, buffers and policy live in
-``Connection``.
+updates exactly these fields plus the sender's and receiver's own; timers,
+buffers and policy live in those parts and in ``Connection``.
 
 All sequence values are 32-bit and compared with ``ustack.transport.tcp.seq``.
 ``snd_nxt`` is the next sequence number to send: it is pulled back to

@@ -1,0 +1,185 @@
+"""The receiving side of a connection: receive buffer, reassembly, delayed ACK, window, SACK blocks.
+
+``Receiver`` owns what RFC 9293 3.10.7.4 (seventh step, segment text) and
+3.8.6.2.2 need, apart from the sequence space in the shared ``Tcb``
+(RCV.NXT, RCV.WND, the advertised right edge):
+
+- text: in-order bytes go to the ``ReceiveBuffer`` for the user,
+  out-of-order runs are kept for reassembly (bounded), and RCV.NXT moves;
+- ACK policy (RFC 5681 4.2, RFC 1122 4.2.3.2): an ACK for every second
+  full-sized segment, otherwise within ``delack_timeout``; at once for an
+  out-of-order segment and for one that fills a gap. ``ack_now`` says an
+  ACK is owed now; whoever sends a segment with an ACK calls ``ack_sent``;
+- the window we advertise follows receiver SWS avoidance (RFC 9293
+  3.8.6.2.2): the right edge moves only by at least min(RCV.BUFF/2, MSS),
+  never left, and a read that opens it usefully asks for a window update;
+- SACK blocks for the out-of-order runs, the most recently changed first
+  (RFC 2018 4).
+
+The connection decides what a segment's text is (acceptability, trimming)
+and what the peer's FIN means for the state machine; ``receive_fin`` only
+moves RCV.NXT past it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from ustack.transport.tcp.recvbuf import ReceiveBuffer
+from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
+from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED
+
+if TYPE_CHECKING:
+    from ustack.transport.tcp.config import TcpConfig
+    from ustack.transport.tcp.tcb import Tcb
+
+
+class Receiver:
+    __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "delayed_ack", "delack_timeout", "recv_high",
+                 "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received")
+
+    def __init__(self, tcb: Tcb, config: TcpConfig, stats, delack_timer, high_water: Callable[[], None]):
+        self.tcb = tcb
+        self.rcvbuf = ReceiveBuffer(config.rcvbuf, config.max_ooo_runs)
+        self.stats = stats
+        self.delack_timer = delack_timer  # fires the connection's delayed-ACK event
+        self.high_water = high_water  # called when readable bytes reach ``recv_high``
+        self.ack_now = False  # an ACK is owed now (out of order, gap filled, FIN, every 2nd segment...)
+        self.wnd_update = False  # a read opened the window: advertise it
+        self.unacked = 0  # in-order bytes received since our last ACK
+        self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
+        self.bytes_received = 0
+        self.configure(config)
+
+    def configure(self, config: TcpConfig) -> None:
+        self.rcvbuf.capacity = config.rcvbuf
+        self.rcvbuf.max_runs = config.max_ooo_runs
+        self.delayed_ack = config.delayed_ack
+        self.delack_timeout = config.delack_timeout
+        self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
+
+    # -- text ------------------------------------------------------------
+
+    def receive(self, dseq: int, data, now: float) -> None:
+        """Text at ``dseq`` (already trimmed to the window, RFC 9293 3.10.7.4 seventh step)."""
+        tcb = self.tcb
+        rcvbuf = self.rcvbuf
+        off = seq_diff(dseq, tcb.rcv_nxt)
+        had_gap = rcvbuf.ooo_bytes > 0
+        before = len(rcvbuf)
+        adv = rcvbuf.write(off, data)
+        if adv < 0:
+            self.stats.drop("tcp.ooo_overflow")
+            self.ack_now = True
+            return
+        if off > 0:
+            self.stats.inc("tcp.ooo_segs")
+            self.ack_now = True  # RFC 5681 4.2: an out-of-order segment is ACKed at once
+            return
+        if adv == 0:
+            return
+        tcb.rcv_nxt = seq_add(tcb.rcv_nxt, adv)
+        self.bytes_received += adv
+        if len(data) > tcb.rcv_mss:
+            tcb.rcv_mss = min(len(data), tcb.mss_base)
+        if had_gap or not self.delayed_ack:
+            self.ack_now = True  # this segment filled (part of) a gap
+        else:
+            self.unacked += adv
+            if self.unacked >= 2 * tcb.rcv_mss:
+                self.ack_now = True  # every second full-sized segment
+            elif self.delack_timer.deadline is None:
+                self.delack_timer.arm(now + self.delack_timeout)
+        if self.rd_shutdown:
+            rcvbuf.read(len(rcvbuf))
+        elif before < self.recv_high <= len(rcvbuf):
+            self.high_water()
+
+    def receive_fin(self) -> None:
+        """The peer's FIN is in sequence: RCV.NXT moves past it, and it is acknowledged at once."""
+        tcb = self.tcb
+        tcb.rcv_nxt = seq_add(tcb.rcv_nxt, 1)
+        tcb.fin_rcvd = True
+        tcb.fin_rcvd_seq = None
+        self.ack_now = True
+
+    def after_read(self) -> bool:
+        """The user took bytes: True when a window update should go out (RFC 9293 3.8.6.2.2)."""
+        tcb = self.tcb
+        if tcb.state not in RECEIVING:
+            return False
+        cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
+        rcvbuf = self.rcvbuf
+        cap = rcvbuf.capacity
+        if cur <= cap // 2 and rcvbuf.free - cur >= min(cap // 2, tcb.mss_base):
+            self.wnd_update = True
+            return True
+        return False
+
+    def shutdown(self) -> None:
+        """SHUT_RD: what is buffered and what arrives later is discarded."""
+        self.rd_shutdown = True
+        self.rcvbuf.read(len(self.rcvbuf))
+
+    # -- what outgoing segments carry --------------------------------------
+
+    def select_window(self) -> int:
+        """The window field to advertise now (scaled); updates RCV.WND and the advertised right edge."""
+        tcb = self.tcb
+        rcvbuf = self.rcvbuf
+        free = rcvbuf.free
+        cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
+        if cur < 0:
+            cur = 0
+        # Receiver SWS avoidance: move the right edge only by a useful amount.
+        if free - cur < min(rcvbuf.capacity // 2, tcb.mss_base):
+            win = cur
+        else:
+            win = free
+        shift = tcb.rcv_wscale
+        field = (win + (1 << shift) - 1) >> shift  # round up: never shrink the window (RFC 7323 2.4)
+        if field > 0xFFFF:
+            field = 0xFFFF
+        actual = field << shift
+        tcb.rcv_wnd = actual
+        edge = seq_add(tcb.rcv_nxt, actual)
+        if seq_gt(edge, tcb.rcv_adv):
+            tcb.rcv_adv = edge
+        return field
+
+    def syn_window(self, synack: bool) -> int:
+        """The window of our SYN or SYN-ACK: never scaled (RFC 7323 2.2)."""
+        tcb = self.tcb
+        window = min(self.rcvbuf.free, 0xFFFF)
+        tcb.rcv_wnd = window
+        if synack:
+            tcb.rcv_adv = seq_add(tcb.rcv_nxt, window)
+        return window
+
+    def sack_blocks(self, limit: int) -> tuple:
+        """SACK blocks for the out-of-order runs, the most recently changed first (RFC 2018 4)."""
+        rcvbuf = self.rcvbuf
+        if not rcvbuf.ooo_bytes:
+            return ()
+        runs = rcvbuf.runs()
+        base = self.tcb.rcv_nxt
+        last = rcvbuf.last_run
+        ordered = [r for r in runs if r[0] == last] + [r for r in runs if r[0] != last]
+        return tuple((seq_add(base, s), seq_add(base, e)) for s, e in ordered[:limit])
+
+    def ack_sent(self) -> None:
+        """A segment acknowledging RCV.NXT left: nothing is owed any more."""
+        self.ack_now = False
+        self.wnd_update = False
+        self.unacked = 0
+        if self.delack_timer.deadline is not None:
+            self.delack_timer.cancel()
+
+    def stop(self) -> None:
+        """No more delayed ACKs (TIME-WAIT, CLOSED)."""
+        self.delack_timer.cancel()
+
+    def ack_owed(self) -> bool:
+        """The delayed-ACK timer expired: is an ACK still owed?"""
+        tcb = self.tcb
+        return tcb.state in SYNCHRONIZED and (tcb.last_ack_sent != tcb.rcv_nxt or self.ack_now or self.unacked > 0)

@@ -1,0 +1,376 @@
+"""The sending side of a connection: send buffer, output loop, ACK processing, RTT, timers' work.
+
+``Sender`` owns the send buffer, the RTT estimator (RFC 6298), the
+congestion controller (``congestion``), the loss recovery (``recovery``),
+the retransmission and persist timers and the counters of what it sent;
+the sequence space (SND.UNA, SND.NXT, SND.MAX, SND.WND...) is in the shared
+``Tcb``. The connection tells it about acceptable ACKs (``on_ack``) and
+timer expiries (``retransmit_timeout``, ``persist_timeout``) and asks it to
+send (``output``).
+
+The output loop sends what the windows allow, in this order of rules:
+
+- usable window = min(SND.WND, window) - (SND.NXT - SND.UNA), where the
+  window is the congestion window as loss recovery sees it (inflation,
+  RFC 3042 limited transmit); during SACK recovery new data is sent by
+  the recovery's NextSeg instead, within the ``budget`` it passes;
+- a full-sized segment always goes; a short one goes only when it empties
+  the send queue and nothing is unacknowledged (Nagle, RFC 896 / RFC 1122
+  4.2.3.4) or TCP_NODELAY is set or the FIN follows, or when it is at least
+  half the largest window the peer ever offered (sender SWS avoidance,
+  RFC 9293 3.8.6.2.1), or when the persist timer forces it;
+- a FIN goes once all data is sent, even into a zero window;
+- when unsent data is left and no timer will clock it out, the persist
+  timer is armed; on expiry it sends one byte past a zero window (RFC 9293
+  3.8.6.1) or forces a small segment (the SWS override timeout), backing off
+  exponentially up to ``persist_max``.
+
+``snd_nxt`` is pulled back to SND.UNA by a timeout (go-back-N) and when the
+peer's window closes with data outstanding (then probing, as BSD does);
+``snd_max`` keeps the highest sequence number sent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from ustack.transport.tcp.congestion import make
+from ustack.transport.tcp.recovery import NewRenoRecovery, SackRecovery
+from ustack.transport.tcp.rtt import RttEstimator, tsecr_rtt
+from ustack.transport.tcp.sendbuf import SendBuffer
+from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_le, seq_lt
+from ustack.transport.tcp.tcb import SENDING
+from ustack.wire.tcp import ACK, FIN, PSH, SYN
+
+if TYPE_CHECKING:
+    from ustack.transport.tcp.config import TcpConfig
+    from ustack.transport.tcp.congestion import CongestionControl
+    from ustack.transport.tcp.output import Output
+    from ustack.transport.tcp.recovery import Recovery
+    from ustack.transport.tcp.tcb import Tcb
+
+
+class Sender:
+    __slots__ = ("tcb", "out", "stats", "sndbuf", "rtt", "cc", "recovery", "rtx_timer", "persist_timer",
+                 "low_water", "nodelay", "max_retries", "persist_max", "send_low",
+                 "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
+                 "retransmits", "timeouts", "dup_acks", "bytes_acked")
+
+    def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
+                 low_water: Callable[[], None], mss: int):
+        self.tcb = tcb
+        self.out = out
+        self.stats = stats
+        self.sndbuf = SendBuffer(config.sndbuf)
+        self.rtt = RttEstimator(config.initial_rto, config.min_rto, config.max_rto)
+        self.cc: CongestionControl = make(config.congestion, mss)
+        self.recovery: Recovery = NewRenoRecovery(self, 0)  # until the handshake settles SACK (use_sack)
+        self.rtx_timer = rtx_timer  # fires the connection's retransmission timeout
+        self.persist_timer = persist_timer  # fires the connection's persist timeout
+        self.low_water = low_water  # called when queued bytes fall to ``send_low``
+        self.rtx_count = 0  # consecutive retransmission timeouts (RFC 1122 4.2.3.5 R2)
+        self.persist_backoff = 0
+        self.probes_out = 0  # zero-window probes the peer has not answered
+        self.rtt_seq = None  # sequence number whose ACK ends the RTT measurement in progress
+        self.rtt_time = 0.0
+        self.force = False  # the persist timer forces a small segment (SWS override)
+        self.retransmits = self.timeouts = self.dup_acks = self.bytes_acked = 0
+        self.configure(config)
+
+    def configure(self, config: TcpConfig) -> None:
+        self.sndbuf.capacity = config.sndbuf
+        self.rtt.min_rto, self.rtt.max_rto = config.min_rto, config.max_rto
+        self.nodelay = config.nodelay
+        self.max_retries = config.max_retries
+        self.persist_max = config.persist_max
+        self.send_low = config.send_low_water if config.send_low_water is not None else config.sndbuf // 2
+
+    def set_congestion(self, name: str) -> None:
+        """Switch algorithm on a live connection: the new one starts from cwnd and ssthresh."""
+        cc = self.cc
+        new = make(name, self.tcb.snd_mss, cc.window, cc.ssthresh)
+        if new.name != cc.name:
+            self.cc = new
+
+    # -- the handshake ---------------------------------------------------
+
+    def use_sack(self, sack_ok: bool) -> None:
+        """The handshake settled SACK (RFC 2018): loss recovery by the scoreboard (RFC 6675) or
+        NewReno's (RFC 6582), with "recover" initialised to the ISS (RFC 6582 3.2 step 1)."""
+        cls = SackRecovery if sack_ok else NewRenoRecovery
+        self.recovery = cls(self, self.tcb.iss)
+
+    def arm_rtx(self, now: float, restart: bool = True) -> None:
+        """Run the retransmission timer for a SYN or SYN-ACK just sent."""
+        if restart or self.rtx_timer.deadline is None:
+            self.rtx_timer.arm(now + self.rtt.rto)
+
+    def syn_timeout(self, limit: int) -> bool:
+        """The SYN or SYN-ACK timed out: back off for a retransmission, or False after ``limit`` of them."""
+        if self.rtx_count >= limit:
+            return False
+        self.rtx_count += 1
+        self.timeouts += 1
+        self.retransmits += 1
+        self.rtt.backoff()
+        self.stats.inc("tcp.retrans_segs")
+        return True
+
+    def established(self, syn_retransmitted: bool) -> None:
+        """The handshake completed: stop its timer; the controller learns SMSS."""
+        self.rtx_timer.cancel()
+        self.rtx_count = 0
+        self.rtt.reset_backoff()
+        if syn_retransmitted:
+            self.rtt.set_floor(3.0)  # RFC 6298 5.7
+        self.cc.set_mss(self.tcb.snd_mss)
+
+    def sample_tsecr(self, ts, now: float) -> bool:
+        """RFC 7323 4.1: an RTT sample from the TSecr of ``ts``; False when the segment echoes none."""
+        tcb = self.tcb
+        if ts is None or not ts[1] or not tcb.ts_ok:
+            return False
+        r = tsecr_rtt(now, tcb.ts_offset, ts[1])
+        if r is not None:
+            self.rtt.sample(r)
+        return True
+
+    # -- acknowledgments (RFC 9293 3.10.7.4, fifth step) -----------------
+
+    def on_ack(self, seg, dlen: int, now: float) -> None:
+        """An acceptable ACK in a synchronized state (``dlen`` = the segment's data length)."""
+        tcb = self.tcb
+        ack = seg.ack
+        una = tcb.snd_una
+        snd_max = tcb.snd_max
+        advanced = seq_diff(ack, una)
+        seg_wnd = seg.window << tcb.snd_wscale
+        if advanced > 0:
+            self._advance(ack, advanced, seg.timestamps, now)
+        elif (advanced == 0 and dlen == 0 and not seg.flags & (SYN | FIN) and seg_wnd == tcb.snd_wnd
+              and snd_max != una and tcb.snd_wnd):
+            # RFC 5681 section 2: a duplicate ACK.
+            self.dup_acks += 1
+            self.recovery.on_dup_ack(ack, seq_diff(snd_max, una), now)
+        # Window update, guarded by SND.WL1/SND.WL2 against old segments.
+        seq = seg.seq
+        wl1 = tcb.snd_wl1
+        if seq_lt(wl1, seq) or (wl1 == seq and seq_le(tcb.snd_wl2, ack)):
+            old = tcb.snd_wnd
+            tcb.snd_wnd = seg_wnd
+            tcb.snd_wl1 = seq
+            tcb.snd_wl2 = ack
+            if seg_wnd > tcb.max_snd_wnd:
+                tcb.max_snd_wnd = seg_wnd
+            if seg_wnd and not old and self.persist_timer.deadline is not None:
+                self.persist_timer.cancel()
+                self.persist_backoff = 0
+        if tcb.state in SENDING:
+            self.recovery.after_ack(ack, seg.sack_blocks, now)
+
+    def _advance(self, ack: int, advanced: int, ts, now: float) -> None:
+        """SND.UNA moves to ``ack``, ``advanced`` sequence numbers on."""
+        tcb = self.tcb
+        sndbuf = self.sndbuf
+        before = len(sndbuf)
+        acked = advanced
+        if advanced > before:
+            acked = before
+            if tcb.fin_queued:
+                tcb.fin_acked = True
+        if acked:
+            sndbuf.acknowledge(acked)
+        tcb.snd_una = ack
+        if seq_lt(tcb.snd_nxt, ack):
+            tcb.snd_nxt = ack
+        self.bytes_acked += acked
+        self.rtx_count = 0
+        rtt = self.rtt
+        if not self.sample_tsecr(ts, now) and self.rtt_seq is not None and seq_ge(ack, self.rtt_seq):
+            rtt.sample(now - self.rtt_time)
+            self.rtt_seq = None
+        if not self.recovery.on_ack(ack, advanced, acked, seq_diff(tcb.snd_max, ack), now):
+            self.cc.on_ack(acked, rtt.srtt, now)
+        if tcb.snd_max == ack:
+            self.rtx_timer.cancel()  # RFC 6298 5.2
+        else:
+            self.rtx_timer.arm(now + rtt.rto)  # RFC 6298 5.3
+        if before > self.send_low >= len(sndbuf):
+            self.low_water()
+
+    # -- sending ---------------------------------------------------------
+
+    def send_data(self, seq: int, n: int, fin: bool, now: float, advance: bool = True, probe: bool = False) -> None:
+        """Send ``n`` bytes from the send buffer starting at ``seq`` (plus FIN)."""
+        tcb = self.tcb
+        off = seq_diff(seq, tcb.snd_una)
+        sndbuf = self.sndbuf
+        payload = sndbuf.peek(off, n) if n else b""
+        flags = ACK
+        if fin:
+            flags |= FIN
+        if n and off + n == len(sndbuf):
+            flags |= PSH
+        self.out.emit(seq, flags, now, payload)
+        end = seq_add(seq, n + 1 if fin else n)
+        if seq_lt(seq, tcb.snd_max):
+            self.retransmits += 1
+            self.stats.inc("tcp.retrans_segs")
+        elif n and not probe and self.rtt_seq is None and not tcb.ts_ok:
+            self.rtt_seq = end  # time this segment (Karn: only never-retransmitted ones)
+            self.rtt_time = now
+        if advance:
+            tcb.snd_nxt = end
+        if seq_gt(end, tcb.snd_max):
+            tcb.snd_max = end
+        if not probe and self.rtx_timer.deadline is None:
+            self.rtx_timer.arm(now + self.rtt.rto)
+
+    def retransmit(self, seq: int, n: int, now: float) -> None:
+        """Send ``n`` bytes from ``seq`` again; SND.NXT stays, no RTT sample (Karn)."""
+        self.rtt_seq = None
+        self.send_data(seq, n, False, now, advance=False)
+
+    def retransmit_head(self, now: float) -> None:
+        """Retransmit the first unacknowledged segment (fast retransmit, partial ACK, smaller MSS)."""
+        tcb = self.tcb
+        outstanding = seq_diff(tcb.snd_max, tcb.snd_una)
+        buffered = len(self.sndbuf)
+        n = min(tcb.snd_mss, buffered, outstanding)
+        fin = tcb.fin_queued and n == buffered and outstanding > buffered
+        if n <= 0 and not fin:
+            return
+        self.rtt_seq = None  # Karn
+        self.send_data(tcb.snd_una, n, fin, now, advance=False)
+
+    def output(self, now: float, budget: int | None = None) -> None:
+        """Send whatever the windows, Nagle and SWS avoidance allow (see the module docstring).
+
+        ``budget`` (SACK recovery's cwnd - pipe) replaces the congestion window.
+        """
+        tcb = self.tcb
+        if tcb.state not in SENDING:
+            return
+        if budget is None:
+            cwnd = self.recovery.window(self.cc.window)
+            if cwnd is None:
+                return  # SACK recovery sends new data itself
+        else:
+            cwnd = 0  # unused: the budget stands in for the congestion window
+        sndbuf = self.sndbuf
+        buffered = len(sndbuf)
+        una = tcb.snd_una
+        if tcb.snd_wnd == 0 and buffered and seq_gt(tcb.snd_nxt, una):
+            # The window closed with data outstanding: pull SND.NXT back and
+            # probe instead of retransmitting into a closed window (as BSD does).
+            tcb.snd_nxt = una
+            self.rtx_timer.cancel()
+            self.rtx_count = 0
+            if self.persist_timer.deadline is None:
+                self.arm_persist(now)
+        mss = tcb.snd_mss
+        force = self.force
+        self.force = False
+        send_data = self.send_data
+        while True:
+            nxt = tcb.snd_nxt
+            off = seq_diff(nxt, una)
+            if off > buffered:
+                break  # the FIN is out
+            avail = buffered - off
+            usable = min(tcb.snd_wnd, cwnd) - off if budget is None else min(tcb.snd_wnd - off, budget)
+            n = avail if avail < mss else mss
+            if n > usable:
+                n = usable if usable > 0 else 0
+            fin = tcb.fin_queued and off + n == buffered and not tcb.fin_acked
+            if n == 0 and not fin:
+                break
+            if 0 < n < mss and not seq_lt(nxt, tcb.snd_max) and not force:
+                if n == avail:
+                    # Nagle: a short final segment waits while data is unacknowledged.
+                    if not (self.nodelay or tcb.fin_queued or tcb.snd_max == una):
+                        break
+                elif n < tcb.max_snd_wnd // 2:
+                    break  # sender SWS avoidance: wait for the window to open further
+            send_data(nxt, n, fin, now)
+            force = False
+            if budget is not None:
+                budget -= n
+            if fin:
+                break
+        # Timers: something outstanding needs the retransmission timer; unsent
+        # data with nothing outstanding needs the persist timer.
+        if self.rtx_timer.deadline is None and self.persist_timer.deadline is None:
+            if tcb.snd_max != tcb.snd_una:
+                self.rtx_timer.arm(now + self.rtt.rto)
+            elif seq_diff(tcb.snd_nxt, una) < len(sndbuf):
+                self.arm_persist(now)
+
+    # -- timeouts --------------------------------------------------------
+
+    def retransmit_timeout(self, now: float) -> bool:
+        """RFC 6298 5.4-5.6, RFC 5681 3.1: retransmit the earliest segment, back off, go back N.
+
+        False, having done nothing, when ``max_retries`` timeouts in a row were not enough.
+        """
+        if self.rtx_count >= self.max_retries:
+            return False
+        tcb = self.tcb
+        self.rtx_count += 1
+        self.timeouts += 1
+        self.stats.inc("tcp.rto_expired")
+        self.cc.on_rto(seq_diff(tcb.snd_max, tcb.snd_una), now)
+        self.recovery.on_rto()
+        self.rtt.backoff()
+        self.rtt_seq = None  # Karn
+        tcb.snd_nxt = tcb.snd_una
+        self.output(now)
+        if self.rtx_timer.deadline is None and tcb.snd_max != tcb.snd_una:
+            self.rtx_timer.arm(now + self.rtt.rto)
+        return True
+
+    def arm_persist(self, now: float) -> None:
+        interval = self.rtt.rto * (1 << min(self.persist_backoff, 16))
+        self.persist_timer.arm(now + min(interval, self.persist_max))
+
+    def persist_pending(self) -> bool:
+        """The persist timer expired: is there anything for it to push?"""
+        tcb = self.tcb
+        buffered = len(self.sndbuf)
+        if tcb.state not in SENDING or not buffered:
+            return False
+        return seq_diff(tcb.snd_nxt, tcb.snd_una) < buffered or tcb.snd_wnd == 0
+
+    def persist_timeout(self, now: float) -> bool:
+        """Probe a zero window, or force a small segment; False when the probes went unanswered too long."""
+        tcb = self.tcb
+        self.persist_backoff += 1
+        if tcb.snd_wnd == 0:
+            # Zero-window probe: one octet of new data past the window (RFC 9293 3.8.6.1). The
+            # connection stays open while the peer answers (RFC 1122 4.2.2.17); unanswered
+            # probes count like retransmissions.
+            self.probes_out += 1
+            if self.probes_out > self.max_retries:
+                return False
+            self.stats.inc("tcp.window_probes")
+            tcb.snd_nxt = tcb.snd_una  # always the first unacknowledged octet
+            self.send_data(tcb.snd_una, 1, False, now, probe=True)
+        else:
+            self.force = True  # SWS override timeout
+            self.output(now)
+        if self.rtx_timer.deadline is None and (
+                tcb.snd_wnd == 0 or seq_diff(tcb.snd_nxt, tcb.snd_una) < len(self.sndbuf)):
+            self.arm_persist(now)
+        return True
+
+    @property
+    def busy(self) -> bool:
+        """Data is outstanding or a window probe is due: a timer watches the peer already."""
+        tcb = self.tcb
+        return tcb.snd_max != tcb.snd_una or self.persist_timer.deadline is not None
+
+    def stop(self) -> None:
+        """No more retransmissions or probes (TIME-WAIT, CLOSED)."""
+        self.rtx_timer.cancel()
+        self.persist_timer.cancel()
+
