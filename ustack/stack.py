@@ -5,7 +5,7 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
     device -> Link (TX slots, batching, Ethernet framing)
            -> ArpLayer (neighbour cache)  ->  Ipv4Layer (an IpLayer: routing, output, fragments)
            -> ProtocolTable {TCP, UDP}    ->  IcmpLayer (echo, errors out, errors in -> the table)
-           -> UdpLayer, TcpLayer (through TcpOverIp, the TcpHost that puts TCP on an IpLayer)
+           -> UdpLayer, TcpLayer (through transport.tcp.ip_host.TcpOverIp, its TcpHost on an IpLayer)
 
 ``poll(now)`` is one run-to-completion round:
 
@@ -28,7 +28,6 @@ application's send) is committed at once by the Link, or batched with
 
 from __future__ import annotations
 
-import errno
 import os
 from typing import Optional
 
@@ -38,7 +37,7 @@ from ustack.device import Device
 from ustack.net.addr import to_str
 from ustack.net.arp import ArpLayer
 from ustack.net.icmp import IcmpLayer
-from ustack.net.ip import IpLayer, ProtocolTable
+from ustack.net.ip import ProtocolTable
 from ustack.net.ipv4 import Ipv4Layer
 from ustack.net.link import Link
 from ustack.net.route import Interface
@@ -46,47 +45,12 @@ from ustack.snapshot import snapshot
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
 from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.ip_host import TcpOverIp
 from ustack.transport.tcp.layer import TcpLayer
 from ustack.transport.udp import UdpLayer
-from ustack.wire.icmp import DEST_UNREACHABLE
+from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREACHABLE, TIME_EXCEEDED
 from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
-class TcpOverIp:
-    """The ``TcpHost`` that puts a TcpLayer on an IpLayer (and routes ICMP errors back to it)."""
-
-    __slots__ = ("ip", "timers", "stats", "isn_secret", "tcp")
-
-    def __init__(self, ip: IpLayer, timers: TimerHeap, stats: Stats, isn_secret: bytes):
-        self.ip = ip
-        self.timers = timers
-        self.stats = stats
-        self.isn_secret = isn_secret
-        self.tcp: Optional[TcpLayer] = None
-
-    def tcp_output(self, src: bytes, dst: bytes, segment, now: float) -> None:
-        """A whole TCP segment (checksum filled) to IP; DF set for path-MTU discovery (RFC 1191)."""
-        ip = self.ip
-        try:
-            ip.output(src, dst, PROTO_TCP, segment, now, df=len(segment) + ip.header_len <= ip.mtu(dst))
-        except OSError as e:
-            # No route: the segment is lost like any other; TCP's timers recover or give up.
-            self.stats.drop("tcp.output_" + (errno.errorcode.get(e.errno, "error").lower()))
-
-    def tcp_output_segment(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
-                           window: int, ts, payload, now: float) -> bool:
-        return self.ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
-
-    def route_mtu(self, dst: bytes) -> int:
-        return self.ip.mtu(dst)
-
-    def pick_source(self, dst: bytes) -> bytes:
-        return self.ip.source(dst)
-
-    def icmp_error(self, src: bytes, sport: int, dst: bytes, dport: int, itype: int, code: int, info: int,
-                   quoted: bytes, now: float) -> None:
-        # RFC 5927: the quoted sequence number lets TCP tell a genuine error from a blind forgery.
-        self.tcp.icmp_error(src, sport, dst, dport, itype, code, info, now=now,
-                            quoted_seq=int.from_bytes(quoted[4:8], "big"))
 
 
 class Stack:
@@ -113,13 +77,13 @@ class Stack:
         self.protocols = ProtocolTable()
         self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats)
         self.udp = UdpLayer(ip, iface, stats, secret,
-                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, 3, dgram, src, now))
+                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config)
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
         ip.redeliver = self._deliver
-        ip.on_time_exceeded = lambda original, src, now: icmp.send_error(11, 1, original, src, now)
+        ip.on_time_exceeded = lambda original, src, now: icmp.send_error(TIME_EXCEEDED, 1, original, src, now)
         self._handlers = {K_UDP: self.udp.input, K_TCP: self._tcp_input, K_ICMP: self._icmp_input,
                           K_ARP: self._arp_input, K_FRAG: ip.input_fragment, K_IP_OTHER: self._other_input}
         self._verify_l4 = not caps.rx_checksum_verified
@@ -197,7 +161,7 @@ class Stack:
         self.stats.drop("ipv4.unknown_protocol")
         if pkt.dst == self.iface.addr:
             l3 = pkt.l3
-            self.icmp.send_error(DEST_UNREACHABLE, 2, frame[l3:l3 + pkt.total_len], pkt.src, now)  # protocol
+            self.icmp.send_error(DEST_UNREACHABLE, PROTOCOL_UNREACHABLE, frame[l3:l3 + pkt.total_len], pkt.src, now)
 
     # -- for applications' batches and the end -----------------------------------
     def tx_batch(self):

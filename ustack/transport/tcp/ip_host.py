@@ -1,0 +1,57 @@
+"""TcpOverIp: the ``TcpHost`` that puts a TcpLayer on an ``IpLayer``.
+
+TCP knows the network layer only through this adapter: segments out
+(``ip.output`` with DF for path-MTU discovery, RFC 1191, or the fast emit
+straight into a TX slot), routing facts (MTU, source address), and ICMP
+errors back in (registered in the IP ``ProtocolTable`` for protocol 6).
+IPv6 needs no change here: it is another ``IpLayer``.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Optional
+
+from ustack.net.ip import IpLayer
+from ustack.stats import Stats
+from ustack.timers import TimerHeap
+from ustack.transport.tcp.layer import TcpLayer
+from ustack.wire.proto import PROTO_TCP
+
+
+class TcpOverIp:
+    """The ``TcpHost`` that puts a TcpLayer on an IpLayer (and routes ICMP errors back to it)."""
+
+    __slots__ = ("ip", "timers", "stats", "isn_secret", "tcp")
+
+    def __init__(self, ip: IpLayer, timers: TimerHeap, stats: Stats, isn_secret: bytes):
+        self.ip = ip
+        self.timers = timers
+        self.stats = stats
+        self.isn_secret = isn_secret
+        self.tcp: Optional[TcpLayer] = None
+
+    def tcp_output(self, src: bytes, dst: bytes, segment, now: float) -> None:
+        """A whole TCP segment (checksum filled) to IP; DF set for path-MTU discovery (RFC 1191)."""
+        ip = self.ip
+        try:
+            ip.output(src, dst, PROTO_TCP, segment, now, df=len(segment) + ip.header_len <= ip.mtu(dst))
+        except OSError as e:
+            # No route: the segment is lost like any other; TCP's timers recover or give up.
+            self.stats.drop("tcp.output_" + (errno.errorcode.get(e.errno, "error").lower()))
+
+    def tcp_output_segment(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                           window: int, ts, payload, now: float) -> bool:
+        return self.ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
+
+    def route_mtu(self, dst: bytes) -> int:
+        return self.ip.mtu(dst)
+
+    def pick_source(self, dst: bytes) -> bytes:
+        return self.ip.source(dst)
+
+    def icmp_error(self, src: bytes, sport: int, dst: bytes, dport: int, itype: int, code: int, info: int,
+                   quoted: bytes, now: float) -> None:
+        # RFC 5927: the quoted sequence number lets TCP tell a genuine error from a blind forgery.
+        self.tcp.icmp_error(src, sport, dst, dport, itype, code, info, now=now,
+                            quoted_seq=int.from_bytes(quoted[4:8], "big"))
