@@ -50,7 +50,7 @@ class SocketBase:
 
     def __init__(self, driver, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0):
         if not hasattr(driver, "wait_until"):
-            raise TypeError(f"a ustack socket takes a ustack.api.driver.Driver, not {type(driver).__name__}")
+            raise TypeError(f"a ustack socket takes a ustack.api.driver.Driver, not {driver.__class__.__name__}")
         self.stack = driver.stack
         self.family = family
         self.type = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
