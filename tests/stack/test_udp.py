@@ -154,3 +154,10 @@ def test_impaired_link_never_delivers_corrupt_data(seed):
     drops = net.a.stats.drops()
     assert any(k.endswith("bad_checksum") for k in drops), drops
     assert net.a.ipv4.reassembler.held == 0
+
+
+def test_a_socket_is_made_on_a_driver_not_a_stack():
+    net = Net()
+    with pytest.raises(TypeError, match="takes a ustack.api.driver.Driver, not Stack"):
+        usocket(net.a, type=SOCK_DGRAM)
+    net.close()
