@@ -119,16 +119,17 @@ class PipeEnd:
 
     # -- link side -----------------------------------------------------------
     def _deliver(self, when: float, frame: bytes) -> None:
+        # The signal byte is written under the lock that rx_burst drains under: written after
+        # the lock, a drain in between could clear ``_signalled`` first and leave the late byte
+        # in the pipe for good (an fd readable forever, a poller spinning).
         with self._lock:
             heapq.heappush(self._arrivals, (when, next(self.link._seq), frame))
-            signal = not self._signalled and not self.closed
-            if signal:
+            if not self._signalled and not self.closed:
                 self._signalled = True
-        if signal:
-            try:
-                os.write(self._wfd, b"\0")
-            except BlockingIOError:
-                pass
+                try:
+                    os.write(self._wfd, b"\0")
+                except BlockingIOError:
+                    pass
 
     def _drain_signal(self) -> None:
         if self._signalled and not self.closed:
