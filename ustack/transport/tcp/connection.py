@@ -877,6 +877,11 @@ class Connection:
         self.configure(nodelay=bool(value))
 
     @property
+    def interactive(self) -> bool:
+        """Ping-pong mode: ACKs are being delayed to ride on our replies (``delack.DelayedAck``)."""
+        return self.receiver.delack.pingpong
+
+    @property
     def reader_waiting(self) -> bool:
         """The application is blocked in a receive on this connection (set by the socket layer).
 
