@@ -42,9 +42,9 @@ sends. Passing ``now=`` flushes at once.
 
 Timers (one ``Timer`` each on the host's heap, all firing here):
 retransmission (RFC 6298; also SYN and SYN-ACK), persist (zero-window
-probes), delayed ACK, keepalive (RFC 1122 4.2.3.6, idle/interval/count),
-and a close timer for TIME-WAIT (2 MSL) and the FIN-WAIT-2 timeout of
-closed connections.
+probes), delayed ACK (its policy in ``delack.py``), cork (TCP_CORK's 200 ms
+cap), keepalive (RFC 1122 4.2.3.6, idle/interval/count), and a close timer
+for TIME-WAIT (2 MSL) and the FIN-WAIT-2 timeout of closed connections.
 
 Errors: a reset, refusal or timeout sets ``error`` (ConnectionResetError,
 ConnectionRefusedError, TimeoutError) and closes the connection. The error
