@@ -159,7 +159,7 @@ def test_dirty_connections_flush_on_layer_flush():
 # -- delayed ACK ------------------------------------------------------------------------
 
 def test_delayed_ack_every_second_full_segment_and_timeout():
-    h, conn = established(delayed_ack=True, delack_timeout=0.04)
+    h, conn = established(delayed_ack=True, delack_timeout=0.04, max_quickacks=0)  # no quick-ACK mode
     h.peer.send(flags="A", payload=b"1" * 1460)
     h.peer.expect_nothing()
     h.peer.send(flags="A", payload=b"2" * 1460)
@@ -171,7 +171,7 @@ def test_delayed_ack_every_second_full_segment_and_timeout():
 
 
 def test_delayed_ack_rides_on_data():
-    h, conn = established(delayed_ack=True)
+    h, conn = established(delayed_ack=True, max_quickacks=0)  # no quick-ACK mode
     h.peer.send(flags="PA", payload=b"question")
     h.peer.expect_nothing()
     conn.send(b"answer", now=h.now)

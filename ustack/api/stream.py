@@ -4,7 +4,7 @@
 ``StreamSocket``: bind, listen, accept, connect / connect_ex (blocking, with
 timeout, or non-blocking with BlockingIOError(EINPROGRESS)), send, sendall,
 recv, recv_into, shutdown, close, settimeout, setblocking, getsockname,
-getpeername, setsockopt/getsockopt (TCP_NODELAY, SO_RCVBUF, SO_SNDBUF,
+getpeername, setsockopt/getsockopt (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_RCVBUF, SO_SNDBUF,
 SO_KEEPALIVE, SO_REUSEADDR, SO_LINGER, TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG,
 SO_ERROR). Failures raise the stdlib's exceptions: ConnectionRefusedError,
 ConnectionResetError, BrokenPipeError, TimeoutError.
@@ -37,6 +37,8 @@ _SOCKOPT_KNOBS = {
     (SOL_SOCKET, _std.SO_SNDBUF): "sndbuf",
     (SOL_SOCKET, _std.SO_KEEPALIVE): "keepalive",
     (IPPROTO_TCP, _std.TCP_NODELAY): "nodelay",
+    (IPPROTO_TCP, _std.TCP_CORK): "cork",
+    (IPPROTO_TCP, _std.TCP_QUICKACK): "quickack",  # one-shot, as in Linux (Connection.configure)
     (IPPROTO_TCP, _std.TCP_KEEPIDLE): "keepidle",
     (IPPROTO_TCP, _std.TCP_KEEPINTVL): "keepintvl",
     (IPPROTO_TCP, _std.TCP_KEEPCNT): "keepcnt",
@@ -259,7 +261,7 @@ class StreamSocket(SocketBase):
         conn = self._require_conn()
         if bufsize < 0:
             raise ValueError("negative buffersize in recv")
-        self._wait(lambda: conn.readable)
+        self._wait_readable(conn)
         return self._call(lambda now: conn.recv(bufsize, now))
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
@@ -271,8 +273,20 @@ class StreamSocket(SocketBase):
             if nbytes > len(view):
                 raise ValueError("buffer too small for requested bytes")
             view = view[:nbytes]
-        self._wait(lambda: conn.readable)
+        self._wait_readable(conn)
         return self._call(lambda now: conn.recv_into(view, now))
+
+    def _wait_readable(self, conn) -> None:
+        """Wait for ``conn`` to be readable; while blocked, the connection knows a reader waits
+        (``Connection.reader_waiting``: a PSH-ed segment is then ACKed at once, as Linux does)."""
+        if self._timeout == 0.0 or conn.readable:
+            self._wait(lambda: conn.readable)
+            return
+        conn.reader_waiting = True
+        try:
+            self._wait(lambda: conn.readable)
+        finally:
+            conn.reader_waiting = False
 
     def shutdown(self, how: int) -> None:
         conn = self._require_conn()
@@ -317,7 +331,7 @@ class StreamSocket(SocketBase):
         v = int.from_bytes(value, "little") if isinstance(value, (bytes, bytearray)) else int(value)
         if knob in ("rcvbuf", "sndbuf"):
             v = max(4096, v * 2)  # Linux doubles the request for bookkeeping; so do we
-        elif knob in ("nodelay", "keepalive"):
+        elif knob in ("nodelay", "keepalive", "cork", "quickack"):
             v = bool(v)
         elif knob in ("keepidle", "keepintvl"):
             v = float(v)
@@ -339,6 +353,9 @@ class StreamSocket(SocketBase):
         knob = _SOCKOPT_KNOBS.get((level, optname))
         if knob is None:
             raise OSError(errno.ENOPROTOOPT, "Protocol not available")
+        if knob == "quickack":
+            # Linux answers whether the connection is out of ping-pong mode (ACKs not being delayed for a reply).
+            return int(self._conn is None or not self._conn.interactive)
         cfg = self._conn.config if self._conn is not None else self.stack.tcp.config.derive(**self._knobs)
         value = getattr(cfg, knob)
         if knob == "mss" and not value and self._conn is not None:

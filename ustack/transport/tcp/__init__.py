@@ -6,7 +6,9 @@ space, shared by the parts), ``sendbuf``/``recvbuf`` (buffers, reassembly),
 (the ``CongestionControl`` protocol, NewReno, CUBIC), ``scoreboard`` (SACKed
 ranges at the sender), ``recovery`` (loss recovery: NewReno fast recovery,
 RFC 6675 SACK recovery), ``sender`` / ``receiver`` (the two sides of a
-connection, each owning its state), ``output`` (building and emitting
+connection, each owning its state; the sender does Nagle in Minshall's
+variant and TCP_CORK), ``delack`` (when the receiver ACKs: quick-ACK and
+ping-pong modes, the adaptive delay, as Linux), ``output`` (building and emitting
 segments), ``connection`` (the state machine, user calls, timers, wiring),
 ``listener`` (SYN and accept queues, cookies), ``isn`` (RFC 6528 ISNs, SYN
 cookies), ``layer`` (demux, closed ports: what the stack calls), ``config``

@@ -18,9 +18,13 @@ from ustack.transport.tcp.congestion import ALGORITHMS
 class TcpConfig:
     sndbuf: int = 256 * 1024  # send buffer capacity (bytes)
     rcvbuf: int = 256 * 1024  # receive buffer capacity; the window scale is chosen to cover it
-    nodelay: bool = False  # TCP_NODELAY: no Nagle (RFC 896, RFC 1122 4.2.3.4)
-    delayed_ack: bool = True  # RFC 1122 4.2.3.2 / RFC 5681 4.2
-    delack_timeout: float = 0.04  # must stay below 0.5 s (RFC 1122)
+    nodelay: bool = False  # TCP_NODELAY: no Nagle (RFC 896 with Minshall's rule, RFC 1122 4.2.3.4)
+    cork: bool = False  # TCP_CORK: hold partial segments until full, uncorked, or CORK_LIMIT (200 ms) passed
+    delayed_ack: bool = True  # RFC 1122 4.2.3.2 / RFC 5681 4.2 (heuristics: transport/tcp/delack.py)
+    delack_timeout: float = 0.04  # the shortest ACK delay (Linux's ATO minimum); below 0.5 s (RFC 1122)
+    delack_max: float = 0.2  # the longest ACK delay the adaptive ATO may reach (Linux TCP_DELACK_MAX)
+    max_quickacks: int = 16  # quick ACKs granted at the first data and after idle (Linux TCP_MAX_QUICKACKS); 0: none
+    quickack: bool = False  # TCP_QUICKACK, one-shot as in Linux: setting True enters quick-ACK mode, False ping-pong
     initial_rto: float = 1.0  # RFC 6298 2.1
     min_rto: float = 0.2  # RFC 6298 2.4 says 1 s; Linux uses 200 ms
     max_rto: float = 60.0  # RFC 6298 2.5
@@ -59,6 +63,10 @@ class TcpConfig:
             raise ValueError("buffer sizes must be positive")
         if not 0 < self.delack_timeout < 0.5:
             raise ValueError("delack_timeout must be in (0, 0.5) seconds (RFC 1122 4.2.3.2)")
+        if not self.delack_timeout <= self.delack_max < 0.5:
+            raise ValueError("delack_max must be in [delack_timeout, 0.5) seconds (RFC 1122 4.2.3.2)")
+        if self.max_quickacks < 0:
+            raise ValueError("max_quickacks must not be negative")
         if self.min_rto <= 0 or self.max_rto < self.min_rto:
             raise ValueError("need 0 < min_rto <= max_rto")
         if self.msl < 0:

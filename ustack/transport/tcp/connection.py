@@ -42,9 +42,9 @@ sends. Passing ``now=`` flushes at once.
 
 Timers (one ``Timer`` each on the host's heap, all firing here):
 retransmission (RFC 6298; also SYN and SYN-ACK), persist (zero-window
-probes), delayed ACK, keepalive (RFC 1122 4.2.3.6, idle/interval/count),
-and a close timer for TIME-WAIT (2 MSL) and the FIN-WAIT-2 timeout of
-closed connections.
+probes), delayed ACK (its policy in ``delack.py``), cork (TCP_CORK's 200 ms
+cap), keepalive (RFC 1122 4.2.3.6, idle/interval/count), and a close timer
+for TIME-WAIT (2 MSL) and the FIN-WAIT-2 timeout of closed connections.
 
 Errors: a reset, refusal or timeout sets ``error`` (ConnectionResetError,
 ConnectionRefusedError, TimeoutError) and closes the connection. The error
@@ -72,7 +72,7 @@ from ustack.transport.tcp.sender import Sender
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
 from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED, State, Tcb
 from ustack.wire.icmp import error_to_oserror
-from ustack.wire.tcp import ACK, FIN, RST, SYN
+from ustack.wire.tcp import ACK, FIN, PSH, RST, SYN
 
 _NEG_INF = float("-inf")
 # RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
@@ -118,7 +118,9 @@ class Connection:
         self.out = Output(tcb, self.receiver, host, (self.local_addr, self.local_port),
                           (self.remote_addr, self.remote_port))
         self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(self._on_rtx_timer),
-                             timers.timer(self._on_persist_timer), self._send_low_water, min(self._own_mss, 536))
+                             timers.timer(self._on_persist_timer), self._send_low_water, min(self._own_mss, 536),
+                             timers.timer(self._on_cork_timer))
+        self.receiver.rtt = self.sender.rtt
         self._keepalive_timer = timers.timer(self._on_keepalive_timer)
         self._close_timer = timers.timer(self._on_close_timer)
         self.error = None
@@ -454,7 +456,7 @@ class Connection:
                     self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
                     self.terminate()
                     return
-                self._receive_text(dseq, data, now)
+                self._receive_text(dseq, data, now, bool(seg.flags & PSH))
             else:
                 stats.drop("tcp.data_after_fin")
 
@@ -498,9 +500,9 @@ class Connection:
                 return False
         return True
 
-    def _receive_text(self, dseq: int, data, now: float) -> None:
+    def _receive_text(self, dseq: int, data, now: float, push: bool = False) -> None:
         tcb = self.tcb
-        self.receiver.receive(dseq, data, now)
+        self.receiver.receive(dseq, data, now, push)
         if tcb.fin_rcvd_seq is not None and tcb.fin_rcvd_seq == tcb.rcv_nxt:
             self._fin_arrives(now)  # the gap before an early FIN has filled
 
@@ -682,8 +684,12 @@ class Connection:
         self._notify()
 
     def _on_delack_timer(self, now: float) -> None:
-        if self.receiver.ack_owed():
+        if self.receiver.delack_expired():
             self.out.send_ack(now)
+
+    def _on_cork_timer(self, now: float) -> None:
+        if self.sender.cork_timeout(now):
+            self._notify()
 
     def _on_keepalive_timer(self, now: float) -> None:
         cfg = self.config
@@ -870,15 +876,38 @@ class Connection:
     def nodelay(self, value: bool) -> None:
         self.configure(nodelay=bool(value))
 
+    @property
+    def interactive(self) -> bool:
+        """Ping-pong mode: ACKs are being delayed to ride on our replies (``delack.DelayedAck``)."""
+        return self.receiver.delack.pingpong
+
+    @property
+    def reader_waiting(self) -> bool:
+        """The application is blocked in a receive on this connection (set by the socket layer).
+
+        The receiver then ACKs a PSH-ed segment at once (``delack.DelayedAck`` rule 4):
+        the data is consumed at once, and Linux ACKs after such a read.
+        """
+        return self.receiver.delack.reader_waiting
+
+    @reader_waiting.setter
+    def reader_waiting(self, value: bool) -> None:
+        self.receiver.delack.reader_waiting = bool(value)
+
     def configure(self, now: float | None = None, **knobs) -> None:
         """Change per-connection knobs (``TcpConfig`` names) on a live connection.
 
         The window scale was fixed by the handshake, so a larger ``rcvbuf``
-        can only be advertised up to 65535 << rcv_wscale.
+        can only be advertised up to 65535 << rcv_wscale. ``quickack`` acts
+        once, like Linux's TCP_QUICKACK: True enters quick-ACK mode (an owed
+        ACK leaves at once), False enters ping-pong mode (ACKs are delayed).
+        ``nodelay=True`` and ``cork=False`` send what may go now.
         """
         cfg = self.config = self.config.derive(**knobs)
         self.sender.configure(cfg)
         self.receiver.configure(cfg)
+        if "quickack" in knobs and self.receiver.quickack(cfg.quickack):
+            self._mark_dirty(now)
         if "congestion" in knobs:
             self.sender.set_congestion(cfg.congestion)
         if cfg.keepalive and self.tcb.state in (State.ESTABLISHED, State.CLOSE_WAIT):
@@ -886,7 +915,7 @@ class Connection:
             self._keepalive_timer.arm(base + cfg.keepidle)
         elif not cfg.keepalive:
             self._keepalive_timer.cancel()
-        if knobs.get("nodelay"):
+        if knobs.get("nodelay") or ("cork" in knobs and not cfg.cork):
             self._mark_dirty(now)
 
     def info(self) -> TcpInfo:

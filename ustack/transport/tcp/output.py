@@ -73,7 +73,7 @@ class Output:
         self.segs_out += 1
         self.stats.inc("tcp.out_segs")
         tcb.last_ack_sent = ack
-        rcv.ack_sent()
+        rcv.ack_sent(now, bool(payload))
 
     def emit_syn(self, flags: int, now: float, mss: int, wscale: int | None, sack_permitted: bool,
                  timestamps: bool) -> None:
@@ -90,7 +90,7 @@ class Output:
         self.stats.inc("tcp.out_segs")
         if synack:
             tcb.last_ack_sent = ack
-            self.receiver.ack_sent()
+            self.receiver.ack_sent(now, False)
 
     def send_ack(self, now: float) -> None:
         """A pure ACK: <SEQ=SND.MAX><ACK=RCV.NXT><CTL=ACK>.

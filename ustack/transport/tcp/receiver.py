@@ -7,9 +7,11 @@
 - text: in-order bytes go to the ``ReceiveBuffer`` for the user,
   out-of-order runs are kept for reassembly (bounded), and RCV.NXT moves;
 - ACK policy (RFC 5681 4.2, RFC 1122 4.2.3.2): an ACK for every second
-  full-sized segment, otherwise within ``delack_timeout``; at once for an
-  out-of-order segment and for one that fills a gap. ``ack_now`` says an
-  ACK is owed now; whoever sends a segment with an ACK calls ``ack_sent``;
+  full-sized segment; at once for an out-of-order segment and for one that
+  fills a gap; otherwise as ``delack.DelayedAck`` decides (quick-ACK mode,
+  ping-pong mode, PSH with a waiting reader, the adaptive delay). ``ack_now``
+  says an ACK is owed now; whoever sends a segment with an ACK calls
+  ``ack_sent``;
 - the window we advertise follows receiver SWS avoidance (RFC 9293
   3.8.6.2.2): the right edge moves only by at least min(RCV.BUFF/2, MSS),
   never left, and a read that opens it usefully asks for a window update;
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from ustack.transport.tcp.delack import DelayedAck
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
 from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 
 
 class Receiver:
-    __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "delayed_ack", "delack_timeout", "recv_high",
+    __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "delack", "rtt", "recv_high",
                  "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, delack_timer, high_water: Callable[[], None]):
@@ -49,19 +52,20 @@ class Receiver:
         self.unacked = 0  # in-order bytes received since our last ACK
         self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
         self.bytes_received = 0
+        self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
+        self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.configure(config)
 
     def configure(self, config: TcpConfig) -> None:
         self.rcvbuf.capacity = config.rcvbuf
         self.rcvbuf.max_runs = config.max_ooo_runs
-        self.delayed_ack = config.delayed_ack
-        self.delack_timeout = config.delack_timeout
+        self.delack.configure(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
 
     # -- text ------------------------------------------------------------
 
-    def receive(self, dseq: int, data, now: float) -> None:
-        """Text at ``dseq`` (already trimmed to the window, RFC 9293 3.10.7.4 seventh step)."""
+    def receive(self, dseq: int, data, now: float, push: bool = False) -> None:
+        """Text at ``dseq`` (already trimmed to the window, RFC 9293 3.10.7.4 seventh step); ``push``: PSH set."""
         tcb = self.tcb
         rcvbuf = self.rcvbuf
         off = seq_diff(dseq, tcb.rcv_nxt)
@@ -82,14 +86,21 @@ class Receiver:
         self.bytes_received += adv
         if len(data) > tcb.rcv_mss:
             tcb.rcv_mss = min(len(data), tcb.mss_base)
-        if had_gap or not self.delayed_ack:
-            self.ack_now = True  # this segment filled (part of) a gap
-        else:
-            self.unacked += adv
-            if self.unacked >= 2 * tcb.rcv_mss:
-                self.ack_now = True  # every second full-sized segment
-            elif self.delack_timer.deadline is None:
-                self.delack_timer.arm(now + self.delack_timeout)
+        delack = self.delack
+        rtt = self.rtt
+        rto = rtt.rto if rtt is not None else 1.0
+        delack.data_received(now, rto, rcvbuf.free, tcb.rcv_mss)
+        self.unacked += adv
+        if had_gap or not delack.enabled:
+            self.ack_now = True  # this segment filled (part of) a gap, or no delayed ACKs at all
+        elif self.unacked >= 2 * tcb.rcv_mss:
+            self.ack_now = True  # every second full-sized segment (RFC 5681 4.2)
+        elif delack.quickack_mode():
+            self.ack_now = True
+        elif push and delack.push_wants_ack():
+            self.ack_now = True
+        elif self.delack_timer.deadline is None:
+            self.delack_timer.arm(now + delack.timeout(rtt.srtt if rtt is not None else None))
         if self.rd_shutdown:
             rcvbuf.read(len(rcvbuf))
         elif before < self.recv_high <= len(rcvbuf):
@@ -113,6 +124,11 @@ class Receiver:
         cap = rcvbuf.capacity
         if cur <= cap // 2 and rcvbuf.free - cur >= min(cap // 2, tcb.mss_base):
             self.wnd_update = True
+            return True
+        delack = self.delack
+        if delack.pushed and not delack.pingpong and not len(rcvbuf) and self.unacked:
+            # A read emptied the buffer after a pushed segment: ACK it now (Linux tcp_cleanup_rbuf).
+            self.ack_now = True
             return True
         return False
 
@@ -167,8 +183,12 @@ class Receiver:
         ordered = [r for r in runs if r[0] == last] + [r for r in runs if r[0] != last]
         return tuple((seq_add(base, s), seq_add(base, e)) for s, e in ordered[:limit])
 
-    def ack_sent(self) -> None:
-        """A segment acknowledging RCV.NXT left: nothing is owed any more."""
+    def ack_sent(self, now: float, data: bool) -> None:
+        """A segment acknowledging RCV.NXT left (``data``: it carried data): nothing is owed any more."""
+        delack = self.delack
+        if data:
+            delack.data_sent(now)
+        delack.ack_sent(self.unacked > 0)
         self.ack_now = False
         self.wnd_update = False
         self.unacked = 0
@@ -178,6 +198,26 @@ class Receiver:
     def stop(self) -> None:
         """No more delayed ACKs (TIME-WAIT, CLOSED)."""
         self.delack_timer.cancel()
+
+    def delack_expired(self) -> bool:
+        """The delayed-ACK timer fired: True when an ACK is owed (the delay adapts, ``DelayedAck``)."""
+        if not self.ack_owed():
+            return False
+        rtt = self.rtt
+        self.delack.timer_expired(rtt.rto if rtt is not None else 1.0)
+        return True
+
+    def quickack(self, on: bool) -> bool:
+        """TCP_QUICKACK: on enters quick-ACK mode (True when an ACK is owed now), off enters ping-pong mode."""
+        delack = self.delack
+        if not on:
+            delack.pingpong = True
+            return False
+        delack.enter_quickack(self.rcvbuf.free, self.tcb.rcv_mss)
+        if self.tcb.state in SYNCHRONIZED and self.unacked:
+            self.ack_now = True
+            return True
+        return False
 
     def ack_owed(self) -> bool:
         """The delayed-ACK timer expired: is an ACK still owed?"""

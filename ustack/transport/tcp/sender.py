@@ -14,11 +14,22 @@ The output loop sends what the windows allow, in this order of rules:
   window is the congestion window as loss recovery sees it (inflation,
   RFC 3042 limited transmit); during SACK recovery new data is sent by
   the recovery's NextSeg instead, within the ``budget`` it passes;
-- a full-sized segment always goes; a short one goes only when it empties
-  the send queue and nothing is unacknowledged (Nagle, RFC 896 / RFC 1122
-  4.2.3.4) or TCP_NODELAY is set or the FIN follows, or when it is at least
-  half the largest window the peer ever offered (sender SWS avoidance,
-  RFC 9293 3.8.6.2.1), or when the persist timer forces it;
+- a full-sized segment always goes; a short one that empties the send
+  queue (a partial segment) follows Nagle's algorithm (RFC 896, RFC 1122
+  4.2.3.4) in Minshall's variant, as Linux does: it is held back only
+  while an earlier *short* segment is unacknowledged (SND.UNA < snd_sml,
+  the end of the last short segment sent), so a 2000-byte write leaves as
+  1448 + 552 at once and only a stream of small writes is coalesced.
+  TCP_NODELAY (``nodelay``) sends it at once. TCP_CORK (``cork``) holds it
+  whatever is outstanding, until it fills up, the cork is removed, a FIN
+  follows, or ``CORK_LIMIT`` (Linux's 200 ms) has passed since the cork
+  first held it (the cork timer then pushes it out). Uncorking runs the
+  output loop again: as in Linux, Nagle (Minshall) still applies then
+  unless ``nodelay`` is set;
+- a short segment that does not empty the queue (the window limits it)
+  goes only when it is at least half the largest window the peer ever
+  offered (sender SWS avoidance, RFC 9293 3.8.6.2.1), or when the persist
+  timer forces it;
 - a FIN goes once all data is sent, even into a zero window;
 - when unsent data is left and no timer will clock it out, the persist
   timer is armed; on expiry it sends one byte past a zero window (RFC 9293
@@ -42,6 +53,9 @@ from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_le, 
 from ustack.transport.tcp.tcb import SENDING
 from ustack.wire.tcp import ACK, FIN, PSH, SYN
 
+# TCP_CORK: the longest a partial segment is held by the cork (Linux: 200 ms).
+CORK_LIMIT = 0.2
+
 if TYPE_CHECKING:
     from ustack.transport.tcp.config import TcpConfig
     from ustack.transport.tcp.congestion import CongestionControl
@@ -52,12 +66,12 @@ if TYPE_CHECKING:
 
 class Sender:
     __slots__ = ("tcb", "out", "stats", "sndbuf", "rtt", "cc", "recovery", "rtx_timer", "persist_timer",
-                 "low_water", "nodelay", "max_retries", "persist_max", "send_low",
+                 "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
                  "retransmits", "timeouts", "dup_acks", "bytes_acked")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
-                 low_water: Callable[[], None], mss: int):
+                 low_water: Callable[[], None], mss: int, cork_timer):
         self.tcb = tcb
         self.out = out
         self.stats = stats
@@ -67,6 +81,8 @@ class Sender:
         self.recovery: Recovery = NewRenoRecovery(self, 0)  # until the handshake settles SACK (use_sack)
         self.rtx_timer = rtx_timer  # fires the connection's retransmission timeout
         self.persist_timer = persist_timer  # fires the connection's persist timeout
+        self.cork_timer = cork_timer  # fires the connection's cork timeout (CORK_LIMIT)
+        self.push = False  # the cork timer pushes the partial segment out whatever Nagle and the cork say
         self.low_water = low_water  # called when queued bytes fall to ``send_low``
         self.rtx_count = 0  # consecutive retransmission timeouts (RFC 1122 4.2.3.5 R2)
         self.persist_backoff = 0
@@ -81,6 +97,7 @@ class Sender:
         self.sndbuf.capacity = config.sndbuf
         self.rtt.min_rto, self.rtt.max_rto = config.min_rto, config.max_rto
         self.nodelay = config.nodelay
+        self.cork = config.cork
         self.max_retries = config.max_retries
         self.persist_max = config.persist_max
         self.send_low = config.send_low_water if config.send_low_water is not None else config.sndbuf // 2
@@ -124,6 +141,7 @@ class Sender:
         if syn_retransmitted:
             self.rtt.set_floor(3.0)  # RFC 6298 5.7
         self.cc.set_mss(self.tcb.snd_mss)
+        self.tcb.snd_sml = self.tcb.snd_una
 
     def sample_tsecr(self, ts, now: float) -> bool:
         """RFC 7323 4.1: an RTT sample from the TSecr of ``ts``; False when the segment echoes none."""
@@ -183,6 +201,8 @@ class Sender:
         tcb.snd_una = ack
         if seq_lt(tcb.snd_nxt, ack):
             tcb.snd_nxt = ack
+        if seq_lt(tcb.snd_sml, ack):
+            tcb.snd_sml = ack  # kept within reach of SND.UNA, so that no wrap makes it look ahead
         self.bytes_acked += acked
         self.rtx_count = 0
         rtt = self.rtt
@@ -216,9 +236,12 @@ class Sender:
         if seq_lt(seq, tcb.snd_max):
             self.retransmits += 1
             self.stats.inc("tcp.retrans_segs")
-        elif n and not probe and self.rtt_seq is None and not tcb.ts_ok:
-            self.rtt_seq = end  # time this segment (Karn: only never-retransmitted ones)
-            self.rtt_time = now
+        else:
+            if n and not probe and self.rtt_seq is None and not tcb.ts_ok:
+                self.rtt_seq = end  # time this segment (Karn: only never-retransmitted ones)
+                self.rtt_time = now
+            if 0 < n < tcb.snd_mss and not probe:
+                tcb.snd_sml = end  # Minshall: the last short segment sent
         if advance:
             tcb.snd_nxt = end
         if seq_gt(end, tcb.snd_max):
@@ -271,6 +294,9 @@ class Sender:
         mss = tcb.snd_mss
         force = self.force
         self.force = False
+        push = self.push
+        self.push = False
+        corked = False
         send_data = self.send_data
         while True:
             nxt = tcb.snd_nxt
@@ -287,9 +313,14 @@ class Sender:
                 break
             if 0 < n < mss and not seq_lt(nxt, tcb.snd_max) and not force:
                 if n == avail:
-                    # Nagle: a short final segment waits while data is unacknowledged.
-                    if not (self.nodelay or tcb.fin_queued or tcb.snd_max == una):
-                        break
+                    # A partial segment: TCP_CORK holds it; Nagle (Minshall's variant) holds it
+                    # while an earlier short segment is unacknowledged. A FIN or a push sends it.
+                    if not (push or tcb.fin_queued):
+                        if self.cork:
+                            corked = True
+                            break
+                        if not self.nodelay and seq_gt(tcb.snd_sml, una):
+                            break
                 elif n < tcb.max_snd_wnd // 2:
                     break  # sender SWS avoidance: wait for the window to open further
             send_data(nxt, n, fin, now)
@@ -303,8 +334,15 @@ class Sender:
         if self.rtx_timer.deadline is None and self.persist_timer.deadline is None:
             if tcb.snd_max != tcb.snd_una:
                 self.rtx_timer.arm(now + self.rtt.rto)
-            elif seq_diff(tcb.snd_nxt, una) < len(sndbuf):
+            elif seq_diff(tcb.snd_nxt, una) < len(sndbuf) and not corked:
                 self.arm_persist(now)
+        # The cork's 200 ms cap runs from when it first held a partial segment.
+        cork_timer = self.cork_timer
+        if corked:
+            if cork_timer.deadline is None:
+                cork_timer.arm(now + CORK_LIMIT)
+        elif cork_timer.deadline is not None and (not self.cork or seq_diff(tcb.snd_nxt, tcb.snd_una) >= len(sndbuf)):
+            cork_timer.cancel()
 
     # -- timeouts --------------------------------------------------------
 
@@ -327,6 +365,16 @@ class Sender:
         self.output(now)
         if self.rtx_timer.deadline is None and tcb.snd_max != tcb.snd_una:
             self.rtx_timer.arm(now + self.rtt.rto)
+        return True
+
+    def cork_timeout(self, now: float) -> bool:
+        """``CORK_LIMIT`` passed with a partial segment corked: push it out. False when nothing was pending."""
+        tcb = self.tcb
+        if tcb.state not in SENDING or seq_diff(tcb.snd_nxt, tcb.snd_una) >= len(self.sndbuf):
+            return False
+        self.stats.inc("tcp.cork_timeouts")
+        self.push = True
+        self.output(now)
         return True
 
     def arm_persist(self, now: float) -> None:
@@ -373,4 +421,4 @@ class Sender:
         """No more retransmissions or probes (TIME-WAIT, CLOSED)."""
         self.rtx_timer.cancel()
         self.persist_timer.cancel()
-
+        self.cork_timer.cancel()

@@ -52,7 +52,7 @@ class Tcb:
     __slots__ = (
         "state",
         # send sequence space
-        "iss", "snd_una", "snd_nxt", "snd_max", "snd_wnd", "max_snd_wnd", "snd_wl1", "snd_wl2",
+        "iss", "snd_una", "snd_nxt", "snd_max", "snd_sml", "snd_wnd", "max_snd_wnd", "snd_wl1", "snd_wl2",
         # receive sequence space
         "irs", "rcv_nxt", "rcv_wnd", "rcv_adv",
         # negotiated options
@@ -68,6 +68,7 @@ class Tcb:
         self.snd_una = 0
         self.snd_nxt = 0
         self.snd_max = 0
+        self.snd_sml = 0  # end of the last sub-MSS segment sent (Minshall's Nagle, Linux snd_sml)
         self.snd_wnd = 0  # peer's window, already scaled (bytes)
         self.max_snd_wnd = 0  # largest window the peer ever offered (RFC 5961 5.2, SWS)
         self.snd_wl1 = 0
