@@ -18,6 +18,17 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
 5. due timers fire (ARP retries, reassembly timeouts, TCP timers);
 6. everything emitted during the round is posted with one ``tx_commit``.
 
+Exception barrier: an exception escaping the handling of one frame, one
+timer or the TCP flush is a bug, never the sender's fault; it must not stop
+the host (a ``serve`` loop, a Driver thread). ``poll`` counts it
+(``stack.internal_error`` and ``stack.internal_error.<ExceptionType>``),
+drops the frame (``drop.stack.internal_error``), keeps the last one in
+``last_internal_error`` for debugging, and goes on with the round.
+
+Martian sources (``Ipv4Layer.martian_source``: broadcast, multicast,
+0/8, 127/8, our own address) are dropped before any transport, the
+reassembler or ICMP sees the datagram.
+
 It returns the next deadline (absolute time, or None when idle) so the
 caller knows how long it may sleep. Nothing here reads a clock, sleeps,
 blocks or starts a thread, and nothing here knows the adapters above
@@ -87,8 +98,10 @@ class Stack:
         self._handlers = {K_UDP: self.udp.input, K_TCP: self._tcp_input, K_ICMP: self._icmp_input,
                           K_ARP: self._arp_input, K_FRAG: ip.input_fragment, K_IP_OTHER: self._other_input}
         self._verify_l4 = not caps.rx_checksum_verified
+        self._ip_kinds = frozenset((K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER))
         self._started = False
         self._announce = announce
+        self.last_internal_error: Optional[BaseException] = None
 
     # -- the poll loop ------------------------------------------------------
     def start(self, now: float) -> None:
@@ -115,11 +128,18 @@ class Stack:
                     records = _fastpath.classify(frames, link.mac, self._verify_l4)
                     deliver = self._deliver
                     for frame, rec in zip(frames, records):
-                        deliver(frame, rec, now)
+                        try:
+                            deliver(frame, rec, now)
+                        except Exception as e:  # the barrier: one frame's bug never stops the host
+                            self._internal_error(e)
+                            self.stats.drop("stack.internal_error")
                 finally:
                     device.rx_release(frames)
-            self.timers.run(now)
-            self.tcp.flush(now)
+            self._run_timers(now)
+            try:
+                self.tcp.flush(now)
+            except Exception as e:
+                self._internal_error(e)
             deadline = self.timers.next_deadline()
         finally:
             if opened:
@@ -131,12 +151,33 @@ class Stack:
             return now  # more may be waiting: poll again at once
         return deadline
 
+    def _run_timers(self, now: float) -> None:
+        """Fire the due timers; one that raises is counted and the others still fire."""
+        timers = self.timers
+        while True:
+            try:
+                timers.run(now)
+                return
+            except Exception as e:  # the failed timer was popped before it fired: no loop
+                self._internal_error(e)
+
+    def _internal_error(self, exc: Exception) -> None:
+        stats = self.stats
+        stats.inc("stack.internal_error")
+        stats.inc("stack.internal_error." + type(exc).__name__)
+        self.last_internal_error = exc
+
     def _deliver(self, frame: memoryview, pkt, now: float) -> None:
         """One classify record (``_fastpath.Packet``) to its kind's handler."""
         kind = pkt.kind
         if kind == K_DROP:
             self.stats.drop(REASONS[pkt.reason])
             return
+        if kind in self._ip_kinds:
+            martian = self.ipv4.martian_source(pkt.src, pkt.proto, pkt.dst_port)
+            if martian is not None:
+                self.stats.drop(martian)
+                return
         self._handlers[kind](frame, pkt, now)
 
     def _tcp_input(self, frame: memoryview, pkt, now: float) -> None:
