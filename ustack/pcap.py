@@ -16,7 +16,11 @@ that the file was written on a machine of the other order.
   symlink at ``path`` is refused (``OSError`` ELOOP, saying so) rather than
   followed, so a capture cannot be aimed at another file. ``max_bytes``
   caps the file: a record that would pass it is not written, and is counted
-  in ``records_dropped`` (``cap_reached`` says so) instead.
+  in ``records_dropped`` (``cap_reached`` says so) instead. The header is
+  flushed at once, so a path that opens but cannot be written fails in the
+  constructor; a write that fails later (disk full) stops the capture,
+  keeps the error in ``error`` and counts the records lost in
+  ``records_dropped``: a capture never raises into the data path.
 - ``PcapReader`` turns bytes fed in pieces of any size into records: the
   pieces of a file read in chunks, or of a file still being written.
   ``read_pcap(path)`` reads a whole file; ``PcapFollower(path).poll()``
@@ -121,7 +125,7 @@ def open_private(path: str):
         fd = os.open(path, flags, 0o600)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, f"{path} is a symbolic link: refusing to write a capture through it") from None
+            raise OSError(errno.ELOOP, "a symbolic link: refusing to write a capture through it", path) from None
         raise
     try:
         if os.fstat(fd).st_mode & 0o077:
@@ -148,8 +152,14 @@ class PcapWriter:
         self.frames = 0
         self.records_dropped = 0  # records not written because of max_bytes
         self._flushed_at = None
+        self.error: Optional[OSError] = None  # the write error that stopped the capture, if one did
         self.file = open_private(path)
-        self.file.write(global_header(snaplen, linktype))
+        try:
+            self.file.write(global_header(snaplen, linktype))
+            self.file.flush()  # a path that opens but cannot be written fails here, not mid-run
+        except OSError as e:
+            self._close_quietly()
+            raise OSError(e.errno, f"cannot write a capture there ({e.strerror})", path) from None
         self.size = GLOBAL_HEADER_LEN
 
     @property
@@ -161,26 +171,46 @@ class PcapWriter:
         n = len(frame)
         cap = min(n, self.snaplen)
         size = self.size + RECORD_HEADER_LEN + cap
-        if self.max_bytes is not None and size > self.max_bytes:
+        if self.error is not None or (self.max_bytes is not None and size > self.max_bytes):
             self.records_dropped += 1
             return
         self.size = size
-        self.file.write(record_header(when, cap, n))
-        self.file.write(frame[:cap])
-        self.frames += 1
-        if self._flushed_at is None:
-            self._flushed_at = when
-        elif when - self._flushed_at >= self.flush_interval:
-            self.file.flush()
-            self._flushed_at = when
+        try:
+            self.file.write(record_header(when, cap, n))
+            self.file.write(frame[:cap])
+            self.frames += 1
+            if self._flushed_at is None:
+                self._flushed_at = when
+            elif when - self._flushed_at >= self.flush_interval:
+                self.file.flush()
+                self._flushed_at = when
+        except OSError as e:
+            self._failed(e)
+
+    def _failed(self, e: OSError) -> None:
+        self.error = e
+        self.records_dropped += 1
+        self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        try:
+            self.file.close()
+        except OSError:
+            pass
 
     def flush(self) -> None:
         if not self.file.closed:
-            self.file.flush()
+            try:
+                self.file.flush()
+            except OSError as e:
+                self._failed(e)
 
     def close(self) -> None:
         if not self.file.closed:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError as e:
+                self.error = e
 
     def __enter__(self) -> "PcapWriter":
         return self

@@ -63,6 +63,9 @@ from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREAC
 from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
 
+MIN_MTU = 68  # RFC 791: the datagram every IPv4 module must forward without fragmenting further
+MAX_MTU = 65535  # the IPv4 total length field
+
 
 class Stack:
     """A user-space IPv4 host on one device.
@@ -79,6 +82,9 @@ class Stack:
         self.stats = stats = Stats()
         self.timers = timers = TimerHeap()
         self.iface = iface = Interface(mac or caps.mac, addr, mtu or caps.mtu, gateway)
+        if not MIN_MTU <= iface.mtu <= MAX_MTU:
+            raise ValueError(f"MTU {iface.mtu} is outside {MIN_MTU}..{MAX_MTU} (RFC 791: every host takes 68-byte "
+                             "datagrams; an IPv4 datagram is at most 65,535 bytes)")
         if iface.mtu + 14 > caps.frame_size:
             raise ValueError(f"MTU {iface.mtu} does not fit the device's {caps.frame_size}-byte TX slots")
         self.isn_secret = secret = isn_secret if isn_secret is not None else os.urandom(16)

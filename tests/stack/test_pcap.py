@@ -198,7 +198,7 @@ def test_a_symlink_is_refused_not_followed(tmp_path):
     link.symlink_to(target)
     with pytest.raises(OSError) as err:
         PcapWriter(str(link))
-    assert err.value.errno == errno.ELOOP and "symbolic link" in str(err.value)
+    assert err.value.errno == errno.ELOOP and "symbolic link" in str(err.value) and err.value.filename == str(link)
     assert target.read_bytes() == b"keep me"
 
 
