@@ -218,3 +218,28 @@ def test_nonsense_snaplen_and_cap_are_refused(tmp_path):
         PcapWriter(str(tmp_path / "a.pcap"), snaplen=-1)
     with pytest.raises(ValueError):
         PcapWriter(str(tmp_path / "b.pcap"), max_bytes=10)
+
+
+def test_a_write_error_stops_the_capture_without_raising(tmp_path):
+    w = PcapWriter(str(tmp_path / "cap.pcap"), flush_interval=0.0)
+
+    class Full:
+        closed = False
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        flush = close = lambda self: None
+
+    w.file = Full()
+    w.write(1.0, b"x" * 60)  # must not raise into the data path
+    w.write(2.0, b"y" * 60)
+    w.flush()
+    assert w.error is not None and w.error.errno == errno.ENOSPC
+    assert w.records_dropped == 2 and w.frames == 0
+
+
+def test_a_path_that_opens_but_cannot_be_written_fails_at_once():
+    with pytest.raises(OSError) as err:
+        PcapWriter("/proc/version")
+    assert err.value.filename == "/proc/version" and "cannot write a capture there" in str(err.value)
