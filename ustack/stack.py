@@ -105,6 +105,8 @@ class Stack:
                           K_ARP: self._arp_input, K_FRAG: ip.input_fragment, K_IP_OTHER: self._other_input}
         self._verify_l4 = not caps.rx_checksum_verified
         self._ip_kinds = frozenset((K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER))
+        self._suspect_first = frozenset((0, 127, *range(224, 256)))  # see Ipv4Layer.martian_source
+        self._suspect_src = frozenset((iface.addr, iface.broadcast))
         self._started = False
         self._announce = announce
         self.last_internal_error: Optional[BaseException] = None
@@ -180,10 +182,13 @@ class Stack:
             self.stats.drop(REASONS[pkt.reason])
             return
         if kind in self._ip_kinds:
-            martian = self.ipv4.martian_source(pkt.src, pkt.proto, pkt.dst_port)
-            if martian is not None:
-                self.stats.drop(martian)
-                return
+            src = pkt.src
+            # Cheap screen first (first octet 0, 127 or >= 224, our address, our broadcast); then the verdict.
+            if src[0] in self._suspect_first or src in self._suspect_src:
+                martian = self.ipv4.martian_source(src, pkt.proto, pkt.dst_port)
+                if martian is not None:
+                    self.stats.drop(martian)
+                    return
         self._handlers[kind](frame, pkt, now)
 
     def _tcp_input(self, frame: memoryview, pkt, now: float) -> None:
