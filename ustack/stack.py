@@ -65,6 +65,7 @@ from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
 MIN_MTU = 68  # RFC 791: the datagram every IPv4 module must forward without fragmenting further
 MAX_MTU = 65535  # the IPv4 total length field
+MAX_TIMER_FAILURES = 64  # failing timers tolerated in one round before the rest wait for the next
 
 
 class Stack:
@@ -162,12 +163,13 @@ class Stack:
     def _run_timers(self, now: float) -> None:
         """Fire the due timers; one that raises is counted and the others still fire."""
         timers = self.timers
-        while True:
+        for _ in range(MAX_TIMER_FAILURES):
             try:
                 timers.run(now)
                 return
-            except Exception as e:  # the failed timer was popped before it fired: no loop
+            except Exception as e:  # the failed timer was popped before it fired; the rest run next turn
                 self._internal_error(e)
+        # A timer that re-arms itself for now and fails each time: leave the rest to the next round.
 
     def _internal_error(self, exc: Exception) -> None:
         stats = self.stats

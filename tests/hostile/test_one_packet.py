@@ -109,3 +109,19 @@ def test_serve_like_loop_survives_every_listed_frame(frame):
         net.clock.advance(31.0)
         net.a.poll(net.clock.now)
     assert net.a.stats["stack.internal_error"] == 0
+
+
+def test_a_timer_that_re_arms_itself_and_fails_cannot_hang_the_round():
+    net, _, _ = fresh()
+    timer = None
+
+    def relentless(now):
+        timer.arm(now)
+        raise KeyError("again")
+
+    timer = net.a.timers.timer(relentless)
+    timer.arm(net.clock.now)
+    assert net.a.poll(net.clock.now) == net.clock.now  # returns (the timer is still due), does not spin
+    assert net.a.stats["stack.internal_error.KeyError"] == 64
+    timer.cancel()
+    net.a.stats.counters["stack.internal_error"] = 0
