@@ -72,12 +72,18 @@ class Stack:
     """A user-space IPv4 host on one device.
 
     ``addr`` is "A.B.C.D/N"; ``gateway`` an optional default router inside
-    the subnet.
+    the subnet. ``arp``, ``ipv4``, ``icmp`` and ``udp`` are optional dicts of
+    keywords for those layers (their caps and rates: ``ArpLayer``'s
+    ``max_entries``, ``max_pending``, ``request_rate``...; ``IcmpLayer``'s
+    ``max_buckets``; ``UdpLayer``'s ``datagram_overhead``...), documented
+    with each layer.
     """
 
     def __init__(self, device: Device, addr: str, *, gateway: Optional[str] = None, mac: Optional[bytes] = None,
                  mtu: Optional[int] = None, burst: Optional[int] = None, arp_ttl: float = 60.0,
-                 isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None):
+                 isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
+                 arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
+                 udp: Optional[dict] = None):
         caps = device.capabilities
         self.device = device
         self.stats = stats = Stats()
@@ -90,12 +96,13 @@ class Stack:
             raise ValueError(f"MTU {iface.mtu} does not fit the device's {caps.frame_size}-byte TX slots")
         self.isn_secret = secret = isn_secret if isn_secret is not None else os.urandom(16)
         self.link = link = Link(device, iface.mac, iface.mtu, burst or caps.max_burst, stats)
-        self.arp = ArpLayer(link, iface, timers, stats, ttl=arp_ttl)
-        self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats)
+        self.arp = ArpLayer(link, iface, timers, stats, **{"ttl": arp_ttl, **(arp or {})})
+        self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats, **(ipv4 or {}))
         self.protocols = ProtocolTable()
-        self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats)
+        self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats, **(icmp or {}))
         self.udp = UdpLayer(ip, iface, stats, secret,
-                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now))
+                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now),
+                            **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config)
         self.protocols.register(PROTO_UDP, self.udp)

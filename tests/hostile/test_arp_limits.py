@@ -117,3 +117,24 @@ def test_limits_are_checked_before_anything_is_created():
     assert not arp.pending and arp.queued == 0
     assert net.a.stats["arp.requests_sent"] == before
     assert drops(net, "arp.queue_full") == 1
+
+
+def test_caps_are_stack_constructor_keywords():
+    from ustack.api.clock import ManualClock
+    from ustack.backends.pipe import PipeLink
+    from ustack.stack import Stack
+
+    clock = ManualClock(1.0)
+    link = PipeLink(clock)
+    s = Stack(link.a, "198.18.0.1/24", arp={"max_entries": 3, "max_pending": 2, "request_rate": 1.0,
+                                             "request_burst": 1.0},
+              icmp={"max_buckets": 5}, udp={"datagram_overhead": 100}, ipv4={"allow_unspecified_dhcp": False})
+    assert (s.arp.max_entries, s.arp.max_pending, s.arp.ttl) == (3, 2, 60.0)
+    assert s.icmp.max_buckets == 5 and s.udp.datagram_overhead == 100 and not s.ipv4.allow_unspecified_dhcp
+    # The request bucket holds one token: the second new next hop's request waits for its retry.
+    s.arp.resolve_then(bytes([198, 18, 0, 7]), lambda mac: None, clock.now)
+    s.arp.resolve_then(bytes([198, 18, 0, 8]), lambda mac: None, clock.now)
+    assert s.stats["arp.requests_sent"] == 1 and s.stats["arp.requests_rate_limited"] == 1
+    s.arp.resolve_then(bytes([198, 18, 0, 9]), lambda mac: None, clock.now)
+    assert s.stats["drop.arp.pending_full"] == 1
+    link.close()
