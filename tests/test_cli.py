@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -113,3 +114,104 @@ def test_trace_follows_a_running_serve_capture(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
+
+
+# -- issue 12, item 7: a user's mistake is one line and exit status 2, never a traceback ----------------
+PIPE = ["--backend", "pipe", "--addr", "198.18.0.2/24"]
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["serve", *PIPE, "--udp-echo", "70000"], "--udp-echo: 70000 is not a port"),
+    (["serve", *PIPE, "--udp-echo", "-5"], "--udp-echo: -5 is not a port"),
+    (["serve", *PIPE, "--tcp-echo", "70000"], "--tcp-echo: 70000 is not a port"),
+    (["serve", *PIPE, "--tcp-discard", "0"], "--tcp-discard: 0 is not a port"),
+    (["serve", *PIPE, "--tcp-source", "x"], "--tcp-source: 'x' is not an integer"),
+    (["serve", *PIPE, "--source-bytes", "-1"], "--source-bytes: -1 is not a byte count"),
+    (["recv", *PIPE, "--listen", "70000"], "--listen: 70000 is not a port"),
+    (["serve", *PIPE, "--pcap-snaplen", "-1"], "--pcap-snaplen: -1 is not a snap length"),
+    (["serve", *PIPE, "--pcap-max-bytes", "10"], "--pcap-max-bytes: 10 is not a file size"),
+    (["serve", *PIPE, "--mtu", "24"], "--mtu: 24 is not an IPv4 MTU (68..65535)"),
+    (["serve", *PIPE, "--mtu", "100000"], "--mtu: 100000 is not an IPv4 MTU (68..65535)"),
+    (["send", *PIPE, "--connect", "198.18.0.1:7", "--bytes", "-5"], "--bytes: -5 is not a byte count"),
+    (["ping", *PIPE, "198.18.0.1", "-c", "0"], "--count: 0 is not a count"),
+    (["ping", *PIPE, "198.18.0.1", "-i", "-1"], "--interval: -1 is not a number of seconds"),
+    (["ping", *PIPE, "198.18.0.1", "-s", "70000"], "--size: 70000 is not a payload size"),
+])
+def test_bad_values_are_refused_by_the_parser_in_one_line(argv, what, capsys):
+    from ustack.tools.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert what in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def ustack(*argv, timeout=30, **kw):
+    return subprocess.run([sys.executable, "-m", "ustack", *argv], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def test_send_without_a_route_fails_at_once_with_enetunreach():
+    out = ustack("send", *PIPE, "--connect", "10.9.9.9:80", "--bytes", "10")
+    assert out.returncode == 1
+    assert "Network is unreachable" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_pcap_path_that_cannot_be_written_is_one_line(tmp_path):
+    for path in ("/proc/version", str(tmp_path / "no" / "such" / "dir.pcap"), str(tmp_path)):
+        out = ustack("serve", *PIPE, "--pcap", path)
+        assert out.returncode == 2, out.stderr
+        assert path in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_pcap_symlink_is_refused_and_its_target_untouched(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("keep")
+    (tmp_path / "cap.pcap").symlink_to(target)
+    out = ustack("serve", *PIPE, "--pcap", str(tmp_path / "cap.pcap"))
+    assert out.returncode == 2 and "symbolic link" in out.stderr and "Traceback" not in out.stderr
+    assert target.read_text() == "keep"
+
+
+def test_serve_pcap_max_bytes_caps_the_capture(tmp_path):
+    from ustack.pcap import read_pcap
+
+    pcap = tmp_path / "cap.pcap"
+    proc = subprocess.Popen([sys.executable, "-m", "ustack", "serve", *PIPE, "--udp-echo", "7", "--pcap", str(pcap),
+                             "--pcap-max-bytes", "300"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "udp echo from" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines) + rest
+    assert proc.returncode == 0, text
+    assert os.path.getsize(pcap) <= 300
+    assert len(list(read_pcap(str(pcap)))) >= 1
+    assert os.stat(pcap).st_mode & 0o777 == 0o600
+    assert "pcap: capture stopped at --pcap-max-bytes" in text, text
+
+
+def test_ctrl_c_during_send_is_one_line_not_a_traceback():
+    # Nobody answers ARP on the pipe's other end: send waits in connect until interrupted.
+    proc = subprocess.Popen([sys.executable, "-m", "ustack", "send", *PIPE, "--connect", "198.18.0.1:9",
+                             "--bytes", "10"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+        assert "connecting to 198.18.0.1:9" in first, first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err, err

@@ -14,6 +14,8 @@
 serve (ustack.tools.serve), send and recv (transfer), ping, demo, stats,
 trace and bench; the options shared by the commands that run a stack are in
 ustack.tools.cli_stack. ``python -m ustack`` is the same command line.
+A mistake on the command line is one line and exit status 2; Ctrl-C is
+"interrupted" and exit status 130; neither prints a traceback.
 """
 
 from __future__ import annotations
@@ -30,8 +32,15 @@ def cmd_demo(args) -> int:
     return demo_main(args)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: 'ustack serve: error: argument --mtu: ...', exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ustack", description="A user-space TCP/UDP/IPv4 stack for Python.")
+    parser = Parser(prog="ustack", description="A user-space TCP/UDP/IPv4 stack for Python.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve.add_parser(sub)
     transfer.add_parsers(sub)
@@ -49,7 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C where a command has no handler of its own: no traceback
+        print(f"ustack {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

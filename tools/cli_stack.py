@@ -6,12 +6,17 @@ knobs). ``start_stack(args, name)`` opens the device (``--backend pipe``: one
 end of an in-memory link, the other end in ``extras["link"]``), wraps it in
 the pcap capture decorator for ``--pcap``, builds the Stack and its Driver on
 a monotonic clock, and reports a failure in one line instead of a traceback.
+
+The argument types (``port``, ``count``, ``int_range`` ...) check ranges in
+the parser, so a user's mistake is one line from argparse and exit status 2,
+never a traceback from deep inside the stack.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import Driver
@@ -20,6 +25,44 @@ from ustack.device import DeviceError
 from ustack.stack import Stack
 
 BACKENDS = ("pipe", "tap", "packet", "afxdp")
+MIN_MTU, MAX_MTU = 68, 65535  # as ustack.stack checks: RFC 791's minimum, the IPv4 total length field
+
+
+def int_range(low: int, high: Optional[int] = None, what: str = "a number"):
+    """An argparse type: an integer in [low, high] (no upper bound when ``high`` is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            bound = f"{low}..{high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{value} is not {what} ({bound})")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+def float_range(low: float, what: str = "a number of seconds"):
+    """An argparse type: a finite float >= low."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (value >= low) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} is not {what} (at least {low})")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+port = int_range(1, 65535, "a port")
+byte_count = int_range(0, None, "a byte count")
 
 
 def _device_opts(args) -> dict:
@@ -47,9 +90,21 @@ def open_stack(args, clock):
 
         device = open_device(args.backend, args.ifname, **_device_opts(args))
     if getattr(args, "pcap", None):
-        device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen)
+        try:
+            device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen,
+                                max_bytes=getattr(args, "pcap_max_bytes", None))
+        except BaseException:
+            device.close()
+            raise
     stack = Stack(device, args.addr, gateway=args.gateway, mtu=args.mtu)
     return stack, extras
+
+
+def describe_error(e: BaseException) -> str:
+    """One line for a user: 'path: reason' for OSErrors about a file, else the message."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e)
 
 
 def start_stack(args, name: str):
@@ -58,7 +113,7 @@ def start_stack(args, name: str):
     try:
         stack, extras = open_stack(args, clock)
     except (DeviceError, OSError, ValueError) as e:
-        print(f"ustack {name}: {e}", file=sys.stderr)
+        print(f"ustack {name}: {describe_error(e)}", file=sys.stderr)
         return None
     return stack, Driver(stack, clock), extras
 
@@ -74,11 +129,13 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ifname", help="interface (veth end or TAP device) to attach to")
     p.add_argument("--addr", required=True, help="our address, A.B.C.D/N")
     p.add_argument("--gateway", help="default gateway inside the subnet")
-    p.add_argument("--mtu", type=int, help="IP MTU (default: the device's)")
-    p.add_argument("--pcap", help="write every frame in and out to this pcap file")
-    p.add_argument("--pcap-snaplen", type=int, default=65535, metavar="BYTES",
+    p.add_argument("--mtu", type=int_range(MIN_MTU, MAX_MTU, "an IPv4 MTU"), help="IP MTU (default: the device's)")
+    p.add_argument("--pcap", help="write every frame in and out to this pcap file (created 0600; not a symlink)")
+    p.add_argument("--pcap-snaplen", type=int_range(1, 262144, "a snap length"), default=65535, metavar="BYTES",
                    help="bytes of each frame to keep in the pcap (default: all)")
-    p.add_argument("--queue", type=int, help="afxdp: NIC queue to bind")
+    p.add_argument("--pcap-max-bytes", type=int_range(24, None, "a file size"), metavar="BYTES",
+                   help="stop writing the pcap at this size (the frames left out are counted)")
+    p.add_argument("--queue", type=int_range(0, 65535, "a queue number"), help="afxdp: NIC queue to bind")
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), help="afxdp: XDP attach mode")
     p.add_argument("--zerocopy", choices=("auto", "on", "off"), help="afxdp: zero-copy mode")
     p.add_argument("--rx-version", type=int, choices=(2, 3),

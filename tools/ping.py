@@ -15,7 +15,7 @@ import statistics
 import sys
 
 from ustack.net.addr import parse as ip_addr
-from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
+from ustack.tools.cli_stack import add_stack_arguments, float_range, int_range, start_stack, stop_stack
 
 
 def add_parser(subparsers):
@@ -23,10 +23,10 @@ def add_parser(subparsers):
     p = subparsers.add_parser("ping", help="ping from the user-space stack, like ping(8)")
     add_stack_arguments(p)
     p.add_argument("dest")
-    p.add_argument("-c", "--count", type=int, default=4)
-    p.add_argument("-i", "--interval", type=float, default=1.0)
-    p.add_argument("-s", "--size", type=int, default=56)
-    p.add_argument("-W", "--timeout", type=float, default=2.0, help="seconds to wait for each reply")
+    p.add_argument("-c", "--count", type=int_range(1, None, "a count"), default=4)
+    p.add_argument("-i", "--interval", type=float_range(0.0), default=1.0)
+    p.add_argument("-s", "--size", type=int_range(0, 65507, "a payload size"), default=56)
+    p.add_argument("-W", "--timeout", type=float_range(0.0), default=2.0, help="seconds to wait for each reply")
     p.set_defaults(func=cmd_ping)
     return p
 

@@ -22,19 +22,19 @@ from ustack.capture import PcapDevice
 from ustack.net.addr import ANY4, parse as ip_addr
 from ustack.snapshot import interface_address
 from ustack.stack import Stack
-from ustack.tools.cli_stack import add_stack_arguments, start_stack
+from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack
 
 
 def add_parser(subparsers):
     """Add the ``serve`` subcommand to the ``ustack`` command line."""
     p = subparsers.add_parser("serve", help="run the stack: answer ARP and ping, optional UDP echo")
     add_stack_arguments(p)
-    p.add_argument("--udp-echo", type=int, metavar="PORT", help="echo UDP datagrams on PORT")
-    p.add_argument("--tcp-echo", type=int, metavar="PORT", help="TCP echo service on PORT")
-    p.add_argument("--tcp-discard", type=int, metavar="PORT", help="TCP discard service on PORT")
-    p.add_argument("--tcp-source", type=int, metavar="PORT",
+    p.add_argument("--udp-echo", type=port, metavar="PORT", help="echo UDP datagrams on PORT")
+    p.add_argument("--tcp-echo", type=port, metavar="PORT", help="TCP echo service on PORT")
+    p.add_argument("--tcp-discard", type=port, metavar="PORT", help="TCP discard service on PORT")
+    p.add_argument("--tcp-source", type=port, metavar="PORT",
                    help="send --source-bytes of a deterministic pattern to each client, then close")
-    p.add_argument("--source-bytes", type=int, default=100_000_000, metavar="N")
+    p.add_argument("--source-bytes", type=byte_count, default=100_000_000, metavar="N")
     p.set_defaults(func=cmd_serve)
     return p
 
@@ -111,6 +111,8 @@ def cmd_serve(args) -> int:
         stack.close()
         if hasattr(stack.device, "flush"):
             stack.device.flush()
+        if capture is not None:
+            _report_capture(capture.writer)
         print("counters:")
         print(stack.stats.format() or "(none)")
         drops = stack.stats.drops()
@@ -122,6 +124,15 @@ def cmd_serve(args) -> int:
         sys.stdout.flush()
         stack.device.close()
     return 0
+
+
+def _report_capture(writer) -> None:
+    """Say when the capture file is not the whole story (the size cap, a write error)."""
+    if writer.error is not None:
+        print(f"pcap: capture stopped by an error: {writer.error} ({writer.records_dropped} frames not written)")
+    elif writer.records_dropped:
+        print(f"pcap: capture stopped at --pcap-max-bytes {writer.max_bytes} "
+              f"({writer.records_dropped} frames not written)")
 
 
 def _pipe_selftest(stack, peer, clock, args) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import sys
 
-from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
+from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack, stop_stack
 
 
 def add_parsers(subparsers) -> None:
@@ -20,12 +20,12 @@ def add_parsers(subparsers) -> None:
     send = subparsers.add_parser("send", help="push N bytes of the pattern to HOST:PORT over TCP; print rate and sha256")
     add_stack_arguments(send)
     send.add_argument("--connect", required=True, metavar="HOST:PORT")
-    send.add_argument("--bytes", type=int, default=100_000_000, metavar="N")
+    send.add_argument("--bytes", type=byte_count, default=100_000_000, metavar="N")
     send.set_defaults(func=cmd_send)
     recv = subparsers.add_parser("recv", help="accept (or make) one TCP connection, read to EOF; print rate and sha256")
     add_stack_arguments(recv)
     where = recv.add_mutually_exclusive_group(required=True)
-    where.add_argument("--listen", type=int, metavar="PORT", help="accept one connection on PORT")
+    where.add_argument("--listen", type=port, metavar="PORT", help="accept one connection on PORT")
     where.add_argument("--connect", metavar="HOST:PORT", help="connect out and read what the server sends")
     recv.set_defaults(func=cmd_recv)
 
@@ -58,16 +58,17 @@ def cmd_send(args) -> int:
         return 2
     stack, driver, _ = started
     clock = driver.clock
+    left = args.bytes
     try:
         with usocket(driver) as s:
             s.settimeout(30)
+            print(f"ustack send: connecting to {host}:{port}", file=sys.stderr, flush=True)
             try:
                 s.connect((host, port))
             except OSError as e:
                 print(f"ustack send: connect {args.connect}: {e.strerror or e}", file=sys.stderr)
                 return 1
             h = hashlib.sha256()
-            left = args.bytes
             t0 = clock()
             while left:
                 chunk = memoryview(PATTERN_BLOCK)[:min(left, len(PATTERN_BLOCK))]
@@ -92,6 +93,9 @@ def cmd_send(args) -> int:
     except (OSError, TimeoutError) as e:
         print(f"ustack send: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"ustack send: interrupted after {args.bytes - left} of {args.bytes} bytes", file=sys.stderr)
+        return 130
     finally:
         stop_stack(stack)
 
@@ -140,5 +144,8 @@ def cmd_recv(args) -> int:
     except (OSError, TimeoutError) as e:
         print(f"ustack recv: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("ustack recv: interrupted", file=sys.stderr)
+        return 130
     finally:
         stop_stack(stack)

@@ -10,12 +10,16 @@ the buffer is flushed when ``flush_interval`` seconds of stack time have
 passed since the last flush (so ``ustack trace --follow`` sees a live
 capture), on ``flush()`` and on ``close()``.
 
+The file is private (0600), a symlink at ``path`` is refused, and
+``max_bytes`` caps its size (``records_dropped`` counts what the cap kept
+out; see ``ustack.pcap.PcapWriter``).
+
 ``dissect(path)`` returns scapy packets for debugging and tests.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ustack.device import Device, DeviceWrapper
 from ustack.pcap import DEFAULT_SNAPLEN, PcapWriter
@@ -24,10 +28,11 @@ from ustack.pcap import DEFAULT_SNAPLEN, PcapWriter
 class PcapDevice(DeviceWrapper):
     """Capture decorator: same protocol as the device it wraps."""
 
-    def __init__(self, inner: Device, path: str, clock: Callable[[], float], snaplen: int = DEFAULT_SNAPLEN):
+    def __init__(self, inner: Device, path: str, clock: Callable[[], float], snaplen: int = DEFAULT_SNAPLEN,
+                 max_bytes: Optional[int] = None):
         super().__init__(inner)
         self.clock = clock
-        self.writer = PcapWriter(path, snaplen)
+        self.writer = PcapWriter(path, snaplen, max_bytes=max_bytes)
         self._reserved: list = []
 
     def rx_burst(self, max_frames: int) -> list[memoryview]:
@@ -49,6 +54,11 @@ class PcapDevice(DeviceWrapper):
                 self.writer.write(now, slot[:n])
         self._reserved = []
         self.inner.tx_commit(lengths)
+
+    @property
+    def records_dropped(self) -> int:
+        """Frames not written because the file reached ``max_bytes``."""
+        return self.writer.records_dropped
 
     def flush(self) -> None:
         self.writer.flush()

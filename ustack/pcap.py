@@ -11,7 +11,16 @@ that the file was written on a machine of the other order.
   flushed when ``flush_interval`` seconds of the caller's time have passed
   since the last flush (so a reader following the file sees it live), on
   ``flush()`` and on ``close()``. Frames longer than ``snaplen`` are cut in
-  the file (the record keeps the original length).
+  the file (the record keeps the original length). The file is created
+  0600 (a capture holds whatever crossed the wire) with ``O_NOFOLLOW``: a
+  symlink at ``path`` is refused (``OSError`` ELOOP, saying so) rather than
+  followed, so a capture cannot be aimed at another file. ``max_bytes``
+  caps the file: a record that would pass it is not written, and is counted
+  in ``records_dropped`` (``cap_reached`` says so) instead. The header is
+  flushed at once, so a path that opens but cannot be written fails in the
+  constructor; a write that fails later (disk full) stops the capture,
+  keeps the error in ``error`` and counts the records lost in
+  ``records_dropped``: a capture never raises into the data path.
 - ``PcapReader`` turns bytes fed in pieces of any size into records: the
   pieces of a file read in chunks, or of a file still being written.
   ``read_pcap(path)`` reads a whole file; ``PcapFollower(path).poll()``
@@ -26,9 +35,10 @@ cannot be right; ``Restarted`` when a followed file was truncated or replaced.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Optional
 
 MAGIC_US = 0xA1B2C3D4
 MAGIC_NS = 0xA1B23C4D
@@ -108,39 +118,99 @@ def record_header(when: float, captured: int, length: int) -> bytes:
     return RECORD_HEADER["<"].pack(sec & 0xFFFFFFFF, nsec, captured, length)
 
 
+def open_private(path: str):
+    """``path`` opened for writing, created 0600, truncated; a symlink is refused, never followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link: refusing to write a capture through it", path) from None
+        raise
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)  # an existing file keeps its mode under O_CREAT: make it private too
+        return os.fdopen(fd, "wb", buffering=1 << 16)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class PcapWriter:
     """Frames to a nanosecond pcap file at ``path`` (see the module docstring)."""
 
     def __init__(self, path: str, snaplen: int = DEFAULT_SNAPLEN, flush_interval: float = 0.2,
-                 linktype: int = LINKTYPE_ETHERNET):
+                 linktype: int = LINKTYPE_ETHERNET, max_bytes: Optional[int] = None):
+        if snaplen <= 0:
+            raise ValueError(f"snaplen must be positive, not {snaplen}")
+        if max_bytes is not None and max_bytes < GLOBAL_HEADER_LEN:
+            raise ValueError(f"max_bytes must be at least {GLOBAL_HEADER_LEN} (the file header)")
         self.path = path
         self.snaplen = snaplen
         self.flush_interval = flush_interval
+        self.max_bytes = max_bytes
         self.frames = 0
+        self.records_dropped = 0  # records not written because of max_bytes
         self._flushed_at = None
-        self.file = open(path, "wb", buffering=1 << 16)
-        self.file.write(global_header(snaplen, linktype))
+        self.error: Optional[OSError] = None  # the write error that stopped the capture, if one did
+        self.file = open_private(path)
+        try:
+            self.file.write(global_header(snaplen, linktype))
+            self.file.flush()  # a path that opens but cannot be written fails here, not mid-run
+        except OSError as e:
+            self._close_quietly()
+            raise OSError(e.errno, f"cannot write a capture there ({e.strerror})", path) from None
+        self.size = GLOBAL_HEADER_LEN
+
+    @property
+    def cap_reached(self) -> bool:
+        return self.records_dropped > 0
 
     def write(self, when: float, frame) -> None:
         """One frame seen at ``when`` (seconds, the caller's clock)."""
         n = len(frame)
         cap = min(n, self.snaplen)
-        self.file.write(record_header(when, cap, n))
-        self.file.write(frame[:cap])
-        self.frames += 1
-        if self._flushed_at is None:
-            self._flushed_at = when
-        elif when - self._flushed_at >= self.flush_interval:
-            self.file.flush()
-            self._flushed_at = when
+        size = self.size + RECORD_HEADER_LEN + cap
+        if self.error is not None or (self.max_bytes is not None and size > self.max_bytes):
+            self.records_dropped += 1
+            return
+        self.size = size
+        try:
+            self.file.write(record_header(when, cap, n))
+            self.file.write(frame[:cap])
+            self.frames += 1
+            if self._flushed_at is None:
+                self._flushed_at = when
+            elif when - self._flushed_at >= self.flush_interval:
+                self.file.flush()
+                self._flushed_at = when
+        except OSError as e:
+            self._failed(e)
+
+    def _failed(self, e: OSError) -> None:
+        self.error = e
+        self.records_dropped += 1
+        self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        try:
+            self.file.close()
+        except OSError:
+            pass
 
     def flush(self) -> None:
         if not self.file.closed:
-            self.file.flush()
+            try:
+                self.file.flush()
+            except OSError as e:
+                self._failed(e)
 
     def close(self) -> None:
         if not self.file.closed:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError as e:
+                self.error = e
 
     def __enter__(self) -> "PcapWriter":
         return self

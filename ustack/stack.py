@@ -18,6 +18,17 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
 5. due timers fire (ARP retries, reassembly timeouts, TCP timers);
 6. everything emitted during the round is posted with one ``tx_commit``.
 
+Exception barrier: an exception escaping the handling of one frame, one
+timer or the TCP flush is a bug, never the sender's fault; it must not stop
+the host (a ``serve`` loop, a Driver thread). ``poll`` counts it
+(``stack.internal_error`` and ``stack.internal_error.<ExceptionType>``),
+drops the frame (``drop.stack.internal_error``), keeps the last one in
+``last_internal_error`` for debugging, and goes on with the round.
+
+Martian sources (``Ipv4Layer.martian_source``: broadcast, multicast,
+0/8, 127/8, our own address) are dropped before any transport, the
+reassembler or ICMP sees the datagram.
+
 It returns the next deadline (absolute time, or None when idle) so the
 caller knows how long it may sleep. Nothing here reads a clock, sleeps,
 blocks or starts a thread, and nothing here knows the adapters above
@@ -52,32 +63,46 @@ from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREAC
 from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
 
+MIN_MTU = 68  # RFC 791: the datagram every IPv4 module must forward without fragmenting further
+MAX_MTU = 65535  # the IPv4 total length field
+MAX_TIMER_FAILURES = 64  # failing timers tolerated in one round before the rest wait for the next
+
 
 class Stack:
     """A user-space IPv4 host on one device.
 
     ``addr`` is "A.B.C.D/N"; ``gateway`` an optional default router inside
-    the subnet.
+    the subnet. ``arp``, ``ipv4``, ``icmp`` and ``udp`` are optional dicts of
+    keywords for those layers (their caps and rates: ``ArpLayer``'s
+    ``max_entries``, ``max_pending``, ``request_rate``...; ``IcmpLayer``'s
+    ``max_buckets``; ``UdpLayer``'s ``datagram_overhead``...), documented
+    with each layer.
     """
 
     def __init__(self, device: Device, addr: str, *, gateway: Optional[str] = None, mac: Optional[bytes] = None,
                  mtu: Optional[int] = None, burst: Optional[int] = None, arp_ttl: float = 60.0,
-                 isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None):
+                 isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
+                 arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
+                 udp: Optional[dict] = None):
         caps = device.capabilities
         self.device = device
         self.stats = stats = Stats()
         self.timers = timers = TimerHeap()
         self.iface = iface = Interface(mac or caps.mac, addr, mtu or caps.mtu, gateway)
+        if not MIN_MTU <= iface.mtu <= MAX_MTU:
+            raise ValueError(f"MTU {iface.mtu} is outside {MIN_MTU}..{MAX_MTU} (RFC 791: every host takes 68-byte "
+                             "datagrams; an IPv4 datagram is at most 65,535 bytes)")
         if iface.mtu + 14 > caps.frame_size:
             raise ValueError(f"MTU {iface.mtu} does not fit the device's {caps.frame_size}-byte TX slots")
         self.isn_secret = secret = isn_secret if isn_secret is not None else os.urandom(16)
         self.link = link = Link(device, iface.mac, iface.mtu, burst or caps.max_burst, stats)
-        self.arp = ArpLayer(link, iface, timers, stats, ttl=arp_ttl)
-        self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats)
+        self.arp = ArpLayer(link, iface, timers, stats, **{"ttl": arp_ttl, **(arp or {})})
+        self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats, **(ipv4 or {}))
         self.protocols = ProtocolTable()
-        self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats)
+        self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats, **(icmp or {}))
         self.udp = UdpLayer(ip, iface, stats, secret,
-                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now))
+                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now),
+                            **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config)
         self.protocols.register(PROTO_UDP, self.udp)
@@ -87,8 +112,12 @@ class Stack:
         self._handlers = {K_UDP: self.udp.input, K_TCP: self._tcp_input, K_ICMP: self._icmp_input,
                           K_ARP: self._arp_input, K_FRAG: ip.input_fragment, K_IP_OTHER: self._other_input}
         self._verify_l4 = not caps.rx_checksum_verified
+        self._ip_kinds = frozenset((K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER))
+        self._suspect_first = frozenset((0, 127, *range(224, 256)))  # see Ipv4Layer.martian_source
+        self._suspect_src = frozenset((iface.addr, iface.broadcast))
         self._started = False
         self._announce = announce
+        self.last_internal_error: Optional[BaseException] = None
 
     # -- the poll loop ------------------------------------------------------
     def start(self, now: float) -> None:
@@ -115,11 +144,18 @@ class Stack:
                     records = _fastpath.classify(frames, link.mac, self._verify_l4)
                     deliver = self._deliver
                     for frame, rec in zip(frames, records):
-                        deliver(frame, rec, now)
+                        try:
+                            deliver(frame, rec, now)
+                        except Exception as e:  # the barrier: one frame's bug never stops the host
+                            self._internal_error(e)
+                            self.stats.drop("stack.internal_error")
                 finally:
                     device.rx_release(frames)
-            self.timers.run(now)
-            self.tcp.flush(now)
+            self._run_timers(now)
+            try:
+                self.tcp.flush(now)
+            except Exception as e:
+                self._internal_error(e)
             deadline = self.timers.next_deadline()
         finally:
             if opened:
@@ -131,12 +167,37 @@ class Stack:
             return now  # more may be waiting: poll again at once
         return deadline
 
+    def _run_timers(self, now: float) -> None:
+        """Fire the due timers; one that raises is counted and the others still fire."""
+        timers = self.timers
+        for _ in range(MAX_TIMER_FAILURES):
+            try:
+                timers.run(now)
+                return
+            except Exception as e:  # the failed timer was popped before it fired; the rest run next turn
+                self._internal_error(e)
+        # A timer that re-arms itself for now and fails each time: leave the rest to the next round.
+
+    def _internal_error(self, exc: Exception) -> None:
+        stats = self.stats
+        stats.inc("stack.internal_error")
+        stats.inc("stack.internal_error." + type(exc).__name__)
+        self.last_internal_error = exc
+
     def _deliver(self, frame: memoryview, pkt, now: float) -> None:
         """One classify record (``_fastpath.Packet``) to its kind's handler."""
         kind = pkt.kind
         if kind == K_DROP:
             self.stats.drop(REASONS[pkt.reason])
             return
+        if kind in self._ip_kinds:
+            src = pkt.src
+            # Cheap screen first (first octet 0, 127 or >= 224, our address, our broadcast); then the verdict.
+            if src[0] in self._suspect_first or src in self._suspect_src:
+                martian = self.ipv4.martian_source(src, pkt.proto, pkt.dst_port)
+                if martian is not None:
+                    self.stats.drop(martian)
+                    return
         self._handlers[kind](frame, pkt, now)
 
     def _tcp_input(self, frame: memoryview, pkt, now: float) -> None:

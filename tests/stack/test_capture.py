@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+
+import pytest
 
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.l2 import ARP
@@ -53,3 +56,26 @@ def test_tcpdump_reads_the_capture(tmp_path):
     out = subprocess.run(["tcpdump", "-nn", "-r", path], capture_output=True, text=True, timeout=20)
     assert out.returncode == 0, out.stderr
     assert "ICMP echo request" in out.stdout and "ICMP echo reply" in out.stdout
+
+
+def test_capture_size_cap_counts_the_frames_left_out(tmp_path):
+    clock = ManualClock(1.0)
+    link = PipeLink(clock)
+    path = tmp_path / "cap.pcap"
+    dev = PcapDevice(link.a, str(path), clock, max_bytes=24 + 16 + 60)  # the file header and one (padded) ARP frame
+    stack = Stack(dev, "198.18.0.1/24")
+    stack.poll(clock.now)  # the announcement: written
+    stack.arp.announce()
+    stack.flush()  # a second one: left out
+    dev.flush()
+    assert dev.records_dropped == 1
+    assert os.path.getsize(path) == 24 + 16 + 60
+    dev.close()
+
+
+def test_stack_refuses_an_mtu_ipv4_cannot_carry():
+    clock = ManualClock(1.0)
+    for mtu in (24, 67, 100_000):
+        link = PipeLink(clock, mtu=max(mtu, 1500))
+        with pytest.raises(ValueError, match="MTU"):
+            Stack(link.a, "198.18.0.1/24", mtu=mtu)

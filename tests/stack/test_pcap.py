@@ -7,7 +7,9 @@ fed whole files, single bytes, and files that grow, shrink and are replaced.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import struct
 
 import pytest
@@ -171,3 +173,73 @@ def test_follower_reports_damage_with_the_path(tmp_path):
     with pytest.raises(PcapError, match=f"{path}: not a pcap file"):
         follower.poll()
     follower.close()
+
+
+# -- issue 12, item 6: private files, no symlinks followed, a size cap ------------------------------
+def test_capture_file_is_created_private(tmp_path):
+    path = tmp_path / "cap.pcap"
+    PcapWriter(str(path)).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_an_existing_world_readable_file_is_made_private(tmp_path):
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(b"old secrets")
+    os.chmod(path, 0o644)
+    PcapWriter(str(path)).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert len(path.read_bytes()) == 24  # truncated: just the global header
+
+
+def test_a_symlink_is_refused_not_followed(tmp_path):
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    link = tmp_path / "cap.pcap"
+    link.symlink_to(target)
+    with pytest.raises(OSError) as err:
+        PcapWriter(str(link))
+    assert err.value.errno == errno.ELOOP and "symbolic link" in str(err.value) and err.value.filename == str(link)
+    assert target.read_bytes() == b"keep me"
+
+
+def test_max_bytes_stops_writing_and_counts(tmp_path):
+    path = tmp_path / "cap.pcap"
+    frame = b"\xab" * 84  # 16 + 84 = 100 bytes per record
+    with PcapWriter(str(path), max_bytes=24 + 3 * 100 + 50) as w:
+        for i in range(10):
+            w.write(1.0 + i, frame)
+    assert w.frames == 3 and w.records_dropped == 7 and w.cap_reached
+    assert os.path.getsize(path) == 24 + 300
+    assert [r.data for r in read_pcap(str(path))] == [frame] * 3
+
+
+def test_nonsense_snaplen_and_cap_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        PcapWriter(str(tmp_path / "a.pcap"), snaplen=-1)
+    with pytest.raises(ValueError):
+        PcapWriter(str(tmp_path / "b.pcap"), max_bytes=10)
+
+
+def test_a_write_error_stops_the_capture_without_raising(tmp_path):
+    w = PcapWriter(str(tmp_path / "cap.pcap"), flush_interval=0.0)
+
+    class Full:
+        closed = False
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        flush = close = lambda self: None
+
+    w.file = Full()
+    w.write(1.0, b"x" * 60)  # must not raise into the data path
+    w.write(2.0, b"y" * 60)
+    w.flush()
+    assert w.error is not None and w.error.errno == errno.ENOSPC
+    assert w.records_dropped == 2 and w.frames == 0
+
+
+def test_a_path_that_opens_but_cannot_be_written_fails_at_once():
+    with pytest.raises(OSError) as err:
+        PcapWriter("/proc/version")
+    assert err.value.filename == "/proc/version" and "cannot write a capture there" in str(err.value)

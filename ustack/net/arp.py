@@ -1,14 +1,32 @@
 """ARP (RFC 826): the neighbour cache, request/reply, and packets waiting for resolution.
 
 - Cache entries expire after ``ttl`` seconds (reachable time); a lookup of
-  an expired entry re-resolves.
+  an expired entry re-resolves, and a timer purges expired entries (armed
+  only while the cache holds any, so an idle stack has no deadline).
+- The cache holds at most ``max_entries`` (default 1024, Linux's
+  gc_thresh3). Learning a new neighbour at the cap counts ``arp.cache_full``
+  and evicts an expired entry if there is one, else the oldest (entries are
+  kept in order of their last update, which with one ``ttl`` is also the
+  order in which they expire: both are the front of the dict).
+- Only on-link unicast senders are learned or answered (a hostile network
+  must not fill the cache from far away): a sender address off our subnet
+  (``arp.sender_off_link``), the subnet's network or broadcast address
+  (``arp.sender_not_unicast``), or a broadcast/multicast sender MAC
+  (``arp.sender_bad_mac``) is dropped. An RFC 5227 probe (sender 0.0.0.0)
+  for our address is answered, never learned.
 - A packet to an unresolved next hop is queued (bounded per next hop and in
   total; overflow is the drop ``arp.queue_full``) and an ARP request is sent,
   retried every ``retry_interval`` up to ``max_retries`` times; then the queue
-  is dropped (``arp.unresolved``) and the failure counted (``arp.resolution_failures``).
+  is dropped (``arp.unresolved``) and the failure counted
+  (``arp.resolution_failures``). The limits are checked before anything is
+  created: at most ``max_pending`` next hops (default 64) are being resolved
+  at once (``arp.pending_full``), and requests leave through a token bucket
+  (``request_rate`` per second, burst ``request_burst``; defaults 50 and 50)
+  so spoofed sources cannot turn a SYN flood into a broadcast storm
+  (``arp.requests_rate_limited``: that try is skipped, the retry timer runs on).
 - Requests for our address are answered; the sender of any ARP packet
-  addressed to us (or a gratuitous one for an address we already cache) is
-  learned (RFC 826 "merge" rule).
+  addressed to us (or of one for an address we already cache) is learned
+  (RFC 826 "merge" rule).
 - ``announce()`` sends a gratuitous ARP (RFC 5227 section 3) at start.
 """
 
@@ -20,6 +38,7 @@ from typing import Callable, Optional
 from ustack.net.addr import ANY4, to_str
 from ustack.net.link import BROADCAST_MAC, Link
 from ustack.net.route import Interface
+from ustack.ratelimit import TokenBucket
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
 from ustack.wire import WireError
@@ -52,6 +71,10 @@ class ArpLayer:
         max_retries: int = 3,
         queue_per_host: int = 16,
         queue_total: int = 256,
+        max_entries: int = 1024,
+        max_pending: int = 64,
+        request_rate: float = 50.0,
+        request_burst: float = 50.0,
     ):
         self.link = link
         self.iface = iface
@@ -62,9 +85,14 @@ class ArpLayer:
         self.max_retries = max_retries
         self.queue_per_host = queue_per_host
         self.queue_total = queue_total
-        self.cache: dict[bytes, tuple[bytes, float]] = {}  # ip -> (mac, expires_at)
+        self.max_entries = max_entries
+        self.max_pending = max_pending
+        # ip -> (mac, expires_at), in order of last update: the front is the oldest and the first to expire
+        self.cache: dict[bytes, tuple[bytes, float]] = {}
         self.pending: dict[bytes, _Pending] = {}
         self.queued = 0
+        self._requests = TokenBucket(request_rate, request_burst)
+        self._purge_timer = timers.timer(self._purge_due)
 
     # -- lookups ------------------------------------------------------------
     def lookup(self, ip: bytes, now: float) -> Optional[bytes]:
@@ -80,7 +108,16 @@ class ArpLayer:
     def learn(self, ip: bytes, mac: bytes, now: float) -> None:
         if mac == BROADCAST_MAC or mac[0] & 1 or ip == ANY4:
             return  # never cache broadcast/multicast hardware addresses
-        self.cache[ip] = (mac, now + self.ttl)
+        cache = self.cache
+        if cache.pop(ip, None) is None and len(cache) >= self.max_entries:
+            self.stats.inc("arp.cache_full")
+            self._purge(now)
+            if len(cache) >= self.max_entries:
+                del cache[next(iter(cache))]  # the oldest
+                self.stats.inc("arp.evicted")
+        cache[ip] = (bytes(mac), now + self.ttl)
+        if self._purge_timer.deadline is None:
+            self._purge_timer.arm(next(iter(cache.values()))[1])
         pending = self.pending.pop(ip, None)
         if pending is not None:
             if pending.timer is not None:
@@ -90,21 +127,46 @@ class ArpLayer:
                 send(mac)
 
     def entries(self, now: float) -> list[tuple[str, str, float]]:
-        return [(to_str(ip), mac.hex(":"), exp - now) for ip, (mac, exp) in sorted(self.cache.items()) if exp > now]
+        """(ip, mac, seconds left) of the live entries, oldest first (no sort, no scan beyond the list)."""
+        self._purge(now)
+        return [(to_str(ip), mac.hex(":"), exp - now) for ip, (mac, exp) in self.cache.items()]
+
+    def _purge(self, now: float) -> None:
+        """Drop the expired entries: they are at the front (last-update order, one ttl)."""
+        cache = self.cache
+        n = 0
+        while cache:
+            ip = next(iter(cache))
+            if cache[ip][1] > now:
+                break
+            del cache[ip]
+            n += 1
+        if n:
+            self.stats.inc("arp.expired", n)
+
+    def _purge_due(self, now: float) -> None:
+        self._purge(now)
+        cache = self.cache
+        if cache:
+            self._purge_timer.arm(max(now, next(iter(cache.values()))[1]))
 
     # -- resolution ----------------------------------------------------------
     def resolve_then(self, ip: bytes, send: Callable[[bytes], None], now: float) -> None:
         """Call ``send(mac)`` once ``ip`` is resolved; queue it meanwhile (bounded)."""
         stats = self.stats
         pending = self.pending.get(ip)
-        if pending is None:
-            pending = self.pending[ip] = _Pending()
-            pending.timer = self.timers.timer(lambda t, ip=ip: self._retry(ip, t))
-            self._request(ip)
-            pending.timer.arm(now + self.retry_interval)
-        if len(pending.packets) >= self.queue_per_host or self.queued >= self.queue_total:
+        # The limits first: nothing (entry, timer, broadcast) is created for a packet we would drop.
+        if self.queued >= self.queue_total or (pending is not None and len(pending.packets) >= self.queue_per_host):
             stats.drop("arp.queue_full")
             return
+        if pending is None:
+            if len(self.pending) >= self.max_pending:
+                stats.drop("arp.pending_full")
+                return
+            pending = self.pending[ip] = _Pending()
+            pending.timer = self.timers.timer(lambda t, ip=ip: self._retry(ip, t))
+            self._request(ip, now)
+            pending.timer.arm(now + self.retry_interval)
         pending.packets.append(send)
         self.queued += 1
 
@@ -119,10 +181,13 @@ class ArpLayer:
             self.stats.drop("arp.unresolved", len(pending.packets) or 1)
             self.stats.inc("arp.resolution_failures")
             return
-        self._request(ip)
+        self._request(ip, now)
         pending.timer.arm(now + self.retry_interval)
 
-    def _request(self, ip: bytes) -> None:
+    def _request(self, ip: bytes, now: float) -> None:
+        if not self._requests.take(now):
+            self.stats.inc("arp.requests_rate_limited")
+            return
         iface = self.iface
         self._send(BROADCAST_MAC, ArpPacket.request(iface.mac, iface.addr, ip))
         self.stats.inc("arp.requests_sent")
@@ -149,9 +214,28 @@ class ArpLayer:
         iface = self.iface
         spa = bytes(pkt.spa)
         tpa = bytes(pkt.tpa)
-        if spa == iface.addr and pkt.sha != iface.mac:
+        sha = pkt.sha
+        if spa == iface.addr and sha != iface.mac:
             stats.inc("arp.address_conflict")  # someone else claims our address (RFC 5227)
             stats.drop("arp.conflict")
+            return
+        if sha[0] & 1:  # broadcast or multicast sender hardware address: never an answerable neighbour
+            stats.drop("arp.sender_bad_mac")
+            return
+        if spa == ANY4:
+            # RFC 5227 section 2.1.1: a probe. Answer one for our address (defend it), learn nothing.
+            if tpa == iface.addr and pkt.operation == OP_REQUEST:
+                stats.inc("arp.probes_received")
+                self._send(sha, pkt.reply_to(iface.mac))
+                stats.inc("arp.replies_sent")
+            else:
+                stats.drop("arp.probe_not_for_us")
+            return
+        if not iface.prefix.contains(spa):
+            stats.drop("arp.sender_off_link")
+            return
+        if iface.prefixlen < 31 and (spa == iface.broadcast or spa == iface.prefix.network):
+            stats.drop("arp.sender_not_unicast")
             return
         # RFC 826 merge rule: update an existing entry for the sender.
         merged = False

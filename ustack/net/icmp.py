@@ -7,7 +7,12 @@
   quoting the offending datagram, never in reply to an ICMP error, a
   broadcast/multicast datagram, a non-initial fragment or a datagram from a
   broadcast source (RFC 1122 section 3.2.2). A token bucket per destination
-  limits them (RFC 1812 section 4.3.2.8; Linux: ~1/s, burst 6).
+  limits them (RFC 1812 section 4.3.2.8; Linux: ~1/s, burst 6). At most
+  ``max_buckets`` destinations are tracked (default 4096); a new one past
+  that evicts the least recently created bucket (``icmp.ratelimit_evicted``).
+- A reply or error toward a source we have no route to (no gateway, off the
+  subnet) is dropped (``icmp.echo_no_route`` / ``icmp.error_no_route``),
+  never raised: one packet must not stop the host.
 - Incoming destination-unreachable / time-exceeded messages are matched to
   the transport named by the quoted header's protocol (``ProtocolTable``),
   which surfaces them on the endpoint.
@@ -17,6 +22,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Callable, Optional
 
 from ustack.net.addr import ANY4, is_multicast
@@ -28,14 +34,15 @@ from ustack.wire import WireError
 from ustack.wire.icmp import DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, TIME_EXCEEDED, IcmpMessage
 from ustack.wire.proto import PROTO_ICMP
 
-MAX_BUCKETS = 4096  # per-destination rate limiters kept (remote traffic cannot push past this)
+MAX_BUCKETS = 4096  # default cap of per-destination rate limiters (remote traffic cannot push past it)
 
 
 class IcmpLayer:
     """ICMP for one IPv4 interface: answers through ``ip``, routes errors in through ``protocols``."""
 
     def __init__(self, ip: IpLayer, iface: Interface, protocols: ProtocolTable, stats: Stats, *,
-                 error_rate: float = 1.0, error_burst: float = 6.0, answer_broadcast_echo: bool = False):
+                 error_rate: float = 1.0, error_burst: float = 6.0, answer_broadcast_echo: bool = False,
+                 max_buckets: int = MAX_BUCKETS):
         self.ip = ip
         self.iface = iface
         self.protocols = protocols
@@ -43,6 +50,7 @@ class IcmpLayer:
         self.error_rate = error_rate
         self.error_burst = error_burst
         self.answer_broadcast_echo = answer_broadcast_echo
+        self.max_buckets = max_buckets
         self._buckets: dict[bytes, TokenBucket] = {}
         # ident -> handler(seq, ident, payload, src, now, ttl)
         self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
@@ -66,8 +74,8 @@ class IcmpLayer:
             reply = msg.echo_reply()
             buf = bytearray(reply.length)
             reply.emit(buf)
-            self.ip.output(self.iface.addr, src, PROTO_ICMP, buf, now)
-            stats.inc("icmp.echo_replies_sent")
+            if self._output(src, buf, now, "icmp.echo_no_route"):
+                stats.inc("icmp.echo_replies_sent")
         elif itype == ECHO_REPLY:
             stats.inc("icmp.echo_replies_received")
             handler = self.echo_handlers.get(msg.ident)
@@ -123,19 +131,40 @@ class IcmpLayer:
         if (iface.is_broadcast(qdst) or is_multicast(qdst) or iface.is_broadcast(dst) or is_multicast(dst)
                 or dst == ANY4):
             return False
-        bucket = self._buckets.get(dst)
+        try:
+            self.ip.source(dst)
+        except OSError as e:  # no route back (no gateway): nothing to send, nothing to raise
+            if e.errno != errno.ENETUNREACH:
+                raise
+            stats.drop("icmp.error_no_route")
+            return False
+        buckets = self._buckets
+        bucket = buckets.get(dst)
         if bucket is None:
-            if len(self._buckets) > MAX_BUCKETS:
-                self._buckets.clear()
-            bucket = self._buckets[dst] = TokenBucket(self.error_rate, self.error_burst, now)
+            if len(buckets) >= self.max_buckets:
+                del buckets[next(iter(buckets))]  # the oldest (dicts keep insertion order)
+                stats.inc("icmp.ratelimit_evicted")
+            bucket = buckets[dst] = TokenBucket(self.error_rate, self.error_burst, now)
         if not bucket.take(now):
             stats.inc("icmp.errors_rate_limited")
             return False
         msg = IcmpMessage.error(itype, code, original, rest)
         buf = bytearray(msg.length)
         msg.emit(buf)
-        self.ip.output(iface.addr, dst, PROTO_ICMP, buf, now)
+        if not self._output(dst, buf, now, "icmp.error_no_route"):
+            return False
         stats.inc(f"icmp.errors_sent.type{itype}.code{code}")
+        return True
+
+    def _output(self, dst: bytes, buf: bytearray, now: float, no_route: str) -> bool:
+        """Send an ICMP message from our address; False (the drop ``no_route``) when ``dst`` is unroutable."""
+        try:
+            self.ip.output(self.iface.addr, dst, PROTO_ICMP, buf, now)
+        except OSError as e:
+            if e.errno != errno.ENETUNREACH:
+                raise
+            self.stats.drop(no_route)
+            return False
         return True
 
     def ping(self, dst: bytes, ident: int, seq: int, now: float, payload: bytes = b"",

@@ -13,6 +13,16 @@ path's classify records; fragments come to ``input_fragment`` and go
 through the Reassembler, then back through classify as one synthetic frame
 (``redeliver``) so L4 validation has one home. A reassembly timeout with
 fragment zero held reports ICMP time exceeded through ``on_time_exceeded``.
+
+Martian sources (RFC 1812 section 5.3.7, RFC 1122 section 3.2.1.3): the
+Stack asks ``martian_source`` of every IPv4 datagram before a transport or
+the reassembler sees it, and drops it under ``ipv4.martian_source.<kind>``:
+a broadcast source (limited or our subnet's), multicast (224/4), reserved
+(240/4), 0.0.0.0 and the rest of 0/8 ("this network"), loopback (127/8)
+and our own address (a LAND attack would make us talk to ourselves). One
+exception, as RFC 1122 3.2.1.3 (a) and RFC 2131 section 4.1 allow: 0.0.0.0
+as the source of a UDP datagram to port 67 (a DHCP/BOOTP client that has
+no address yet), when ``allow_unspecified_dhcp`` (the default).
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ import struct
 from typing import Callable, Optional
 
 from ustack import _fastpath
-from ustack.net.addr import BROADCAST4
+from ustack.net.addr import ANY4, BROADCAST4
 from ustack.net.arp import ArpLayer
 from ustack.net.link import BROADCAST_MAC, Link
 from ustack.net.reassembly import Reassembler
@@ -36,6 +46,7 @@ HEADER_LEN = 20
 _IP_TEMPLATE = struct.Struct("!6s6sHBBHHHBBH4s4s")
 IP_DF = 0x4000
 IP_MF = 0x2000
+DHCP_SERVER_PORT = 67
 MAX_TEMPLATES = 4096  # per-flow header templates kept (a bound remote traffic cannot push past)
 
 
@@ -47,8 +58,9 @@ class Ipv4Layer:
 
     def __init__(self, link: Link, iface: Interface, arp: ArpLayer, timers: TimerHeap, stats: Stats, *,
                  ttl: int = DEFAULT_TTL, reassembly_timeout: float = 30.0, reassembly_max_bytes: int = 4 << 20,
-                 reassembly_max_datagrams: int = 64):
+                 reassembly_max_datagrams: int = 64, allow_unspecified_dhcp: bool = True):
         self.link = link
+        self.allow_unspecified_dhcp = allow_unspecified_dhcp
         self.iface = iface
         self.arp = arp
         self.stats = stats
@@ -191,6 +203,28 @@ class Ipv4Layer:
         return True
 
     # -- input ----------------------------------------------------------------------
+    def martian_source(self, src: bytes, proto: int, dport: int) -> Optional[str]:
+        """The drop reason when ``src`` may not source a datagram to us (RFC 1812 5.3.7), else None."""
+        first = src[0]
+        if first == 0:
+            if src == ANY4:
+                if self.allow_unspecified_dhcp and proto == PROTO_UDP and dport == DHCP_SERVER_PORT:
+                    return None  # RFC 1122 3.2.1.3 (a): a host learning its address (DHCP/BOOTP)
+                return "ipv4.martian_source.unspecified"
+            return "ipv4.martian_source.this_network"
+        if first == 127:
+            return "ipv4.martian_source.loopback"
+        if first >= 224:
+            if src == BROADCAST4:
+                return "ipv4.martian_source.broadcast"
+            return "ipv4.martian_source.multicast" if first < 240 else "ipv4.martian_source.reserved"
+        iface = self.iface
+        if src == iface.addr:
+            return "ipv4.martian_source.ours"
+        if src == iface.broadcast and iface.prefixlen < 31:
+            return "ipv4.martian_source.broadcast"
+        return None
+
     def input_fragment(self, frame: memoryview, pkt, now: float) -> None:
         """One fragment (a K_FRAG record): reassemble, then hand the whole datagram to ``redeliver``."""
         stats = self.stats

@@ -7,6 +7,14 @@ through ``unreachable``. Each endpoint has a receive queue bounded in bytes
 (``rcvbuf``, like SO_RCVBUF); overflow drops the datagram
 (``udp.rcvbuf_full``) and counts it on the endpoint too.
 
+What a queued datagram costs against ``rcvbuf`` is its payload plus a fixed
+``datagram_overhead`` (default 768 bytes), as Linux charges an skb's
+truesize (payload + the sk_buff and shared-info bookkeeping: 768 bytes for a
+small frame on x86-64) against sk_rcvbuf: empty datagrams are not free, so
+at the default 212,992-byte rcvbuf at most 277 empty ones queue, as on Linux.
+``queued_bytes`` stays the payload bytes (what recv will return);
+``rmem`` is the charged total.
+
 Sending reaches the network layer only through ``IpLayer``: a datagram
 that fits the MTU is written straight into a TX slot from a per-flow
 template (``ip.emit_udp``: one copy, one C call for headers and checksum);
@@ -32,12 +40,13 @@ from ustack.wire.proto import PROTO_UDP
 from ustack.wire.udp import HEADER_LEN, UdpHeader
 
 MAX_PAYLOAD = 65507  # 65535 - 20 (IPv4 header) - 8 (UDP header)
+DATAGRAM_OVERHEAD = 768  # charged per queued datagram on top of its payload (Linux: skb truesize of a small frame)
 
 
 class UdpEndpoint:
     """The protocol side of one UDP socket (no blocking here; see ustack.api)."""
 
-    __slots__ = ("layer", "local_addr", "local_port", "remote", "rcvbuf", "queue", "queued_bytes", "drops",
+    __slots__ = ("layer", "local_addr", "local_port", "remote", "rcvbuf", "queue", "queued_bytes", "rmem", "drops",
                  "error", "closed", "on_readable", "broadcast")
 
     def __init__(self, layer: "UdpLayer", rcvbuf: int):
@@ -48,6 +57,7 @@ class UdpEndpoint:
         self.rcvbuf = rcvbuf
         self.queue: deque = deque()  # (payload bytes, src addr, src port)
         self.queued_bytes = 0
+        self.rmem = 0  # payload + per-datagram overhead of everything queued (charged against rcvbuf)
         self.drops = 0
         self.error: Optional[OSError] = None  # pending asynchronous error (ICMP)
         self.closed = False
@@ -64,19 +74,23 @@ class UdpEndpoint:
 
     def deliver(self, payload: bytes, src: bytes, sport: int) -> None:
         size = len(payload)
-        if self.queued_bytes + size > self.rcvbuf and self.queue:
+        cost = size + self.layer.datagram_overhead
+        if self.rmem + cost > self.rcvbuf and self.queue:
             self.drops += 1
             self.layer.stats.drop("udp.rcvbuf_full")
             return
         self.queue.append((payload, src, sport))
         self.queued_bytes += size
+        self.rmem += cost
         self.layer.stats.inc("udp.datagrams_received")
         if self.on_readable is not None:
             self.on_readable()
 
     def pop(self) -> tuple[bytes, bytes, int]:
         item = self.queue.popleft()
-        self.queued_bytes -= len(item[0])
+        size = len(item[0])
+        self.queued_bytes -= size
+        self.rmem -= size + self.layer.datagram_overhead
         return item
 
     def sendto(self, payload, dst: bytes, dport: int, now: float) -> int:
@@ -88,18 +102,21 @@ class UdpEndpoint:
             self.layer.unbind(self)
             self.queue.clear()
             self.queued_bytes = 0
+            self.rmem = 0
 
 
 class UdpLayer:
     """All UDP endpoints of one stack."""
 
     def __init__(self, ip: IpLayer, iface: Interface, stats: Stats, port_secret: bytes,
-                 unreachable: Callable[[memoryview, bytes, float], None], *, default_rcvbuf: int = 212992):
+                 unreachable: Callable[[memoryview, bytes, float], None], *, default_rcvbuf: int = 212992,
+                 datagram_overhead: int = DATAGRAM_OVERHEAD):
         self.ip = ip
         self.iface = iface
         self.stats = stats
         self.unreachable = unreachable  # (offending datagram from its IP header, its source, now)
         self.default_rcvbuf = default_rcvbuf
+        self.datagram_overhead = datagram_overhead
         self.bound: dict[tuple[bytes, int], UdpEndpoint] = {}  # (local addr or wildcard, port)
         self.connected: dict[tuple[bytes, int, bytes, int], UdpEndpoint] = {}  # (laddr, lport, raddr, rport)
         self.ports = EphemeralPorts(port_secret, b"udp")
