@@ -335,3 +335,22 @@ def test_cubic_fast_convergence_and_timeout():
     assert cc.w_max == pytest.approx(70 * 1.7 / 2)
     cc.on_rto(40_000, 2.0)
     assert cc.window == 1000 and cc.ssthresh == 28_000
+
+
+# -- the SYN writer ------------------------------------------------------------------
+
+@pytest.mark.parametrize("ts", [None, (0, 0), (0xFFFFFFFF, 123456789)])
+@pytest.mark.parametrize("wscale", [None, 0, 7, 14])
+@pytest.mark.parametrize("sack", [False, True])
+@pytest.mark.parametrize("flags", [0x02, 0x12])
+def test_syn_segment_equals_the_wire_reference(ts, wscale, sack, flags):
+    """output.syn_segment packs SYN/SYN-ACK bytes itself; they equal wire.tcp.TcpHeader's, checksum included."""
+    from ustack.transport.tcp.output import syn_segment
+    from ustack.wire.tcp import TcpHeader
+
+    seq, ack = 0xFFFFFFF0, (0x12345678 if flags & 0x10 else 0)
+    got = syn_segment(A, B, 40000, 80, seq, ack, flags, 65535, 1460, wscale, sack, ts)
+    want = TcpHeader(40000, 80, seq, ack, flags, 65535, 0, 0, 1460, wscale, sack, (), ts).to_bytes(A, B)
+    assert bytes(got) == want
+    back = TcpHeader.parse(got, A, B)  # and it parses back, checksum verified
+    assert (back.mss, back.wscale, back.sack_permitted, back.timestamps) == (1460, wscale, sack, ts)
