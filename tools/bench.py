@@ -12,7 +12,15 @@ namespace:
 - TCP push (client -> server's discard) and pull (server's source -> client)
   throughput in MB/s at 1500 MTU, each transfer bounded in bytes and time;
 - TCP connections per second: connect, one 64-byte request/response, close,
-  counted over a fixed time.
+  counted over a fixed time;
+- the latency suite (off with ``--no-latency``): TCP echo round trip p50/p99
+  by message size (64 B, 1000 B, 2000 B, 3000 B, 20 KB, 100 KB) on one
+  connection; an ICMP echo every 10 ms from the kernel client (a ping
+  socket, or a raw one; a 64-byte TCP echo if neither opens), so the server
+  idles between requests; connect() time p50/p99 and connect+close per
+  second (no data). Printed with each stack side by side and its ratio to
+  the kernel; in the JSON as each row's ``latency`` and as ``latency_table``;
+  three panels of the PNG.
 
 Rows: ``kernel`` (the kernel's own sockets serving in the stack namespace
 of a veth topology of its own, so it never sees ustack's frames), ``ustack``
@@ -55,7 +63,7 @@ from dataclasses import asdict
 from typing import Optional
 
 from ustack.tools.bench_config import ROW_KINDS, USTACK_BACKENDS, BenchConfig
-from ustack.tools.bench_report import draw_png, format_table, notes_for, write_json
+from ustack.tools.bench_report import draw_png, format_table, latency_table, notes_for, write_json
 from ustack.tools.bench_runner import Placement, machine_info, run_ring, run_row
 
 
@@ -81,6 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="chart (needs matplotlib; default: %(default)s); '' for none")
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), default="auto", help="afxdp attach mode")
     p.add_argument("--no-rings", action="store_true", help="skip the per-backend ring cost table")
+    p.add_argument("--no-latency", action="store_true", help="skip the latency suite (sizes, ping, connect)")
     tune = p.add_argument_group("sizes (override the suite's)")
     tune.add_argument("--reps", type=_positive(int), help="repetitions per metric (median reported)")
     tune.add_argument("--rtt-count", type=_positive(int), help="timed round trips per RTT repetition")
@@ -88,6 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--bulk-bytes", type=_positive(int), help="bytes per push/pull transfer")
     tune.add_argument("--bulk-seconds", type=_positive(float), help="time cap per push/pull transfer")
     tune.add_argument("--cps-seconds", type=_positive(float), help="seconds of connect/request/close per rep")
+    tune.add_argument("--lat-count", type=_positive(int), help="timed round trips per message size up to 3000 B")
+    tune.add_argument("--ping-count", type=_positive(int), help="pings, 10 ms apart, per repetition")
+    tune.add_argument("--connect-seconds", type=_positive(float), help="seconds of connect+close per repetition")
     tune.add_argument("--ring-seconds", type=_positive(float), help="seconds per ring benchmark run")
     tune.add_argument("--ring-runs", type=_positive(int), help="ring benchmark runs (median reported)")
 
@@ -165,6 +177,7 @@ def cmd_bench(args) -> int:
     finally:
         placement.pin(0, home)
     result["duration_s"] = round(time.monotonic() - t0, 1)
+    result["latency_table"] = latency_table(result)
     result["notes"] += notes_for(result)
     chart_problem = None
     if args.png:

@@ -7,13 +7,19 @@ Each function runs in this process against a ready server at ``host``:
 - ``push`` (to the discard service) and ``pull`` (from the source service):
   bounded in bytes and in time; MB/s;
 - ``connections_per_second``: connect, one request/response, close, for a
-  fixed time.
+  fixed time;
+- the latency suite: ``sized_tcp_rtts`` (echo round trips of each message
+  size on one connection), ``ping_rtts`` (ICMP echo at a fixed spacing, so
+  the server idles between requests; a 64-byte TCP echo when no ICMP socket
+  can be had) and ``connect_close`` (connect() time and connect+close per
+  second, no data).
 
 A client that cannot go on raises ``ClientError``.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -166,8 +172,165 @@ def connections_per_second(topo, host: str, port: int, seconds: float) -> dict:
     return {"completed": done, "failed": failed, "seconds": elapsed, "rate": done / elapsed}
 
 
+def _pattern(size: int) -> bytes:
+    return bytes(i * 7 & 0xFF for i in range(256)) * (size // 256) + bytes(i * 7 & 0xFF for i in range(size % 256))
+
+
+def sized_tcp_rtts(topo, host: str, port: int, sizes, counts, warmup: int, timeout: float = 10.0) -> dict:
+    """For each size: ``warmup`` then ``counts[size]`` echo round trips on one connection (TCP_NODELAY).
+
+    Each echo is checked byte for byte after its clock stops. Returns
+    ``{size: {"p50", "p99", "n"}}`` in µs.
+    """
+    out = {}
+    clock = time.perf_counter_ns
+    with _client_socket(topo, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect((host, port))
+        for size in sizes:
+            payload = _pattern(size)
+            buf = bytearray(size)
+            view = memoryview(buf)
+            rtts = []
+            for i in range(warmup + counts[size]):
+                t0 = clock()
+                s.sendall(payload)
+                got = 0
+                while got < size:
+                    k = s.recv_into(view[got:])
+                    if not k:
+                        raise ClientError(f"connection closed in the middle of a {size}-byte echo")
+                    got += k
+                t1 = clock()
+                if buf != payload:
+                    raise ClientError(f"a {size}-byte echo came back different")
+                if i >= warmup:
+                    rtts.append((t1 - t0) / 1e3)
+            out[size] = {"p50": percentile(rtts, 50), "p99": percentile(rtts, 99), "n": len(rtts)}
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)
+    return out
+
+
+def _icmp_socket(topo):
+    """An ICMP socket in the peer namespace and its kind: a ping socket ("icmp"), else a raw one ("icmp raw")."""
+    from ustack.tools.netns import peer_socket
+
+    try:
+        with topo.in_peer_ns():
+            with open("/proc/sys/net/ipv4/ping_group_range", "w") as f:
+                f.write(f"0 {2 ** 31 - 2}")  # ping sockets for every group in this namespace (ours alone)
+        return peer_socket(topo, type=socket.SOCK_DGRAM, proto=socket.IPPROTO_ICMP), "icmp"
+    except OSError:
+        pass
+    try:
+        return peer_socket(topo, type=socket.SOCK_RAW, proto=socket.IPPROTO_ICMP), "icmp raw"
+    except OSError:
+        return None, None
+
+
+def _echo_request(ident: int, seq: int, payload: bytes) -> bytes:
+    from ustack.wire.checksum import internet_checksum
+
+    head = bytes((8, 0, 0, 0)) + ident.to_bytes(2, "big") + seq.to_bytes(2, "big")
+    csum = internet_checksum(head + payload)
+    return head[:2] + csum.to_bytes(2, "big") + head[4:] + payload
+
+
+def ping_rtts(topo, host: str, count: int, interval: float, tcp_port: int, timeout: float = 1.0) -> dict:
+    """``count`` echo requests ``interval`` apart (the server idles in between); RTTs in µs.
+
+    ICMP echo (56 bytes of data, like ping) from a ping socket, or a raw
+    socket when ping sockets are refused; without either, a 64-byte TCP echo
+    on one connection at the same spacing. ``method`` says which.
+    """
+    sock, method = _icmp_socket(topo)
+    clock = time.perf_counter_ns
+    rtts, lost = [], 0
+    if sock is None:
+        with _client_socket(topo, socket.SOCK_STREAM) as s:
+            s.settimeout(5.0)
+            s.connect((host, tcp_port))
+            payload = bytes(MESSAGE)
+            next_at = time.perf_counter()
+            for _ in range(count):
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.perf_counter()))
+                t0 = clock()
+                s.sendall(payload)
+                _recv_exactly(s, MESSAGE)
+                rtts.append((clock() - t0) / 1e3)
+        return {"p50": percentile(rtts, 50), "p99": percentile(rtts, 99), "n": len(rtts), "lost": 0,
+                "method": f"tcp {MESSAGE} B"}
+    payload = bytes(range(56))
+    ident = os.getpid() & 0xFFFF
+    with sock:
+        sock.settimeout(timeout)
+        sock.connect((host, 0))
+        next_at = time.perf_counter()
+        for seq in range(1, count + 1):
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+            t0 = clock()
+            sock.send(_echo_request(ident, seq, payload))
+            deadline = t0 + int(timeout * 1e9)
+            while True:
+                try:
+                    reply = sock.recv(2048)
+                except TimeoutError:
+                    lost += 1
+                    break
+                if method == "icmp raw":  # the IP header comes too; any ICMP message to us does
+                    reply = reply[(reply[0] & 0xF) * 4:] if reply else reply
+                    ok = len(reply) >= 8 and reply[0] == 0 and reply[4:6] == ident.to_bytes(2, "big")
+                else:  # a ping socket gets its own echo replies only (the kernel rewrote the identifier)
+                    ok = len(reply) >= 8 and reply[0] == 0
+                if ok and reply[6:8] == seq.to_bytes(2, "big") and reply[8:] == payload:
+                    rtts.append((clock() - t0) / 1e3)
+                    break
+                if clock() > deadline:
+                    lost += 1
+                    break
+            if lost >= 10 and not rtts:
+                raise ClientError(f"ping: {lost} echo requests unanswered")
+    if not rtts:
+        raise ClientError("ping: no replies")
+    return {"p50": percentile(rtts, 50), "p99": percentile(rtts, 99), "n": len(rtts), "lost": lost,
+            "method": method}
+
+
+def connect_close(topo, host: str, port: int, seconds: float, max_count: int) -> dict:
+    """connect() then close(), no data, for ``seconds`` (at most ``max_count``): connect() time and the rate."""
+    times = []
+    failed = 0
+    clock = time.perf_counter_ns
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    while time.perf_counter() < deadline and len(times) < max_count:
+        s = _client_socket(topo, socket.SOCK_STREAM)
+        try:
+            s.settimeout(3.0)
+            c0 = clock()
+            s.connect((host, port))
+            times.append((clock() - c0) / 1e3)
+        except OSError:
+            failed += 1
+            if failed >= 20 and failed > len(times):
+                raise ClientError(f"{failed} connects failed ({len(times)} completed)")
+        finally:
+            s.close()
+    elapsed = time.perf_counter() - t0
+    if not times:
+        raise ClientError("no connect() completed")
+    return {"connect_p50_us": percentile(times, 50), "connect_p99_us": percentile(times, 99),
+            "completed": len(times), "failed": failed, "seconds": elapsed, "rate": len(times) / elapsed}
+
+
 def widen_port_range(topo) -> None:
-    """Closed client connections sit in TIME_WAIT: give the peer namespace the whole ephemeral range."""
+    """Closed client connections sit in TIME_WAIT: give the peer namespace the whole ephemeral range,
+    and let connect() reuse a TIME_WAIT port after a second (timestamps tell the old segments apart)."""
     with topo.in_peer_ns():
         with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:
             f.write("10000 65000")
+        with open("/proc/sys/net/ipv4/tcp_tw_reuse", "w") as f:
+            f.write("1")

@@ -4,8 +4,10 @@ The servers listen on the classic service ports (UDP/TCP echo 7, discard 9,
 chargen-like source 19); every echo carries ``MESSAGE`` bytes. ``METRICS``
 and ``RING_METRICS`` name each figure with its column header and unit (RTTs
 in µs, throughput in MB/s of 10^6 bytes, connections/s, frames in kpps).
-``BenchConfig.for_args`` picks the default or the ``--quick`` suite and
-applies the size options.
+``LATENCY_SIZES`` are the message sizes of the latency suite (TCP echo
+round trips by size, a ping at ``ping_interval`` spacing, connect() time
+and connect+close per second). ``BenchConfig.for_args`` picks the default
+or the ``--quick`` suite and applies the size options.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ METRICS = (
     ("pull_mbps", "pull", "MB/s"),
     ("conn_per_s", "conn/s", "1/s"),
 )
+LATENCY_SIZES = (64, 1000, 2000, 3000, 20_000, 100_000)  # bytes per echo in the latency suite
 RING_METRICS = (
     ("rx_kpps", "rx kpps", "kpps"),
     ("rx_cpu_us", "rx µs/frame", "µs"),
@@ -48,18 +51,33 @@ class BenchConfig:
     ring_seconds: float = 1.0
     ring_runs: int = 3
     rings: bool = True
+    latency: bool = True  # the latency suite (sizes, ping, connect)
+    lat_count: int = 500  # timed round trips per size up to 3000 B (a quarter at 20 KB, a tenth at 100 KB)
+    lat_warmup: int = 20
+    ping_count: int = 200  # pings at ping_interval spacing: the stack idles in between
+    ping_interval: float = 0.01
+    connect_seconds: float = 2.0  # connect+close for this long (or connect_max connections)
+    connect_max: int = 20_000
+
+    def lat_count_for(self, size: int) -> int:
+        """Round trips for one message size: fewer for the big ones (a 100 KB echo takes milliseconds)."""
+        if size <= 3000:
+            return self.lat_count
+        return max(10, self.lat_count // (4 if size <= 20_000 else 10))
 
     @classmethod
     def for_args(cls, args) -> "BenchConfig":
         if args.quick:
             cfg = cls(reps=1, rtt_count=300, rtt_warmup=50, bulk_bytes=4_000_000, bulk_seconds=3.0,
-                      cps_seconds=1.0, ring_seconds=0.5, ring_runs=1)
+                      cps_seconds=1.0, ring_seconds=0.5, ring_runs=1, lat_count=60, lat_warmup=5, ping_count=40,
+                      connect_seconds=0.5)
         else:
             cfg = cls()
         for name in ("reps", "rtt_count", "rtt_warmup", "bulk_bytes", "bulk_seconds", "cps_seconds",
-                     "ring_seconds", "ring_runs"):
+                     "ring_seconds", "ring_runs", "lat_count", "ping_count", "connect_seconds"):
             value = getattr(args, name, None)
             if value is not None:
                 setattr(cfg, name, value)
         cfg.rings = not args.no_rings
+        cfg.latency = not getattr(args, "no_latency", False)
         return cfg

@@ -1,8 +1,10 @@
 """The report of ``ustack bench``: the text table, the JSON file, the PNG chart and the notes.
 
-``format_table(result)`` prints the machine, the placement, one line per row
-and one per ring path; ``write_json`` keeps everything (each repetition's
-figures too); ``draw_png`` draws bar charts when matplotlib is there and
+``format_table(result)`` prints the machine, the placement, one line per row,
+the latency table (``latency_table``: TCP echo RTT by message size, the
+spaced ping, connect() time and connect+close per second, each stack side by
+side with its ratio to the kernel) and one line per ring path; ``write_json``
+keeps everything (each repetition's figures too); ``draw_png`` draws bar charts when matplotlib is there and
 otherwise says why not; ``notes_for`` adds the observations worth a line
 (the TPACKET_V3 retire timer, server drops, transfers cut by the time cap,
 unanswered echoes).
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from ustack.tools.bench_config import MESSAGE, METRICS, RING_METRICS
+from ustack.tools.bench_config import LATENCY_SIZES, MESSAGE, METRICS, RING_METRICS
 
 
 def _fmt(value, unit: str) -> str:
@@ -24,6 +26,70 @@ def _fmt(value, unit: str) -> str:
     if unit == "µs" and value < 10:
         return f"{value:.2f}"
     return f"{value:.0f}"
+
+
+def _size(size: int) -> str:
+    return f"{size // 1000} KB" if size >= 10_000 else f"{size} B"
+
+
+def latency_table(result: dict) -> list[dict]:
+    """The latency suite as lines of figures: what, unit, and per row {"p50", "p99", "ratio"}.
+
+    ``ratio`` is the row's p50 (or rate) over the kernel row's: above 1 a
+    ustack RTT is slower than the kernel's, below 1 a ustack rate is lower.
+    Empty when no row ran the suite.
+    """
+    rows = [r for r in result["rows"] if r["status"] == "ok" and r.get("latency")]
+    if not rows:
+        return []
+    lines = [(f"rtt {size}", f"TCP echo {_size(size)}", "µs",
+              lambda lat, size=size: (lat["rtt"][str(size)]["p50"], lat["rtt"][str(size)]["p99"]))
+             for size in LATENCY_SIZES]
+    method = next((r["latency"]["ping"].get("method") for r in rows), "icmp")
+    lines.append(("ping", f"ping {result['config'].get('ping_interval', 0.01) * 1e3:g} ms apart, {method}", "µs",
+                  lambda lat: (lat["ping"]["p50"], lat["ping"]["p99"])))
+    lines.append(("connect", "connect()", "µs", lambda lat: (lat["connect_p50_us"], lat["connect_p99_us"])))
+    lines.append(("connect_close", "connect+close", "1/s", lambda lat: (lat["connect_close_per_s"], None)))
+    kernel = next((r for r in rows if r["name"] == "kernel"), None)
+    table = []
+    for key, label, unit, pick in lines:
+        entry = {"key": key, "what": label, "unit": unit, "rows": {}}
+        base = pick(kernel["latency"])[0] if kernel else None
+        for row in rows:
+            p50, p99 = pick(row["latency"])
+            ratio = p50 / base if (p50 is not None and base and row is not kernel) else None
+            entry["rows"][row["name"]] = {"p50": p50, "p99": p99, "ratio": ratio}
+        table.append(entry)
+    return table
+
+
+def format_latency(result: dict) -> list[str]:
+    """Text lines of ``latency_table``: one column group per row (p50, p99, and ×kernel for the others)."""
+    table = result.get("latency_table") or latency_table(result)
+    if not table:
+        return []
+    names = list(table[0]["rows"])
+    width = max(len(e["what"]) for e in table) + 6
+    head1 = f"{'':{width}}"
+    head2 = f"{'':{width}}"
+    for name in names:
+        cols = 2 if name == "kernel" else 3
+        span = 8 * cols
+        head1 += f"  {name:>{span}}"
+        head2 += "  " + f"{'p50':>8}{'p99':>8}" + ("" if name == "kernel" else f"{'×kernel':>8}")
+    out = ["", f"latency: p50/p99; ×kernel = this row's p50 (or rate) / the kernel's "
+               f"(above 1: slower RTT; below 1: fewer connections/s); TCP echo on one connection, TCP_NODELAY",
+           head1, head2]
+    for entry in table:
+        line = f"{entry['what'] + ' (' + entry['unit'] + ')':{width}}"
+        for name in names:
+            cell = entry["rows"][name]
+            line += "  " + f"{_fmt(cell['p50'], entry['unit']):>8}{_fmt(cell['p99'], entry['unit']):>8}"
+            if name != "kernel":
+                ratio = cell["ratio"]
+                line += f"{'-' if ratio is None else f'{ratio:.2f}':>8}"
+        out.append(line)
+    return out
 
 
 def format_table(result: dict) -> str:
@@ -50,6 +116,7 @@ def format_table(result: dict) -> str:
             continue
         cells = "  ".join(f"{_fmt(row['metrics'].get(k), u):>8}" for k, _, u in METRICS)
         out.append(f"{row['name']:{width}}  {cells}  {row['mode']}" + (f" ({row['note']})" if row["note"] else ""))
+    out += format_latency(result)
     if result.get("rings"):
         out += ["", "ring cost, 60-byte UDP frames (64 on a wire); CPU of the stack-side thread per frame:"]
         width = max([len("path")] + [len(r["name"]) for r in result["rings"]])
@@ -89,7 +156,7 @@ def draw_png(result: dict, path: str) -> Optional[str]:
         ("TCP throughput (MB/s, log)", [("push", "push_mbps"), ("pull", "pull_mbps")], True),
         ("TCP connections/s", [("conn/s", "conn_per_s")], False),
     ]
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    fig, axes = plt.subplots(3, 3, figsize=(16, 12.5))
     axes = axes.ravel()
     names = [r["name"] for r in rows]
     for ax, (title, series, logy) in zip(axes, panels):
@@ -99,6 +166,17 @@ def draw_png(result: dict, path: str) -> Optional[str]:
           "ring: 60-byte frames (kpps)", False)
     _bars(axes[5], ring_names, [("rx", [r["rx_cpu_us"] for r in rings]), ("tx", [r["tx_cpu_us"] for r in rings])],
           "ring: CPU µs per frame", False)
+    table = {e["key"]: e for e in (result.get("latency_table") or latency_table(result))}
+    lat_rows = list(next(iter(table.values()))["rows"]) if table else []
+    sizes = [_size(size) for size in LATENCY_SIZES]
+    _bars(axes[6], sizes if lat_rows else [],
+          [(name, [table[f"rtt {size}"]["rows"][name]["p50"] for size in LATENCY_SIZES]) for name in lat_rows],
+          "TCP echo RTT p50 by message size (µs, log)", True)
+    _bars(axes[7], ["ping", "connect()"] if lat_rows else [],
+          [(name, [table["ping"]["rows"][name]["p50"], table["connect"]["rows"][name]["p50"]]) for name in lat_rows],
+          "ping (10 ms apart) and connect() p50 (µs, log)", True)
+    _bars(axes[8], lat_rows, [("connect+close/s", [table["connect_close"]["rows"][n]["p50"] for n in lat_rows])]
+          if lat_rows else [], "TCP connect+close per second", False)
     m = result["machine"]
     fig.suptitle(f"ustack bench vs the kernel — {m['cpu_model']}, {m['cpus']} CPUs, kernel {m['kernel']}, "
                  f"Python {m['python']} — {result['started'][:16]}", fontsize=11)
@@ -147,6 +225,15 @@ def notes_for(result: dict) -> list[str]:
         notes.append("ustack serve busy-polls its device for 50 µs (ustack.api.driver) before it sleeps; the kernel "
                      "server sleeps in epoll and pays a wake-up per request, so ping-pong RTTs of ustack can come "
                      "out below the kernel's")
+    methods = {row["latency"]["ping"]["method"] for row in rows.values() if row.get("latency")}
+    if methods:
+        notes.append(f"ping: {' / '.join(sorted(methods))} echo requests from the kernel client "
+                     f"(icmp: an unprivileged ping socket; icmp raw: a raw socket; tcp: a 64-byte TCP echo), one "
+                     f"every {result['config'].get('ping_interval', 0.01) * 1e3:g} ms so the server idles in between")
+    for row in rows.values():
+        lost = (row.get("latency") or {}).get("ping", {}).get("lost")
+        if lost:
+            notes.append(f"{row['name']}: {lost} pings unanswered (not timed)")
     on_tap = [name for name, row in rows.items() if row["topology"] == "tap"]
     if on_tap:
         notes.append(f"{', '.join(on_tap)} ran over a TAP topology (the kernel client reaches the stack through the "

@@ -3,7 +3,8 @@
 ``run_row(kind, ...)`` builds a topology of its own (ustack.tools.netns),
 starts the row's server in its stack namespace (ustack.tools.bench_servers),
 runs every client measurement ``cfg.reps`` times (ustack.tools.bench_clients)
-and returns the row: medians in ``metrics``, each repetition in ``samples``.
+and returns the row: medians in ``metrics`` and (the latency suite,
+``measure_latency``) in ``latency``, each repetition in ``samples``.
 ``run_ring(kind, ...)`` measures one backend's raw ring cost with
 ustack.tools.bench_rings or ustack.tools.bench_afxdp. A row or ring that
 fails is returned with its status and the reason; the others still run.
@@ -24,9 +25,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ustack.tools.bench_clients import (connections_per_second, pull, push, tcp_rtts, udp_rtts,
-                                        widen_port_range)
-from ustack.tools.bench_config import METRICS, TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO, BenchConfig
+from ustack.tools.bench_clients import (connect_close, connections_per_second, ping_rtts, pull, push,
+                                        sized_tcp_rtts, tcp_rtts, udp_rtts, widen_port_range)
+from ustack.tools.bench_config import (LATENCY_SIZES, METRICS, TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO,
+                                       BenchConfig)
 from ustack.tools.bench_servers import kernel_server, pytcp_problem, pytcp_server, ustack_drops, ustack_server
 
 
@@ -132,6 +134,38 @@ def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], Non
     return metrics, samples
 
 
+def measure_latency(topo, host: str, cfg: BenchConfig, log: Callable[[str], None]) -> tuple[dict, list]:
+    """The latency suite against a ready server: RTT by message size, a spaced ping, connect() and connect+close.
+
+    Returns (medians over the repetitions, per-repetition samples). The
+    medians: ``rtt`` {size (str, JSON keys): {"p50", "p99"}} in µs, ``ping``
+    {"p50", "p99", "method", "lost"}, ``connect_p50_us``, ``connect_p99_us``
+    and ``connect_close_per_s``.
+    """
+    counts = {size: cfg.lat_count_for(size) for size in LATENCY_SIZES}
+    samples = []
+    for rep in range(cfg.reps):
+        sized = sized_tcp_rtts(topo, host, TCP_ECHO, LATENCY_SIZES, counts, cfg.lat_warmup)
+        ping = ping_rtts(topo, host, cfg.ping_count, cfg.ping_interval, TCP_ECHO)
+        conn = connect_close(topo, host, TCP_ECHO, cfg.connect_seconds, cfg.connect_max)
+        samples.append({"rtt": {str(k): v for k, v in sized.items()}, "ping": ping, "connect": conn})
+        log(f"    latency rep {rep + 1}/{cfg.reps}: " + ", ".join(
+            f"{size} B {sized[size]['p50']:.0f}" for size in LATENCY_SIZES)
+            + f" µs; ping ({ping['method']}) {ping['p50']:.0f} µs; connect() {conn['connect_p50_us']:.0f} µs, "
+              f"{conn['rate']:.0f} connect+close/s")
+    latency = {
+        "rtt": {str(size): {q: median_or_none(s["rtt"][str(size)][q] for s in samples) for q in ("p50", "p99")}
+                for size in LATENCY_SIZES},
+        "ping": {"p50": median_or_none(s["ping"]["p50"] for s in samples),
+                 "p99": median_or_none(s["ping"]["p99"] for s in samples),
+                 "method": samples[0]["ping"]["method"], "lost": sum(s["ping"]["lost"] for s in samples)},
+        "connect_p50_us": median_or_none(s["connect"]["connect_p50_us"] for s in samples),
+        "connect_p99_us": median_or_none(s["connect"]["connect_p99_us"] for s in samples),
+        "connect_close_per_s": median_or_none(s["connect"]["rate"] for s in samples),
+    }
+    return latency, samples
+
+
 def row_result(name: str, stack: str, topology: str, status: str = "ok", **extra) -> dict:
     return {"name": name, "stack": stack, "topology": topology, "status": status, "mode": extra.pop("mode", ""),
             "note": extra.pop("note", ""), "metrics": extra.pop("metrics", {k: None for k, _, _ in METRICS}),
@@ -166,12 +200,17 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
                     server, mode = ustack_server(topo, kind, cfg.bulk_bytes, xdp_mode)
                 cpus = server.cpus
                 metrics, samples = measure_services(topo, topo.stack_addr, cfg, log)
+                latency = None
+                if cfg.latency:
+                    latency, samples["latency"] = measure_latency(topo, topo.stack_addr, cfg, log)
             finally:
                 rc = server.stop() if server is not None else None
             extra = {}
             if stack == "ustack":
                 extra["server_drops"] = ustack_drops(server.lines)
             note = "" if rc in (0, None) else f"server exited with status {rc}"
+            if latency is not None:
+                extra["latency"] = latency
             return row_result(name, stack, topo_kind, mode=mode, metrics=metrics, samples=samples,
                               server_cpus=cpus, seconds=round(time.monotonic() - t0, 1), note=note, **extra)
     except KeyboardInterrupt:

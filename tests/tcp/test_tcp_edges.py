@@ -156,6 +156,34 @@ def test_configure_knobs_on_a_live_connection():
         conn.configure(congestion="bbr9")
 
 
+def test_configure_copies_the_shared_defaults():
+    """connect() without knobs shares the layer's TcpConfig; configure() copies it before changing a knob."""
+    h = Harness()
+    defaults = h.layer.config
+    nodelay = defaults.nodelay
+    first = h.layer.connect(None, (PEER, 5000), h.now)
+    second = h.layer.connect(None, (PEER, 5001), h.now)
+    assert first.config is defaults and second.config is defaults
+    first.configure(nodelay=not nodelay, sndbuf=1000)
+    assert first.config.nodelay is (not nodelay) and first.config.sndbuf == 1000
+    assert defaults.nodelay is nodelay and defaults.sndbuf != 1000
+    assert second.config is defaults and second.sender.nodelay is nodelay
+    tuned = h.layer.connect(None, (PEER, 5002), h.now, rcvbuf=4096)
+    assert tuned.config is not defaults and tuned.config.rcvbuf == 4096 and defaults.rcvbuf != 4096
+
+
+def test_isn_secret_replaced_on_the_host_is_used():
+    """The layer keys its ISN hash once, but a host whose secret is replaced gets ISNs from the new one."""
+    from ustack.transport.tcp.isn import initial_sequence_number
+
+    h = Harness()
+    conn = h.layer.connect(None, (PEER, 5000), h.now)
+    assert conn.tcb.iss == initial_sequence_number(h.host.isn_secret, *conn.key, h.now)
+    h.host.isn_secret = bytes(range(50, 66))
+    conn = h.layer.connect(None, (PEER, 5001), h.now)
+    assert conn.tcb.iss == initial_sequence_number(bytes(range(50, 66)), *conn.key, h.now)
+
+
 def test_config_validation():
     with pytest.raises(ValueError):
         Harness(delack_timeout=0.6)

@@ -13,10 +13,12 @@ from ustack.stats import Stats
 from ustack.transport.tcp.congestion import Cubic, NewReno, initial_window, make
 from ustack.transport.tcp.isn import (
     COOKIE_MSS,
+    KeyedHash,
     check_cookie,
     cookie_mss_index,
     initial_sequence_number,
     make_cookie,
+    timestamp_offset,
 )
 from ustack.transport.tcp.recovery import NewRenoRecovery
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
@@ -262,6 +264,31 @@ def test_isn_keyed_and_clocked():
         initial_sequence_number(b"short", A, 1, B, 2, 0.0)
 
 
+def test_keyed_hash_is_blake2s_keyed_once_and_stateless():
+    """The per-layer KeyedHash (BLAKE2s keyed once, copied per call) gives F() exactly as hashing afresh."""
+    import hashlib
+
+    keyed = KeyedHash(SECRET)
+
+    def fresh(purpose: bytes, lport: int, rport: int) -> int:
+        h = hashlib.blake2s(A + B + lport.to_bytes(2, "big") + rport.to_bytes(2, "big"), key=SECRET, digest_size=4,
+                            person=purpose)
+        return int.from_bytes(h.digest(), "big")
+
+    for _ in range(3):  # a copied state carries nothing from one call to the next
+        assert keyed.ts_offset(A, 1, B, 2) == fresh(b"tsoff", 1, 2) == timestamp_offset(SECRET, A, 1, B, 2)
+        assert keyed.isn(A, 1, B, 2, 10.0) == (2_500_000 + fresh(b"isn", 1, 2)) & 0xFFFFFFFF
+        assert keyed.isn(A, 1, B, 2, 10.0) == initial_sequence_number(SECRET, A, 1, B, 2, 10.0)
+    assert keyed.ts_offset(A, 1, B, 3) == fresh(b"tsoff", 1, 3) != keyed.ts_offset(A, 1, B, 2)
+    assert keyed.hash32(b"other", A, 1, B, 2) == fresh(b"other", 1, 2)  # a purpose without a prepared state
+    c = keyed.make_cookie(A, 80, B, 5000, 777, 3, 1000.0)
+    assert c == make_cookie(SECRET, A, 80, B, 5000, 777, 3, 1000.0)
+    assert keyed.check_cookie(A, 80, B, 5000, 777, c, 1000.0) == 3
+    assert KeyedHash(bytes(16)).check_cookie(A, 80, B, 5000, 777, c, 1000.0) is None
+    with pytest.raises(ValueError):
+        KeyedHash(b"short")
+
+
 def test_cookie_roundtrip_expiry_and_forgery():
     idx = cookie_mss_index(1460)
     assert COOKIE_MSS[idx] == 1460 and COOKIE_MSS[cookie_mss_index(1000)] == 536
@@ -308,3 +335,22 @@ def test_cubic_fast_convergence_and_timeout():
     assert cc.w_max == pytest.approx(70 * 1.7 / 2)
     cc.on_rto(40_000, 2.0)
     assert cc.window == 1000 and cc.ssthresh == 28_000
+
+
+# -- the SYN writer ------------------------------------------------------------------
+
+@pytest.mark.parametrize("ts", [None, (0, 0), (0xFFFFFFFF, 123456789)])
+@pytest.mark.parametrize("wscale", [None, 0, 7, 14])
+@pytest.mark.parametrize("sack", [False, True])
+@pytest.mark.parametrize("flags", [0x02, 0x12])
+def test_syn_segment_equals_the_wire_reference(ts, wscale, sack, flags):
+    """output.syn_segment packs SYN/SYN-ACK bytes itself; they equal wire.tcp.TcpHeader's, checksum included."""
+    from ustack.transport.tcp.output import syn_segment
+    from ustack.wire.tcp import TcpHeader
+
+    seq, ack = 0xFFFFFFF0, (0x12345678 if flags & 0x10 else 0)
+    got = syn_segment(A, B, 40000, 80, seq, ack, flags, 65535, 1460, wscale, sack, ts)
+    want = TcpHeader(40000, 80, seq, ack, flags, 65535, 0, 0, 1460, wscale, sack, (), ts).to_bytes(A, B)
+    assert bytes(got) == want
+    back = TcpHeader.parse(got, A, B)  # and it parses back, checksum verified
+    assert (back.mss, back.wscale, back.sack_permitted, back.timestamps) == (1460, wscale, sack, ts)

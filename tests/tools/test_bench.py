@@ -33,6 +33,11 @@ def test_quick_suite_and_overrides():
     assert (cfg.reps, cfg.rtt_count, cfg.rtt_warmup, cfg.bulk_bytes, cfg.cps_seconds, cfg.rings) == (
         1, 50, 0, 1000, 0.5, False)
     assert cfg.bulk_seconds == 3.0  # the quick suite's, not overridden
+    assert (cfg.latency, cfg.lat_count, cfg.ping_count, cfg.connect_seconds) == (True, 60, 40, 0.5)
+    args = bench.build_parser().parse_args(["--lat-count", "7", "--ping-count", "9", "--connect-seconds", "0.25"])
+    cfg = bench_config.BenchConfig.for_args(args)
+    assert (cfg.latency, cfg.lat_count, cfg.ping_count, cfg.connect_seconds, cfg.reps) == (True, 7, 9, 0.25, 3)
+    assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--no-latency"])).latency is False
 
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--rtt-count", "-3"], ["--bulk-seconds", "0"],
@@ -77,7 +82,8 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     argv = [sys.executable, "-m", "ustack.tools.bench", "--quick", "--backends", "packet", "--rtt-count", "100",
             "--rtt-warmup", "20", "--bulk-bytes", "1000000", "--bulk-seconds", "3", "--cps-seconds", "0.5",
-            "--ring-seconds", "0.3", "--ring-runs", "1", "--json", str(out_json), "--png", str(out_png)]
+            "--ring-seconds", "0.3", "--ring-runs", "1", "--lat-count", "20", "--ping-count", "10",
+            "--connect-seconds", "0.3", "--json", str(out_json), "--png", str(out_png)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         table, log = proc.communicate(timeout=120)
@@ -95,6 +101,13 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
             assert row["metrics"][key] > 0, (name, key, row["metrics"])
         assert row["metrics"]["udp_rtt_p99_us"] >= row["metrics"]["udp_rtt_p50_us"]
         assert all(s["complete"] for s in row["samples"]["pull"]), row["samples"]["pull"]
+        lat = row["latency"]
+        for size in bench_config.LATENCY_SIZES:
+            assert 0 < lat["rtt"][str(size)]["p50"] <= lat["rtt"][str(size)]["p99"], (name, size, lat)
+        assert lat["ping"]["method"] in ("icmp", "icmp raw", "tcp 64 B") and lat["ping"]["p50"] > 0
+        assert lat["connect_p50_us"] > 0 and lat["connect_close_per_s"] > 0
+    assert [e["key"] for e in result["latency_table"]][-3:] == ["ping", "connect", "connect_close"]
+    assert result["latency_table"][0]["rows"]["ustack/packet"]["ratio"] > 0
     assert rows["ustack/packet"]["mode"].startswith("packet")
     rings = {r["name"]: r for r in result["rings"]}
     assert set(rings) == {"kernel UDP socket", "packet"}
@@ -104,6 +117,7 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
     assert result["machine"]["kernel"] == os.uname().release
     assert "UDP p50" in table and "\nkernel " in table and "\nustack/packet " in table
     assert "placement:" in table
+    assert "\nlatency: p50/p99" in table and "\nTCP echo 100 KB (µs)" in table and "\nconnect+close (1/s)" in table
     from pyroute2 import netns
 
     left = [n for n in netns.listnetns() if n.startswith((f"usbn{proc.pid}", f"usbr{proc.pid}"))]

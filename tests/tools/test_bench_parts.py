@@ -1,13 +1,14 @@
 """The pieces of ``ustack bench`` that need no topology: nearest-rank percentiles, medians, server output,
-and the raw frame the ring benchmark transmits."""
+the raw frame the ring benchmark transmits, the ICMP echo request of the ping, the latency suite's counts."""
 
 from __future__ import annotations
 
 import pytest
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
 
-from ustack.tools.bench_clients import percentile
+from ustack.tools.bench_clients import _echo_request, _pattern, percentile
+from ustack.tools.bench_config import LATENCY_SIZES, BenchConfig
 from ustack.tools.bench_rings import PAYLOAD, udp_frame
 from ustack.tools.bench_runner import median_or_none
 from ustack.tools.bench_servers import ustack_drops
@@ -48,3 +49,22 @@ def test_ring_frame_is_a_60_byte_udp_frame_with_right_checksums():
     del pkt[IP].chksum, pkt[UDP].chksum
     again = Ether(bytes(pkt))  # scapy recomputes both
     assert (again[IP].chksum, again[UDP].chksum) == (ip_sum, udp_sum)
+
+
+def test_ping_echo_request_is_a_valid_icmp_echo():
+    raw = _echo_request(0x1234, 7, bytes(range(56)))
+    pkt = ICMP(raw)
+    assert (pkt.type, pkt.code, pkt.id, pkt.seq, bytes(pkt.payload)) == (8, 0, 0x1234, 7, bytes(range(56)))
+    csum = pkt.chksum
+    del pkt.chksum
+    assert ICMP(bytes(pkt)).chksum == csum  # scapy computes the same checksum
+
+
+def test_latency_suite_sizes_counts_and_payloads():
+    assert LATENCY_SIZES == (64, 1000, 2000, 3000, 20_000, 100_000)
+    cfg = BenchConfig(lat_count=500)
+    assert [cfg.lat_count_for(s) for s in LATENCY_SIZES] == [500, 500, 500, 500, 125, 50]
+    assert BenchConfig(lat_count=20).lat_count_for(100_000) == 10  # never fewer than 10
+    for size in (64, 1000, 100_000, 300):
+        data = _pattern(size)
+        assert len(data) == size and data[:3] == bytes((0, 7, 14)) and data[256 % size] == 0

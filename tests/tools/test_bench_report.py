@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ustack.tools import bench_report
+import pytest
+
+from ustack.tools import bench_config, bench_report
 from ustack.tools.bench_runner import row_result
 
 
@@ -57,6 +59,71 @@ def test_table_shows_machine_placement_every_row_and_the_rings():
     assert "- a note" in text and "took 187 s" in text
 
 
+def latency(scale: float, rate: float, method: str = "icmp") -> dict:
+    return {"rtt": {str(size): {"p50": scale * (50 + i * 10), "p99": scale * (100 + i * 10)}
+                    for i, size in enumerate(bench_config.LATENCY_SIZES)},
+            "ping": {"p50": scale * 45, "p99": scale * 90, "method": method, "lost": 0},
+            "connect_p50_us": scale * 20, "connect_p99_us": scale * 60, "connect_close_per_s": rate}
+
+
+def with_latency() -> dict:
+    result = fake_result()
+    result["config"]["ping_interval"] = 0.01
+    result["rows"][0]["latency"] = latency(1.0, 30000.0)
+    result["rows"][1]["latency"] = latency(2.5, 6000.0)
+    return result
+
+
+def test_latency_table_puts_each_stack_beside_the_kernel_with_a_ratio():
+    table = bench_report.latency_table(with_latency())
+    assert [e["key"] for e in table] == [f"rtt {s}" for s in bench_config.LATENCY_SIZES] + [
+        "ping", "connect", "connect_close"]
+    assert [e["what"] for e in table][:6] == ["TCP echo 64 B", "TCP echo 1000 B", "TCP echo 2000 B",
+                                              "TCP echo 3000 B", "TCP echo 20 KB", "TCP echo 100 KB"]
+    assert list(table[0]["rows"]) == ["kernel", "ustack/packet"]  # the row that is not available is left out
+    assert table[0]["rows"]["kernel"] == {"p50": 50.0, "p99": 100.0, "ratio": None}
+    assert table[5]["rows"]["ustack/packet"] == {"p50": 250.0, "p99": 375.0, "ratio": 2.5}
+    ping = table[6]
+    assert ping["what"] == "ping 10 ms apart, icmp" and ping["unit"] == "µs"
+    assert ping["rows"]["ustack/packet"]["p50"] == 112.5 and ping["rows"]["ustack/packet"]["ratio"] == 2.5
+    assert table[7]["rows"]["ustack/packet"] == {"p50": 50.0, "p99": 150.0, "ratio": 2.5}
+    assert table[8]["unit"] == "1/s" and table[8]["rows"]["ustack/packet"] == {"p50": 6000.0, "p99": None,
+                                                                              "ratio": 0.2}
+    assert bench_report.latency_table(fake_result()) == []  # no row ran the suite
+
+
+def test_latency_table_text():
+    text = bench_report.format_table(with_latency())
+    lines = text.splitlines()
+    head = next(i for i, l in enumerate(lines) if l.startswith("latency:"))
+    assert lines[head + 1].split() == ["kernel", "ustack/packet"]
+    assert lines[head + 2].split() == ["p50", "p99", "p50", "p99", "×kernel"]
+    body = {l.split(" (")[0]: l.rsplit(")", 1)[1].split() for l in lines[head + 3:head + 12]}
+    assert body["TCP echo 64 B"] == ["50", "100", "125", "250", "2.50"]
+    assert body["TCP echo 100 KB"] == ["100", "150", "250", "375", "2.50"]
+    assert body["ping 10 ms apart, icmp"] == ["45", "90", "112", "225", "2.50"]
+    assert body["connect()"] == ["20", "60", "50", "150", "2.50"]
+    assert body["connect+close"] == ["30000", "-", "6000", "-", "0.20"]
+    assert lines[head + 12] == "" and "ring cost" in lines[head + 13]
+    assert "latency:" not in bench_report.format_table(fake_result())
+
+
+def test_latency_without_a_kernel_row_has_no_ratio():
+    result = with_latency()
+    result["rows"][0]["status"] = "error"
+    table = bench_report.latency_table(result)
+    assert list(table[0]["rows"]) == ["ustack/packet"] and table[0]["rows"]["ustack/packet"]["ratio"] is None
+
+
+def test_latency_notes_say_how_the_ping_was_sent():
+    result = with_latency()
+    result["rows"][1]["latency"]["ping"]["lost"] = 3
+    notes = bench_report.notes_for(result)
+    assert any(n.startswith("ping: icmp echo requests from the kernel client") and "every 10 ms" in n
+               for n in notes)
+    assert "ustack/packet: 3 pings unanswered (not timed)" in notes
+
+
 def test_json_round_trips(tmp_path):
     result = fake_result()
     path = tmp_path / "b.json"
@@ -64,11 +131,19 @@ def test_json_round_trips(tmp_path):
     loaded = json.loads(path.read_text())
     assert loaded == json.loads(json.dumps(result))
     assert loaded["rows"][0]["metrics"]["push_mbps"] == 512.34
+    result = with_latency()
+    result["latency_table"] = bench_report.latency_table(result)
+    bench_report.write_json(result, str(path))
+    loaded = json.loads(path.read_text())
+    assert loaded["rows"][1]["latency"]["rtt"]["100000"] == {"p50": 250.0, "p99": 375.0}
+    assert loaded["rows"][1]["latency"]["connect_close_per_s"] == 6000.0
+    assert loaded["latency_table"][8]["rows"]["ustack/packet"]["ratio"] == 0.2
 
 
-def test_chart_is_drawn_or_skipped_with_a_reason(tmp_path):
+@pytest.mark.parametrize("make", [fake_result, with_latency])
+def test_chart_is_drawn_or_skipped_with_a_reason(tmp_path, make):
     path = tmp_path / "b.png"
-    problem = bench_report.draw_png(fake_result(), str(path))
+    problem = bench_report.draw_png(make(), str(path))
     try:
         import matplotlib  # noqa: F401
     except ImportError:

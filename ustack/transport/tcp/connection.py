@@ -65,7 +65,6 @@ import socket
 
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.info import TcpInfo
-from ustack.transport.tcp.isn import initial_sequence_number, timestamp_offset
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.sender import Sender
@@ -142,7 +141,7 @@ class Connection:
         self._soft_error = None
         self.segs_in = self.challenge_acks = 0
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
-        tcb.ts_offset = timestamp_offset(host.isn_secret, *self.key)
+        tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 
     def __repr__(self) -> str:
         return (f"<Connection {_fmt(self.local_addr, self.local_port)} -> "
@@ -153,7 +152,7 @@ class Connection:
     def open_active(self, now: float) -> None:
         """Active OPEN: send the SYN, enter SYN-SENT."""
         tcb = self.tcb
-        tcb.iss = initial_sequence_number(self.host.isn_secret, *self.key, now)
+        tcb.iss = self.layer.keyed.isn(*self.key, now)
         tcb.snd_una = tcb.iss
         tcb.state = State.SYN_SENT
         self._syn_time = now
@@ -167,7 +166,7 @@ class Connection:
         tcb.irs = seg.seq
         tcb.rcv_nxt = seq_add(seg.seq, 1)
         tcb.last_ack_sent = tcb.rcv_nxt
-        tcb.iss = initial_sequence_number(self.host.isn_secret, *self.key, now)
+        tcb.iss = self.layer.keyed.isn(*self.key, now)
         tcb.snd_una = tcb.iss
         self._negotiate(seg, now)
         tcb.snd_wnd = seg.window

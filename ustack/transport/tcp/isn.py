@@ -21,6 +21,7 @@ COOKIE_PERIOD = 64.0
 COOKIE_MSS = (536, 1220, 1300, 1360, 1400, 1440, 1460, 8960)
 
 _PORTS = struct.Struct("!HH")
+_COOKIE_EXTRA = struct.Struct("!IB")
 
 
 def _key(secret: bytes) -> bytes:
@@ -30,23 +31,74 @@ def _key(secret: bytes) -> bytes:
     return secret if len(secret) <= 32 else hashlib.blake2s(secret).digest()
 
 
+class KeyedHash:
+    """F() with one secret: a BLAKE2s state keyed once per purpose, copied for each 4-tuple.
+
+    Keying BLAKE2s (and checking the secret) costs more than hashing the
+    12 bytes of a 4-tuple, and a connection needs F() two or three times
+    (ISN, timestamp offset, cookie): the TcpLayer keeps one of these per
+    secret (``TcpLayer.keyed``). Results equal the module functions'.
+    """
+
+    __slots__ = ("secret", "_states")
+
+    def __init__(self, secret: bytes):
+        self.secret = secret
+        key = _key(secret)
+        self._states = {purpose: hashlib.blake2s(key=key, digest_size=4, person=purpose)
+                        for purpose in (b"isn", b"tsoff", b"cookie")}
+
+    def hash32(self, purpose: bytes, laddr: bytes, lport: int, raddr: bytes, rport: int, extra: bytes = b"") -> int:
+        """F(): a keyed 32-bit hash of the 4-tuple, separated by ``purpose``."""
+        state = self._states.get(purpose)
+        h = state.copy() if state is not None else hashlib.blake2s(key=_key(self.secret), digest_size=4,
+                                                                    person=purpose[:8])
+        h.update(bytes(laddr) + bytes(raddr) + _PORTS.pack(lport, rport) + extra)
+        return int.from_bytes(h.digest(), "big")
+
+    def isn(self, laddr: bytes, lport: int, raddr: bytes, rport: int, now: float) -> int:
+        """RFC 6528 section 3: M (4 µs ticks of ``now``) + F(4-tuple, secret), mod 2**32."""
+        return (int(now * 250_000) + self.hash32(b"isn", laddr, lport, raddr, rport)) & 0xFFFFFFFF
+
+    def ts_offset(self, laddr: bytes, lport: int, raddr: bytes, rport: int) -> int:
+        """A per-connection offset added to the millisecond TSval clock (RFC 7323 7.1 privacy)."""
+        return self.hash32(b"tsoff", laddr, lport, raddr, rport)
+
+    def cookie_mac(self, laddr: bytes, lport: int, raddr: bytes, rport: int, client_isn: int, t: int) -> int:
+        """The 24-bit MAC of a SYN cookie made in period ``t`` (mod 32)."""
+        return self.hash32(b"cookie", laddr, lport, raddr, rport, _COOKIE_EXTRA.pack(client_isn, t)) & 0xFFFFFF
+
+    def make_cookie(self, laddr: bytes, lport: int, raddr: bytes, rport: int, client_isn: int, mss_index: int,
+                    now: float) -> int:
+        t = int(now // COOKIE_PERIOD) & 31
+        return (t << 27) | ((mss_index & 7) << 24) | self.cookie_mac(laddr, lport, raddr, rport, client_isn, t)
+
+    def check_cookie(self, laddr: bytes, lport: int, raddr: bytes, rport: int, client_isn: int, cookie: int,
+                     now: float) -> int | None:
+        """The MSS index a cookie encodes, or None when it is forged or expired."""
+        t = cookie >> 27
+        current = int(now // COOKIE_PERIOD) & 31
+        if (current - t) & 31 > 1:
+            return None
+        if self.cookie_mac(laddr, lport, raddr, rport, client_isn, t) != cookie & 0xFFFFFF:
+            return None
+        return (cookie >> 24) & 7
+
+
 def keyed_hash32(secret: bytes, purpose: bytes, laddr: bytes, lport: int, raddr: bytes, rport: int,
                  extra: bytes = b"") -> int:
     """F(): a keyed 32-bit hash of the 4-tuple, separated by ``purpose``."""
-    h = hashlib.blake2s(key=_key(secret), digest_size=4, person=purpose[:8])
-    h.update(bytes(laddr) + bytes(raddr) + _PORTS.pack(lport, rport) + extra)
-    return int.from_bytes(h.digest(), "big")
+    return KeyedHash(secret).hash32(purpose, laddr, lport, raddr, rport, extra)
 
 
 def initial_sequence_number(secret: bytes, laddr: bytes, lport: int, raddr: bytes, rport: int, now: float) -> int:
     """RFC 6528 section 3: M (4 µs ticks of ``now``) + F(4-tuple, secret), mod 2**32."""
-    m = int(now * 250_000)
-    return (m + keyed_hash32(secret, b"isn", laddr, lport, raddr, rport)) & 0xFFFFFFFF
+    return KeyedHash(secret).isn(laddr, lport, raddr, rport, now)
 
 
 def timestamp_offset(secret: bytes, laddr: bytes, lport: int, raddr: bytes, rport: int) -> int:
     """A per-connection offset added to the millisecond TSval clock (RFC 7323 7.1 privacy)."""
-    return keyed_hash32(secret, b"tsoff", laddr, lport, raddr, rport)
+    return KeyedHash(secret).ts_offset(laddr, lport, raddr, rport)
 
 
 def cookie_mss_index(mss: int) -> int:
@@ -60,19 +112,10 @@ def cookie_mss_index(mss: int) -> int:
 
 def make_cookie(secret: bytes, laddr: bytes, lport: int, raddr: bytes, rport: int, client_isn: int,
                 mss_index: int, now: float) -> int:
-    t = int(now // COOKIE_PERIOD) & 31
-    mac = keyed_hash32(secret, b"cookie", laddr, lport, raddr, rport, struct.pack("!IB", client_isn, t)) & 0xFFFFFF
-    return (t << 27) | ((mss_index & 7) << 24) | mac
+    return KeyedHash(secret).make_cookie(laddr, lport, raddr, rport, client_isn, mss_index, now)
 
 
 def check_cookie(secret: bytes, laddr: bytes, lport: int, raddr: bytes, rport: int, client_isn: int,
                  cookie: int, now: float) -> int | None:
     """The MSS index a cookie encodes, or None when it is forged or expired."""
-    t = cookie >> 27
-    current = int(now // COOKIE_PERIOD) & 31
-    if (current - t) & 31 > 1:
-        return None
-    mac = keyed_hash32(secret, b"cookie", laddr, lport, raddr, rport, struct.pack("!IB", client_isn, t)) & 0xFFFFFF
-    if mac != cookie & 0xFFFFFF:
-        return None
-    return (cookie >> 24) & 7
+    return KeyedHash(secret).check_cookie(laddr, lport, raddr, rport, client_isn, cookie, now)

@@ -46,6 +46,7 @@ from ustack.ratelimit import TokenBucket
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
+from ustack.transport.tcp.isn import KeyedHash
 from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
@@ -82,7 +83,8 @@ class TcpHost(Protocol):
 class TcpLayer:
     """All TCP state of one stack."""
 
-    __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports")
+    __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
+                 "_keyed")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -93,6 +95,7 @@ class TcpLayer:
         self._dirty: list = []
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
         self.ports = EphemeralPorts(host.isn_secret, b"tcp")
+        self._keyed = KeyedHash(host.isn_secret)
         # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second.
         self.challenge_acks = TokenBucket(1000.0, 1000.0)
 
@@ -198,7 +201,8 @@ class TcpLayer:
             lport = self.pick_port(laddr, raddr, rport)
         elif (laddr, lport, raddr, rport) in self.connections:
             raise OSError(errno.EADDRINUSE, "Address already in use")
-        cfg = self.config.derive(**opts)
+        # Without knobs the connection shares the layer's defaults: configure() copies before it changes one.
+        cfg = self.config.derive(**opts) if opts else self.config
         conn = Connection(self, cfg, (laddr, lport), (raddr, rport))
         self.register(conn)
         conn.open_active(now)
@@ -215,6 +219,14 @@ class TcpLayer:
         lst = Listener(self, key, backlog, self.config.derive(**opts))
         self.listeners[key] = lst
         return lst
+
+    @property
+    def keyed(self) -> KeyedHash:
+        """F() of RFC 6528 keyed with the host's secret (ISNs, timestamp offsets, SYN cookies)."""
+        keyed = self._keyed
+        if keyed.secret is not self.host.isn_secret:  # the host's secret was replaced (tests do)
+            keyed = self._keyed = KeyedHash(self.host.isn_secret)
+        return keyed
 
     def pick_port(self, laddr: bytes, raddr: bytes, rport: int) -> int:
         """An ephemeral port (RFC 6056, ``ustack.transport.ports``) free for this destination."""

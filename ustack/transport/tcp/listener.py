@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 
 from ustack.transport.tcp.connection import Connection, window_shift_for
-from ustack.transport.tcp.isn import COOKIE_MSS, check_cookie, cookie_mss_index, make_cookie, timestamp_offset
+from ustack.transport.tcp.isn import COOKIE_MSS, cookie_mss_index
 from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add
 from ustack.transport.tcp.tcb import State
@@ -154,14 +154,14 @@ class Listener:
             own_mss = min(own_mss, cfg.mss)
         peer_mss = min(hdr.mss or 536, own_mss)
         idx = cookie_mss_index(peer_mss)
-        iss = make_cookie(layer.host.isn_secret, dst, hdr.dst_port, src, hdr.src_port, hdr.seq, idx, now)
+        iss = layer.keyed.make_cookie(dst, hdr.dst_port, src, hdr.src_port, hdr.seq, idx, now)
         ts = wscale = None
         sack_perm = False
         if cfg.timestamps and hdr.timestamps is not None:
             # Options survive only through the timestamp: encode them in TSval's low bits.
             peer_ws = hdr.wscale if (cfg.window_scaling and hdr.wscale is not None) else _WS_NONE
             bits = (min(peer_ws, 14) if peer_ws != _WS_NONE else _WS_NONE) | (0x10 if cfg.sack and hdr.sack_permitted else 0)
-            ts_now = ts_clock(now, timestamp_offset(layer.host.isn_secret, dst, hdr.dst_port, src, hdr.src_port))
+            ts_now = ts_clock(now, layer.keyed.ts_offset(dst, hdr.dst_port, src, hdr.src_port))
             tsval = (ts_now & ~0x3F) | bits
             if tsval > ts_now:
                 tsval -= 64  # never ahead of the connection's clock (the peer's PAWS would object)
@@ -181,7 +181,7 @@ class Listener:
         layer = self.layer
         stats = layer.host.stats
         cookie = seq_add(hdr.ack, -1)
-        idx = check_cookie(layer.host.isn_secret, dst, hdr.dst_port, src, hdr.src_port, seq_add(hdr.seq, -1),
+        idx = layer.keyed.check_cookie(dst, hdr.dst_port, src, hdr.src_port, seq_add(hdr.seq, -1),
                            cookie, now)
         if idx is None:
             self.cookies_rejected += 1

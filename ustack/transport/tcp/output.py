@@ -15,15 +15,20 @@ the fast emitter declines are built here (``write_segment``) and passed to
 
 Direct replies bypass the sender's output loop: ``send_ack`` (a pure ACK:
 its sequence number is SND.MAX, see there), ``send_rst``, and the SYN and
-SYN-ACK options (``emit_syn``).
+SYN-ACK options (``emit_syn``). A SYN is packed straight into bytes by
+``syn_segment`` (no TcpHeader object: connection setup pays for every
+allocation); its bytes equal ``TcpHeader(...).to_bytes`` (tests/tcp check it).
 """
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 from ustack.transport.tcp.rtt import ts_clock
-from ustack.wire.tcp import ACK, RST, TcpHeader
+from ustack.wire.checksum import ones_sum, pseudo_header_sum
+from ustack.wire.proto import PROTO_TCP
+from ustack.wire.tcp import ACK, OPT_MSS, OPT_NOP, OPT_SACK_PERMITTED, OPT_TIMESTAMPS, OPT_WSCALE, RST, TcpHeader
 
 if TYPE_CHECKING:
     from ustack.transport.tcp.receiver import Receiver
@@ -39,6 +44,39 @@ def write_segment(host, src: bytes, dst: bytes, hdr: TcpHeader, now: float, payl
         seg[hl:] = payload
     hdr.emit(seg, 0, src, dst, n)
     host.tcp_output(src, dst, seg, now)
+
+
+_HEADER = struct.Struct("!HHIIBBHHH")
+_MSS = struct.Struct("!BBH")
+_TS = struct.Struct("!BBII")
+_TS_SACK_OK = bytes((OPT_SACK_PERMITTED, 2))  # SACK-permitted in the two bytes before the timestamps
+_TS_NOPS = bytes((OPT_NOP, OPT_NOP))
+_SACK_OK = bytes((OPT_NOP, OPT_NOP, OPT_SACK_PERMITTED, 2))
+
+
+def syn_segment(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, window: int,
+                mss: int, wscale: int | None, sack_permitted: bool, ts: tuple | None) -> bytearray:
+    """A SYN or SYN-ACK with its options, checksum filled (RFC 9293 3.1, 3.7.1; RFC 7323; RFC 2018).
+
+    Option order and padding as ``TcpHeader.options_bytes``: MSS; SACK-permitted
+    and timestamps (or NOP NOP SACK-permitted); NOP window scale.
+    """
+    opts = _MSS.pack(OPT_MSS, 4, mss)
+    if ts is not None:
+        opts += (_TS_SACK_OK if sack_permitted else _TS_NOPS) + _TS.pack(OPT_TIMESTAMPS, 10, ts[0], ts[1])
+    elif sack_permitted:
+        opts += _SACK_OK
+    if wscale is not None:
+        opts += bytes((OPT_NOP, OPT_WSCALE, 3, wscale))
+    hl = 20 + len(opts)
+    seg = bytearray(hl)
+    _HEADER.pack_into(seg, 0, sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, (hl // 4) << 4, flags & 0xFF,
+                      window, 0, 0)
+    seg[20:] = opts
+    csum = ~ones_sum(seg, pseudo_header_sum(src, dst, PROTO_TCP, hl)) & 0xFFFF
+    seg[16] = csum >> 8
+    seg[17] = csum & 0xFF
+    return seg
 
 
 class Output:
@@ -83,9 +121,9 @@ class Output:
         window = self.receiver.syn_window(synack)
         ack = tcb.rcv_nxt if synack else 0
         ts = (ts_clock(now, tcb.ts_offset), tcb.ts_recent if synack else 0) if timestamps else None
-        write_segment(self.host, self.local_addr, self.remote_addr,
-                      TcpHeader(self.local_port, self.remote_port, tcb.iss, ack, flags, window, 0, 0,
-                                mss, wscale, sack_permitted, (), ts), now)
+        src, dst = self.local_addr, self.remote_addr
+        self.host.tcp_output(src, dst, syn_segment(src, dst, self.local_port, self.remote_port, tcb.iss, ack, flags,
+                                                   window, mss, wscale, sack_permitted, ts), now)
         self.segs_out += 1
         self.stats.inc("tcp.out_segs")
         if synack:

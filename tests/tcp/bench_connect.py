@@ -1,0 +1,101 @@
+"""CPU cost of TCP connection setup and teardown: connect, accept, close between two whole Stacks.
+
+Two Stacks on one ManualClock over the in-memory pipe (no loss, 50 µs
+one-way delay, default TcpConfig). Each of ``--conns`` connections is
+opened by the client (a ephemeral port picked per RFC 6056), accepted by
+the server's listener, closed by the client first (it goes to TIME_WAIT)
+and then by the server; the next one starts once both ends are done. Only
+the process CPU time of the whole loop is counted, so the figure depends on
+ustack's own work and compares two versions of the code steadily on a
+shared machine. Prints connections per CPU-second, the median and the best
+of ``--runs`` runs (the best is the steadier figure when other work shares
+the CPU).
+
+    .venv/bin/python -m tests.tcp.bench_connect [--conns 2000] [--runs 5] [--profile]
+
+Not collected by pytest (no ``test_`` prefix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from ustack.api.clock import ManualClock
+from ustack.backends.pipe import PipeLink
+from ustack.net.addr import ANY4, parse
+from ustack.stack import Stack
+from ustack.transport.tcp.tcb import State
+
+SERVER, PORT = "198.18.0.1", 80
+
+
+def connect_close_cpu_seconds(conns: int, seed: int = 1) -> float:
+    """Open and close ``conns`` connections one after the other; the process CPU seconds they took."""
+    clock = ManualClock(1000.0)
+    link = PipeLink(clock, seed=seed, delay=0.00005)
+    a, b = Stack(link.a, SERVER + "/24"), Stack(link.b, "198.18.0.2/24")
+    lst = a.tcp.listen((ANY4, PORT), 128)
+    remote = (parse(SERVER), PORT)
+
+    def run_until(done, limit: float = 10.0) -> None:
+        end = clock.now + limit
+        while not done():
+            now = clock.now
+            if now > end:
+                raise RuntimeError("bench_connect: stuck")
+            deadlines = [d for d in (a.poll(now), b.poll(now)) if d is not None]
+            if done():
+                return
+            nxt = min(deadlines) if deadlines else now
+            clock.set(nxt if nxt > now else now + 1e-6)
+
+    start = time.process_time()
+    for _ in range(conns):
+        client = b.tcp.connect(None, remote, clock.now)
+        box = []
+
+        def accepted() -> bool:
+            if not box:
+                srv = lst.accept()
+                if srv is not None:
+                    box.append(srv)
+            return bool(box) and client.state == State.ESTABLISHED
+
+        run_until(accepted)
+        server = box[0]
+        client.close(clock.now)
+        run_until(lambda: server.eof)
+        server.close(clock.now)
+        run_until(lambda: server.state == State.CLOSED and client.state in (State.TIME_WAIT, State.CLOSED))
+    return time.process_time() - start
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.tcp.bench_connect", description=__doc__.splitlines()[0])
+    p.add_argument("--conns", type=int, default=2000, help="connections per run (default 2000)")
+    p.add_argument("--runs", type=int, default=5, help="runs (median reported)")
+    p.add_argument("--profile", action="store_true", help="one run under cProfile; print the top 30 by own time")
+    args = p.parse_args(argv)
+    if args.conns <= 0 or args.runs <= 0:
+        p.error("--conns and --runs must be positive")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(connect_close_cpu_seconds, args.conns)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        return 0
+    runs = [connect_close_cpu_seconds(args.conns) for _ in range(args.runs)]
+    rates = sorted(args.conns / r for r in runs)
+    print(f"TCP connect+accept+close over the pipe, {args.conns} connections: median "
+          f"{statistics.median(rates):.0f} connections per CPU-second "
+          f"({statistics.median(runs) / args.conns * 1e6:.0f} µs CPU each), best {rates[-1]:.0f}; "
+          f"runs {', '.join(f'{r:.0f}' for r in rates)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
