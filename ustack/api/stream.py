@@ -403,7 +403,14 @@ class StreamSocket(SocketBase):
     def _recv_flags(self, conn, view, flags: int) -> int:
         """recv with MSG_PEEK (leave the bytes), MSG_DONTWAIT (this call only), MSG_WAITALL (fill or EOF)."""
         bad_flags(flags, _RECV_FLAGS, errno.EINVAL)  # Linux: MSG_OOB without urgent data is EINVAL
-        self._wait(lambda: conn.readable, flags, "rcvtimeo")
+        if flags & MSG_PEEK and flags & MSG_WAITALL:
+            # Linux waits for the whole length when peeking with MSG_WAITALL (sock_rcvlowat)
+            rcvbuf, want = conn.receiver.rcvbuf, len(view)
+            more = (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2)  # states in which data may still come
+            self._wait(lambda: len(rcvbuf) >= want or conn.rd_shutdown or conn.state not in more,
+                       flags, "rcvtimeo")
+        else:
+            self._wait(lambda: conn.readable, flags, "rcvtimeo")
         if flags & MSG_PEEK:
             def peek(now):
                 if not len(conn.receiver.rcvbuf):
