@@ -205,7 +205,7 @@ class StreamSocket(SocketBase):
         lst = self._listener
         if lst is None:
             raise OSError(errno.EINVAL, "Invalid argument (not listening)")
-        self._wait(lambda: lst.readable)
+        self._wait(lambda: lst.readable, 0, "rcvtimeo")  # Linux bounds accept() by SO_RCVTIMEO too
         with self._driver.lock:
             conn = lst.accept()
             self._refresh()
