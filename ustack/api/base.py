@@ -107,7 +107,7 @@ class SocketBase:
 
     def __init__(self, driver, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0, _handle=None):
         if not hasattr(driver, "wait_until"):
-            raise TypeError(f"a ustack socket takes a ustack.api.driver.Driver, not {type(driver).__name__}")
+            raise TypeError(f"a ustack socket takes a ustack.api.driver.Driver, not {driver.__class__.__name__}")
         self._dead = True  # until fully built: __del__ must not act on a half-made socket
         self.stack = driver.stack
         self._family = _std.AddressFamily(family)

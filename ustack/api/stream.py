@@ -48,6 +48,7 @@ _SOCKOPT_KNOBS = {
     (IPPROTO_TCP, _std.TCP_MAXSEG): "mss",
 }
 
+_SENDING = (State.ESTABLISHED, State.CLOSE_WAIT)
 _RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL
 _SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL
 
@@ -62,7 +63,13 @@ def tcp_readiness(conn, lst) -> tuple[bool, bool]:
     closed socket reads to select().
     """
     if conn is not None:
-        return conn.readable, conn.writable
+        writable = conn.writable
+        if writable and not conn.wr_shutdown and conn.state in _SENDING:
+            # Linux's sk_stream_is_writeable: room for at least half of what is queued, so an
+            # event loop is not woken for every few bytes the peer acknowledges
+            sndbuf = conn.sender.sndbuf
+            writable = sndbuf.free >= len(sndbuf) >> 1
+        return conn.readable, writable
     if lst is not None:
         return lst.readable, False
     return True, True
@@ -139,7 +146,7 @@ class StreamSocket(SocketBase):
             return
         conn, lst = self._conn, self._listener
         if conn is not None:
-            conn.on_event = lambda c: rfd.set(c.readable, c.writable)
+            conn.on_event = lambda c: rfd.set(*tcp_readiness(c, None))
         elif lst is not None:
             lst.on_event = lambda lst: rfd.set(lst.readable, False)
         rfd.set(*tcp_readiness(conn, lst))
