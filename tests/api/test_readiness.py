@@ -144,6 +144,7 @@ def scenario(side) -> list:
         c2 = keep(side.client_tcp())
         c2.settimeout(5)
         c2.connect((side.host, port))
+        obs.expect("second connection waits", {"L": R, "C": W, "S": RW})  # the handshake's last ACK is in
         s2, _ = lst.accept()
         obs.add("C2", c2, R)
         obs.expect("second connection idle", {"C": W, "S": RW})
