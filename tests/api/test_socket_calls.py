@@ -296,3 +296,18 @@ def test_stdlib_errors_and_errnos(net):
     with pytest.raises(OSError) as e:
         s.getsockname()
     assert e.value.errno == errno.EBADF
+
+
+def test_so_sndtimeo_bounds_a_blocking_connect_with_einprogress_like_linux(net):
+    da, db = net
+    s = usocket(db)
+    try:
+        s.settimeout(None)
+        s.setsockopt(std.SOL_SOCKET, std.SO_SNDTIMEO, struct.pack("qq", 0, 150_000))
+        t0 = time.monotonic()
+        with pytest.raises(BlockingIOError) as e:
+            s.connect(("198.18.0.9", 7312))  # nobody there: ARP goes unanswered, so does the SYN
+        assert e.value.errno == errno.EINPROGRESS and 0.1 < time.monotonic() - t0 < 2.0
+        assert s.connection.state.name == "SYN_SENT"  # still trying, as Linux
+    finally:
+        s.close()

@@ -274,7 +274,10 @@ class StreamSocket(SocketBase):
                 raise BlockingIOError(errno.EINPROGRESS, "Operation now in progress")
         else:
             try:
-                self._wait(ready)
+                self._wait(ready, 0, "sndtimeo")
+            except BlockingIOError:
+                # SO_SNDTIMEO expired on a blocking socket: Linux says EINPROGRESS and goes on connecting
+                raise BlockingIOError(errno.EINPROGRESS, "Operation now in progress") from None
             except TimeoutError:
                 self._call(lambda now: conn.abort(now))
                 self._conn = None
