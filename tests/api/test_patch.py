@@ -104,3 +104,40 @@ def test_http_server_and_client_unmodified_under_patch(net):
         server.shutdown()
         thread.join(5)
         server.server_close()
+
+
+def test_asyncio_streams_unmodified_under_patch(net):
+    """asyncio's selector loop waits on the readiness fds; its transports call recv/send on ustack sockets."""
+    import asyncio
+
+    da, db = net
+    payload = bytes(range(256)) * 400
+
+    async def main():
+        async def handle(reader, writer):
+            data = await reader.read()  # until EOF
+            writer.write(data[::-1])
+            await writer.drain()
+            writer.close()
+
+        ustack.patch(da)
+        try:
+            server = await asyncio.start_server(handle, A, 9300)
+        finally:
+            ustack.unpatch()
+        ustack.patch(db)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(A, 9300), 5)
+        finally:
+            ustack.unpatch()
+        assert writer.get_extra_info("socket").type == socket.SOCK_STREAM
+        writer.write(payload)
+        await writer.drain()
+        writer.write_eof()
+        got = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return got
+
+    assert asyncio.run(main()) == payload[::-1]
