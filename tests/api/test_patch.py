@@ -141,3 +141,25 @@ def test_asyncio_streams_unmodified_under_patch(net):
         return got
 
     assert asyncio.run(main()) == payload[::-1]
+
+
+def test_tls_on_a_ustack_socket_is_refused_plainly(patched):
+    """ssl takes the fd over with detach(); a ustack socket has none to give, so it says so (EOPNOTSUPP)."""
+    import errno
+    import ssl
+
+    da, db, cls = patched
+    from ustack.api.socket import socket as usocket
+
+    lst = usocket(da)
+    lst.bind((A, 7501))
+    lst.listen(1)
+    try:
+        s = socket.create_connection((A, 7501), timeout=5)
+        with pytest.raises(OSError) as e:
+            ssl.create_default_context().wrap_socket(s, server_hostname="example.test")
+        assert e.value.errno == errno.EOPNOTSUPP and "TLS" in str(e.value)
+        s.sendall(b"still usable")  # the refusal left the socket intact
+        s.close()
+    finally:
+        lst.close()
