@@ -106,7 +106,9 @@ class DatagramSocket(SocketBase):
         if level == SOL_SOCKET and optname == _std.SO_BROADCAST:
             return int(self._ep.broadcast)
         if level == SOL_SOCKET and optname == _std.SO_ERROR:
-            err = self._ep.take_error()
+            with self._driver.lock:
+                err = self._ep.take_error()
+                self._refresh()  # the error no longer makes the socket readable
             return err.errno if err is not None else 0
         if level == SOL_SOCKET and optname == _std.SO_TYPE:
             return self.type

@@ -26,7 +26,7 @@ import socket
 import threading
 from typing import Callable, Optional
 
-from ustack.api.clock import MonotonicClock
+from ustack.api.clock import ManualClock, MonotonicClock
 
 MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, stop requests)
 
@@ -39,9 +39,11 @@ class Driver:
     shares its one driver.
     """
 
-    def __init__(self, stack, clock=None, *, busy_poll: float = 50e-6, auto_start: bool = True):
+    def __init__(self, stack, clock=None, *, busy_poll: float = 50e-6, auto_start: Optional[bool] = None):
         self.stack = stack
-        self.auto_start = auto_start
+        # None: start on demand unless time is manual (a test driving a ManualClock polls by itself,
+        # and a thread waiting for a clock that does not move would spin)
+        self.auto_start = not isinstance(clock, ManualClock) if auto_start is None else auto_start
         self.clock = clock or MonotonicClock()
         self.busy_poll = busy_poll
         self.lock = threading.RLock()

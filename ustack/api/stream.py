@@ -530,7 +530,9 @@ class StreamSocket(SocketBase):
         if level == SOL_SOCKET and optname in (_std.SO_RCVTIMEO, _std.SO_SNDTIMEO):
             return self._timeo_get(optname)
         if level == SOL_SOCKET and optname == _std.SO_ERROR:
-            err = self._conn.take_error() if self._conn is not None else None
+            with self._driver.lock:
+                err = self._conn.take_error() if self._conn is not None else None
+                self._refresh()
             return err.errno if err is not None and err.errno else 0
         if level == SOL_SOCKET and optname == _std.SO_TYPE:
             return self.type
