@@ -143,23 +143,106 @@ def test_asyncio_streams_unmodified_under_patch(net):
     assert asyncio.run(main()) == payload[::-1]
 
 
-def test_tls_on_a_ustack_socket_is_refused_plainly(patched):
-    """ssl takes the fd over with detach(); a ustack socket has none to give, so it says so (EOPNOTSUPP)."""
-    import errno
+@pytest.fixture
+def certificate(tmp_path):
+    """A throwaway self-signed certificate for 198.18.0.1 (openssl CLI)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=ustack-test",
+                    "-addext", f"subjectAltName=IP:{A}"], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def test_https_client_and_server_unmodified_under_patch(net, certificate):
+    """http.server behind SSLContext.wrap_socket, http.client.HTTPSConnection: TLS records over ustack."""
+    import ssl
+
+    from ustack.api.tls import TlsSocket
+
+    da, db = net
+    cert, key = certificate
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.create_default_context(cafile=cert)
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            data = self.rfile.read(int(self.headers["Content-Length"]))
+            body = data[::-1]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    ustack.patch(da)
+    try:
+        server = http.server.ThreadingHTTPServer((A, 8443), Hello)
+        server.socket = server_ctx.wrap_socket(server.socket, server_side=True)  # the stdlib recipe
+    finally:
+        ustack.unpatch()
+    assert isinstance(server.socket, TlsSocket)
+    assert ssl.SSLContext.sslsocket_class is ssl.SSLSocket  # unpatch put it back
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    payload = bytes(range(256)) * 300
+    ustack.patch(db)
+    try:
+        c = http.client.HTTPSConnection(A, 8443, timeout=5, context=client_ctx)
+        c.request("POST", "/reverse", body=payload)
+        assert isinstance(c.sock, TlsSocket) and c.sock._sock._u is not None  # TLS records over ustack
+        assert c.sock.version() in ("TLSv1.2", "TLSv1.3")
+        assert c.sock.getpeercert()["subjectAltName"] == (("IP Address", A),)
+        r = c.getresponse()
+        assert (r.status, r.read()) == (200, payload[::-1])
+        c.close()
+    finally:
+        ustack.unpatch()
+        server.shutdown()
+        thread.join(5)
+        server.server_close()
+
+
+def test_tls_certificate_check_fails_as_with_kernel_sockets(patched, certificate):
     import ssl
 
     da, db, cls = patched
+    cert, key = certificate
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
     from ustack.api.socket import socket as usocket
 
     lst = usocket(da)
-    lst.bind((A, 7501))
+    lst.bind((A, 7502))
     lst.listen(1)
+    lst.settimeout(5)
+    done = threading.Event()
+
+    def serve():
+        conn, _ = lst.accept()
+        try:
+            server_ctx.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError):
+            pass  # the client gives up on our certificate
+        finally:
+            conn.close()
+            done.set()
+
+    t = threading.Thread(target=serve)
+    t.start()
     try:
-        s = socket.create_connection((A, 7501), timeout=5)
-        with pytest.raises(OSError) as e:
-            ssl.create_default_context().wrap_socket(s, server_hostname="example.test")
-        assert e.value.errno == errno.EOPNOTSUPP and "TLS" in str(e.value)
-        s.sendall(b"still usable")  # the refusal left the socket intact
+        s = socket.create_connection((A, 7502), timeout=5)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            ssl.create_default_context().wrap_socket(s, server_hostname=A)  # no CA for it: refused
         s.close()
+        assert done.wait(5)
     finally:
+        t.join(5)
         lst.close()

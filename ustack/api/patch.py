@@ -16,17 +16,23 @@ replayed on whichever socket is chosen. ``accept`` and ``dup`` return
 instances of the class too. Code that looked ``socket.socket`` up before
 ``patch()`` (``from socket import socket``) keeps the kernel class.
 
-Not supported (raises, never pretends): TLS on ustack sockets (``ssl``
-takes the fd over with ``detach()``, and ours is a readiness fd, not a
-socket), and ``ssl.SSLSocket``, which subclasses the original class.
+TLS: ``ssl.SSLSocket`` takes the fd over with ``detach()``, and ours is a
+readiness fd, not a socket; so while patched, ``SSLContext.wrap_socket``
+gives a ``ustack.api.tls.TlsSocket`` (SSLObject on memory BIOs) for a
+ustack-backed socket and an ``ssl.SSLSocket`` for a kernel one. A
+TlsSocket is not an ``ssl.SSLSocket`` instance, and wrapping a patched
+socket before its first addressing call (no address yet to decide by) is
+refused by ``detach()`` with EOPNOTSUPP.
 """
 
 from __future__ import annotations
 
 import errno
 import socket as _std
+import ssl
 
 from ustack.api.socket import socket as _make_ustack
+from ustack.api.tls import TlsDispatch
 
 _ORIGINAL = _std.socket
 _LOOPBACK_FIRST_OCTET = "127."
@@ -176,8 +182,8 @@ def _delegated(name):
         if u is None:
             return kernel(self, *args, **kw)
         if name == "detach":
-            raise OSError(errno.EOPNOTSUPP, "a ustack socket has no kernel socket to hand over (TLS is not "
-                                            "supported on ustack sockets yet)")
+            raise OSError(errno.EOPNOTSUPP, "a ustack socket has no kernel socket to hand over (TLS on "
+                                            "ustack sockets goes through ustack.api.tls while patched)")
         result = getattr(u, name)(*args, **kw)
         if name == "accept":
             child, addr = result
@@ -203,9 +209,11 @@ def patch(driver) -> type:
     """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class."""
     cls = type("socket", (PatchedSocket,), {"_driver": driver, "__module__": __name__})
     _std.socket = cls
+    ssl.SSLContext.sslsocket_class = TlsDispatch
     return cls
 
 
 def unpatch() -> None:
-    """Put the stdlib's socket class back."""
+    """Put the stdlib's socket class (and SSLContext's socket class) back."""
     _std.socket = _ORIGINAL
+    ssl.SSLContext.sslsocket_class = ssl.SSLSocket
