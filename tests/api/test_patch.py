@@ -6,6 +6,7 @@ import http.client
 import http.server
 import socket
 import threading
+import urllib.request
 
 import pytest
 
@@ -99,6 +100,9 @@ def test_http_server_and_client_unmodified_under_patch(net):
         r = c.getresponse()
         assert (r.status, r.read()) == (200, b"patched /x")
         c.close()
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy from the environment
+        with opener.open(f"http://{A}:8081/via-urllib", timeout=5) as resp:
+            assert resp.read() == b"patched /via-urllib"
     finally:
         ustack.unpatch()
         server.shutdown()
