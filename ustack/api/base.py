@@ -105,7 +105,7 @@ class SocketBase:
 
     _io_refs = 0
 
-    def __init__(self, driver, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0, _handle=None):
+    def __init__(self, driver, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0):
         if not hasattr(driver, "wait_until"):
             raise TypeError(f"a ustack socket takes a ustack.api.driver.Driver, not {driver.__class__.__name__}")
         self._dead = True  # until fully built: __del__ must not act on a half-made socket
@@ -118,7 +118,7 @@ class SocketBase:
         self._closed = False  # close() was called (the stdlib's flag; files may keep the socket open)
         self._io_refs = 0
         self._fd = -1  # this object's own fd number when it is a dup (else the handle's)
-        self._h = _handle if _handle is not None else Handle()
+        self._h = Handle()
         self._dead = False  # the socket is closed for good (EBADF)
 
     # -- the stdlib's attributes ---------------------------------------------------
