@@ -48,3 +48,28 @@ def test_tcp_transitions_round_by_round_without_a_driver_thread():
         for s in (cli, srv, lst):
             s.close()
         assert net.da._thread is None and net.db._thread is None
+
+
+def test_write_readiness_needs_room_for_half_of_what_is_queued_like_linux():
+    with Net() as net:
+        lst = usocket(net.da)
+        lst.bind(("0.0.0.0", 7601))
+        lst.listen(1)
+        lst.setblocking(False)
+        cli = usocket(net.db)
+        cli.setblocking(False)
+        cli.connect_ex(("198.18.0.1", 7601))
+        cfd = cli.fileno()
+        assert net.run(until=lambda: state(cfd) == "-W")
+        sndbuf = cli.connection.sender.sndbuf
+        # nothing moves until the test runs the network: what we send stays queued, unacknowledged
+        cli.send(b"x" * (sndbuf.capacity * 3 // 5))
+        assert sndbuf.free >= sndbuf.capacity // 3 and cli.connection.writable
+        assert state(cfd) == "-W"  # free 2/5 >= queued/2 (3/10)
+        cli.send(b"y" * (sndbuf.capacity // 10))
+        assert sndbuf.free > 0 and cli.connection.writable  # send() would still take bytes...
+        assert state(cfd) == "--"  # ...but free 3/10 < queued/2 (7/20): not writable, as Linux says
+        assert net.run(until=lambda: state(cfd) == "-W")  # acknowledged: room again
+        srv, _ = lst.accept()
+        for s in (cli, srv, lst):
+            s.close()
