@@ -154,7 +154,8 @@ class Driver:
         leaves it to the program (``start()``, ``poll()``).
         """
         if self.auto_start and self._thread is None:
-            self.start()
+            with self.lock:  # two sockets' first fileno() in two threads: one thread
+                self.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
