@@ -1,3 +1,20 @@
 """ustack: a user-space TCP/UDP/IPv4 stack for Python over kernel-bypass packet I/O."""
 
 __version__ = "0.1.0"
+
+
+def patch(driver):
+    """Install ustack sockets as ``socket.socket`` (AF_INET; AF_UNIX and 127.0.0.0/8 stay on the kernel).
+
+    See ``ustack.api.patch``; imported here lazily, so the core never loads the api package.
+    """
+    from ustack.api.patch import patch as install
+
+    return install(driver)
+
+
+def unpatch() -> None:
+    """Put the stdlib's ``socket.socket`` back."""
+    from ustack.api.patch import unpatch as uninstall
+
+    uninstall()

@@ -6,22 +6,42 @@ drive the stack's poll loop through the driver; non-blocking calls raise
 BlockingIOError; timeouts raise TimeoutError (``socket.timeout``), as the
 stdlib does. Addresses are text at this edge and packed bytes below it
 (``ustack.net.addr``).
+
+Each socket object has a handle (``Handle``) that ``dup()`` shares: the
+protocol object, the readiness fd and a reference count; the connection is
+released when the last duplicate is closed (as the kernel does when the
+last fd of an open file is closed). ``makefile()`` is the stdlib's own
+(``socket.SocketIO`` over this socket, with its reference counting): the
+socket really closes when ``close()`` was called and the last file is
+closed. A socket garbage-collected unclosed is closed (its connection
+too) with a ResourceWarning, like a stdlib socket.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import socket as _std
+import struct
+import warnings
 from typing import Optional
 
 from ustack.net import addr
 from ustack.net.addr import ANY4, BROADCAST4
 from ustack.transport.ports import check_port
 
+from ustack.api.readiness import ReadinessFd
+
 AF_INET = _std.AF_INET
 SOCK_DGRAM = _std.SOCK_DGRAM
 SOCK_STREAM = _std.SOCK_STREAM
 SOL_SOCKET = _std.SOL_SOCKET
+
+MSG_OOB = _std.MSG_OOB
+MSG_PEEK = _std.MSG_PEEK
+MSG_DONTWAIT = _std.MSG_DONTWAIT
+MSG_WAITALL = _std.MSG_WAITALL
+MSG_NOSIGNAL = _std.MSG_NOSIGNAL  # Python ignores SIGPIPE: EPIPE is raised either way
 
 
 def parse_address(address) -> tuple[bytes, int]:
@@ -45,19 +65,70 @@ def parse_address(address) -> tuple[bytes, int]:
     return a, port
 
 
+class Handle:
+    """What duplicates of one socket share: the protocol state, the readiness fd, a reference count."""
+
+    def __init__(self):
+        self.refs = 1
+        self.rfd: Optional[ReadinessFd] = None
+
+
+class shared:
+    """A socket attribute kept on its ``Handle``, so every ``dup()`` of the socket sees the same value."""
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return obj._h.__dict__[self.name]
+
+    def __set__(self, obj, value):
+        obj._h.__dict__[self.name] = value
+
+
+def bad_flags(flags: int, allowed: int, oob_errno: int = errno.EOPNOTSUPP) -> None:
+    """Reject flags this socket does not implement, with Linux's errno (MSG_OOB: EINVAL or EOPNOTSUPP)."""
+    extra = flags & ~allowed
+    if not extra:
+        return
+    if extra & MSG_OOB:
+        raise OSError(oob_errno, os.strerror(oob_errno))
+    raise OSError(errno.EOPNOTSUPP, "Operation not supported (flags %#x)" % extra)
+
+
 class SocketBase:
-    """What UDP and TCP sockets share: the driver, timeouts, blocking waits, the context manager."""
+    """What UDP and TCP sockets share: the driver, timeouts, blocking waits, readiness fds, close and dup."""
+
+    _io_refs = 0
 
     def __init__(self, driver, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0):
         if not hasattr(driver, "wait_until"):
             raise TypeError(f"a ustack socket takes a ustack.api.driver.Driver, not {driver.__class__.__name__}")
+        self._dead = True  # until fully built: __del__ must not act on a half-made socket
         self.stack = driver.stack
-        self.family = family
-        self.type = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
-        self.proto = proto
+        self._family = _std.AddressFamily(family)
+        self._type = _std.SocketKind(type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC))
+        self._proto = proto
         self._driver = driver
         self._timeout: Optional[float] = 0.0 if type & _std.SOCK_NONBLOCK else _std.getdefaulttimeout()
-        self._closed = False
+        self._closed = False  # close() was called (the stdlib's flag; files may keep the socket open)
+        self._io_refs = 0
+        self._fd = -1  # this object's own fd number when it is a dup (else the handle's)
+        self._h = Handle()
+        self._dead = False  # the socket is closed for good (EBADF)
+
+    # -- the stdlib's attributes ---------------------------------------------------
+    family = property(lambda self: self._family, doc="The address family (socket.AddressFamily).")
+    type = property(lambda self: self._type, doc="The socket type (socket.SocketKind).")
+    proto = property(lambda self: self._proto)
+
+    @property
+    def timeout(self) -> Optional[float]:
+        return self._timeout
 
     # -- housekeeping ---------------------------------------------------------
     def __enter__(self):
@@ -66,14 +137,112 @@ class SocketBase:
     def __exit__(self, *exc):
         self.close()
 
+    def __del__(self):
+        if getattr(self, "_dead", True):
+            return
+        warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
+        try:
+            self._real_close()
+        except Exception:  # noqa: BLE001 - nothing may escape a finalizer (the driver may be gone)
+            pass
+
     def _check(self) -> None:
-        if self._closed:
+        if self._dead:
             raise OSError(errno.EBADF, "Bad file descriptor")
 
-    def fileno(self) -> int:
-        """The device's fd: readable when frames wait (for selectors; the stack still has to be polled)."""
-        return -1 if self._closed else self.stack.device.fileno()
+    def close(self) -> None:
+        """Close; with files from ``makefile()`` still open, the socket lives until the last one closes."""
+        self._closed = True
+        if self._io_refs <= 0:
+            self._real_close()
 
+    def _real_close(self) -> None:
+        if self._dead:
+            return
+        self._dead = True
+        h = self._h
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        h.refs -= 1
+        if h.refs > 0:
+            return
+        try:
+            self._release()
+        finally:
+            if h.rfd is not None:
+                with self._driver.lock:
+                    h.rfd.close()
+
+    def _release(self) -> None:
+        """Give the protocol object up (the last duplicate was closed)."""
+        raise NotImplementedError
+
+    def detach(self) -> int:
+        """Close this socket object but not what it stands for; returns its fd number.
+
+        Like the stdlib, the connection stays open: nothing but the returned
+        readiness fd refers to it any more (ustack cannot rebuild a socket
+        object from an fd number).
+        """
+        self._check()
+        fd = self.fileno()
+        self._dead = self._closed = True
+        return fd
+
+    # -- stdlib file plumbing (socket.SocketIO reference counting) -----------------
+    makefile = _std.socket.makefile
+    _decref_socketios = _std.socket._decref_socketios
+
+    def dup(self):
+        """A new socket object for the same endpoint (its own fd number, the same readiness and state)."""
+        self._check()
+        self.fileno()  # make the readiness fd: the duplicate needs its own number for it
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._closed = False
+        new._io_refs = 0
+        new._fd = self._h.rfd.dup()
+        self._h.refs += 1
+        return new
+
+    # -- readiness ------------------------------------------------------------------
+    def fileno(self) -> int:
+        """This socket's own fd: readable and writable as the socket is (select, poll, epoll, selectors).
+
+        Made on first use; the driver's background thread is started then, so
+        the stack keeps being polled while the application sleeps in select().
+        """
+        if self._dead:
+            return -1
+        if self._fd >= 0:
+            return self._fd
+        h = self._h
+        if h.rfd is None:
+            driver = self._driver
+            with driver.lock:
+                if h.rfd is None:
+                    h.rfd = ReadinessFd(*self._readiness())
+                    self._watch()
+            start = getattr(driver, "ensure_running", None)
+            if start is not None:
+                start()
+        return h.rfd.fileno()
+
+    def _readiness(self) -> tuple[bool, bool]:
+        """(readable, writable) as select() would report them for a kernel socket in this state."""
+        raise NotImplementedError
+
+    def _watch(self) -> None:
+        """Install the protocol callbacks that keep the readiness fd current (when there is one)."""
+
+    def _refresh(self) -> None:
+        """Bring the readiness fd up to date after a user call (reads, writes, accepts change it)."""
+        rfd = self._h.rfd
+        if rfd is not None:
+            rfd.set(*self._readiness())
+
+    # -- timeouts ---------------------------------------------------------------------
     def settimeout(self, value: Optional[float]) -> None:
         if value is not None:
             value = float(value)
@@ -90,10 +259,21 @@ class SocketBase:
     def getblocking(self) -> bool:
         return self._timeout != 0.0
 
-    def _wait(self, predicate, what: str = "") -> None:
-        """Block (per the timeout) until predicate() holds; BlockingIOError / TimeoutError otherwise."""
+    def _wait(self, predicate, flags: int = 0, timeo: str = "") -> None:
+        """Block until predicate() holds, per the timeout; BlockingIOError / TimeoutError otherwise.
+
+        MSG_DONTWAIT in ``flags`` makes this one call non-blocking. On a
+        blocking socket (timeout None) ``timeo`` names the SO_RCVTIMEO /
+        SO_SNDTIMEO bound, whose expiry is EAGAIN as on Linux; a Python
+        timeout's expiry is TimeoutError, as in the stdlib.
+        """
         driver = self._driver
-        if self._timeout == 0.0:
+        timeout = 0.0 if flags & MSG_DONTWAIT else self._timeout
+        eagain = False
+        if timeout is None and timeo:
+            timeout = self._h.__dict__.get(timeo)
+            eagain = timeout is not None
+        if timeout == 0.0:
             with driver.lock:
                 if predicate():
                     return
@@ -101,7 +281,30 @@ class SocketBase:
                 if predicate():
                     return
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        if not driver.wait_until(predicate, self._timeout):
+        if not driver.wait_until(predicate, timeout):
+            if eagain:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             raise TimeoutError("timed out")
 
+    # -- socket options shared by both kinds ---------------------------------------------
+    def _timeo_opt(self, optname: int, value) -> bool:
+        """SO_RCVTIMEO / SO_SNDTIMEO (struct timeval); True when ``optname`` was one of them."""
+        key = {_std.SO_RCVTIMEO: "rcvtimeo", _std.SO_SNDTIMEO: "sndtimeo"}.get(optname)
+        if key is None:
+            return False
+        if not isinstance(value, (bytes, bytearray)) or len(value) < 16:
+            raise OSError(errno.EINVAL, "Invalid argument (SO_RCVTIMEO takes struct timeval)")
+        sec, usec = struct.unpack("qq", bytes(value[:16]))
+        if sec < 0 or not 0 <= usec < 1_000_000:
+            raise OSError(errno.EDOM, "Numerical argument out of domain")
+        t = sec + usec / 1e6
+        self._h.__dict__[key] = t if t else None  # zero: wait forever, as Linux
+        return True
 
+    def _timeo_get(self, optname: int):
+        key = {_std.SO_RCVTIMEO: "rcvtimeo", _std.SO_SNDTIMEO: "sndtimeo"}.get(optname)
+        if key is None:
+            return None
+        t = self._h.__dict__.get(key) or 0.0
+        sec = int(t)
+        return struct.pack("qq", sec, int(round((t - sec) * 1e6)))

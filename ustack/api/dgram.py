@@ -11,11 +11,23 @@ from __future__ import annotations
 import errno
 import socket as _std
 
-from ustack.api.base import AF_INET, SOCK_DGRAM, SOL_SOCKET, SocketBase, parse_address
+from ustack.api.base import (AF_INET, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOCK_DGRAM, SOL_SOCKET,
+                             SocketBase, bad_flags, parse_address, shared)
 from ustack.net.addr import to_str
+
+_RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL  # MSG_WAITALL means nothing for datagrams (Linux too)
+_SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL | _std.MSG_CONFIRM  # MSG_CONFIRM: a neighbour hint, not needed
+
+
+def udp_readiness(ep) -> tuple[bool, bool]:
+    """(readable, writable) of a UDP socket: a datagram or an error waits; sending never blocks here."""
+    return bool(ep.queue) or ep.error is not None or ep.closed, True
+
 
 class DatagramSocket(SocketBase):
     """A UDP socket."""
+
+    _ep = shared()
 
     def __init__(self, driver, family: int = AF_INET, type: int = SOCK_DGRAM, proto: int = 0):
         super().__init__(driver, family, type, proto)
@@ -23,14 +35,21 @@ class DatagramSocket(SocketBase):
             self._ep = self.stack.udp.endpoint()
 
     def __repr__(self):
-        state = "closed" if self._closed else f"laddr={self.getsockname()}"
+        state = "closed" if self._dead else f"laddr={self.getsockname()}"
         return f"<ustack.api.socket UDP {state}>"
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with self._driver.lock:
-                self._ep.close()
+    def _release(self) -> None:
+        with self._driver.lock:
+            self._ep.close()
+
+    # -- readiness (ustack.api.readiness) ----------------------------------------
+    def _readiness(self) -> tuple[bool, bool]:
+        return udp_readiness(self._ep)
+
+    def _watch(self) -> None:
+        rfd, ep = self._h.rfd, self._ep
+        if rfd is not None:
+            ep.on_readable = lambda: rfd.set(*udp_readiness(ep))
 
     # -- addresses ------------------------------------------------------------
     def bind(self, address) -> None:
@@ -67,6 +86,8 @@ class DatagramSocket(SocketBase):
     # -- options --------------------------------------------------------------
     def setsockopt(self, level: int, optname: int, value) -> None:
         self._check()
+        if level == SOL_SOCKET and self._timeo_opt(optname, value):
+            return
         if level == SOL_SOCKET and optname == _std.SO_RCVBUF:
             self._ep.rcvbuf = max(256, int(value) * 2)  # Linux doubles the requested value
         elif level == SOL_SOCKET and optname == _std.SO_BROADCAST:
@@ -78,12 +99,16 @@ class DatagramSocket(SocketBase):
 
     def getsockopt(self, level: int, optname: int, buflen: int = 0):
         self._check()
+        if level == SOL_SOCKET and optname in (_std.SO_RCVTIMEO, _std.SO_SNDTIMEO):
+            return self._timeo_get(optname)
         if level == SOL_SOCKET and optname == _std.SO_RCVBUF:
             return self._ep.rcvbuf
         if level == SOL_SOCKET and optname == _std.SO_BROADCAST:
             return int(self._ep.broadcast)
         if level == SOL_SOCKET and optname == _std.SO_ERROR:
-            err = self._ep.take_error()
+            with self._driver.lock:
+                err = self._ep.take_error()
+                self._refresh()  # the error no longer makes the socket readable
             return err.errno if err is not None else 0
         if level == SOL_SOCKET and optname == _std.SO_TYPE:
             return self.type
@@ -93,16 +118,21 @@ class DatagramSocket(SocketBase):
     def sendto(self, data, *args) -> int:
         self._check()
         if len(args) == 1:
-            address = args[0]
+            flags, address = 0, args[0]
         elif len(args) == 2:
-            address = args[1]
+            flags, address = args
         else:
             raise TypeError("sendto() takes 2 or 3 arguments")
+        bad_flags(flags, _SEND_FLAGS)
         addr, port = parse_address(address)
+        return self._send(data, addr, port)
+
+    def _send(self, data, addr: bytes, port: int) -> int:
         driver = self._driver
         with driver.lock:
             err = self._ep.take_error()
             if err is not None:
+                self._refresh()
                 raise err
             n = self.stack.udp.send(self._ep, memoryview(data).cast("B"), addr, port, driver.clock())
         driver.kick()
@@ -110,31 +140,36 @@ class DatagramSocket(SocketBase):
 
     def send(self, data, flags: int = 0) -> int:
         self._check()
+        bad_flags(flags, _SEND_FLAGS)
         if self._ep.remote is None:
             raise OSError(errno.EDESTADDRREQ, "Destination address required")
-        driver = self._driver
-        with driver.lock:
-            err = self._ep.take_error()
-            if err is not None:
-                raise err
-            dst, port = self._ep.remote
-            n = self.stack.udp.send(self._ep, memoryview(data).cast("B"), dst, port, driver.clock())
-        driver.kick()
-        return n
+        dst, port = self._ep.remote
+        return self._send(data, dst, port)
 
     def sendall(self, data, flags: int = 0) -> None:
         self.send(data, flags)
 
-    def _wait_readable(self) -> None:
-        ep = self._ep
-        self._wait(lambda: bool(ep.queue) or ep.error is not None or ep.closed)
+    def sendmsg(self, buffers, ancdata=(), flags: int = 0, address=None) -> int:
+        """One datagram gathered from ``buffers``; no ancillary data (non-empty ``ancdata``: EOPNOTSUPP)."""
+        if ancdata:
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported (ustack sockets carry no ancillary data)")
+        data = b"".join(memoryview(b).cast("B") for b in buffers)
+        if address is None:
+            return self.send(data, flags)
+        return self.sendto(data, flags, address)
 
-    def _pop(self):
+    def _take(self, flags: int):
+        """The next datagram (left queued with MSG_PEEK) as (payload, src, sport); raises a pending error."""
+        bad_flags(flags, _RECV_FLAGS)
         ep = self._ep
+        self._wait(lambda: bool(ep.queue) or ep.error is not None or ep.closed, flags, "rcvtimeo")
         with self._driver.lock:
             if ep.queue:
-                return ep.pop()
+                item = ep.queue[0] if flags & MSG_PEEK else ep.pop()
+                self._refresh()
+                return item
             err = ep.take_error()
+            self._refresh()
         if err is not None:
             raise err
         raise OSError(errno.EBADF, "Bad file descriptor")
@@ -143,8 +178,7 @@ class DatagramSocket(SocketBase):
         self._check()
         if bufsize < 0:
             raise ValueError("negative buffersize in recvfrom")
-        self._wait_readable()
-        payload, src, sport = self._pop()
+        payload, src, sport = self._take(flags)
         return payload[:bufsize], (to_str(src), sport)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
@@ -158,14 +192,38 @@ class DatagramSocket(SocketBase):
         n = nbytes or len(view)
         if n > len(view):
             raise ValueError("nbytes is greater than the length of the buffer")
-        self._wait_readable()
-        payload, src, sport = self._pop()
+        payload, src, sport = self._take(flags)
         k = min(n, len(payload))
         view[:k] = payload[:k]
         return k, (to_str(src), sport)
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
         return self.recvfrom_into(buffer, nbytes, flags)[0]
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0):
+        """(data, [], msg_flags, address); msg_flags has MSG_TRUNC when the datagram was cut. No ancillary data."""
+        self._check()
+        if bufsize < 0 or ancbufsize < 0:
+            raise ValueError("negative buffer size in recvmsg()")
+        payload, src, sport = self._take(flags)
+        mflags = _std.MSG_TRUNC if len(payload) > bufsize else 0
+        return payload[:bufsize], [], mflags, (to_str(src), sport)
+
+    def recvmsg_into(self, buffers, ancbufsize: int = 0, flags: int = 0):
+        self._check()
+        if ancbufsize < 0:
+            raise ValueError("negative buffer size in recvmsg_into()")
+        views = [memoryview(b).cast("B") for b in buffers]
+        payload, src, sport = self._take(flags)
+        pos = 0
+        for v in views:
+            k = min(len(v), len(payload) - pos)
+            if k <= 0:
+                break
+            v[:k] = payload[pos:pos + k]
+            pos += k
+        mflags = _std.MSG_TRUNC if pos < len(payload) else 0
+        return pos, [], mflags, (to_str(src), sport)
 
     @property
     def drops(self) -> int:

@@ -12,7 +12,10 @@ start a thread. The wait policy (DESIGN.md "How the stack runs"):
   happens outside the lock, so other threads can send meanwhile, and they
   write to the wake-up pipe when they may have moved a deadline earlier;
 - ``start()`` runs a background thread that keeps timers, ACKs and
-  retransmissions going for programs that do not call into their sockets.
+  retransmissions going for programs that do not call into their sockets;
+  the first socket that hands out its ``fileno()`` (a readiness fd, see
+  ``ustack.api.readiness``) starts it (``ensure_running``), since a
+  program waiting in select() on socket fds polls nothing itself.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import socket
 import threading
 from typing import Callable, Optional
 
-from ustack.api.clock import MonotonicClock
+from ustack.api.clock import ManualClock, MonotonicClock
 
 MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, stop requests)
 
@@ -36,8 +39,11 @@ class Driver:
     shares its one driver.
     """
 
-    def __init__(self, stack, clock=None, *, busy_poll: float = 50e-6):
+    def __init__(self, stack, clock=None, *, busy_poll: float = 50e-6, auto_start: Optional[bool] = None):
         self.stack = stack
+        # None: start on demand unless time is manual (a test driving a ManualClock polls by itself,
+        # and a thread waiting for a clock that does not move would spin)
+        self.auto_start = not isinstance(clock, ManualClock) if auto_start is None else auto_start
         self.clock = clock or MonotonicClock()
         self.busy_poll = busy_poll
         self.lock = threading.RLock()
@@ -137,6 +143,19 @@ class Driver:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="ustack-driver", daemon=True)
         self._thread.start()
+
+    def ensure_running(self) -> None:
+        """Start the background thread unless it runs (a socket handed out its readiness fd).
+
+        The policy: an application that waits in select()/poll()/epoll on
+        socket fds does not call into ustack, so someone else must poll the
+        stack; the thread sleeps in poll(2) on the device fd until the next
+        deadline, so an idle program costs no CPU. ``auto_start=False``
+        leaves it to the program (``start()``, ``poll()``).
+        """
+        if self.auto_start and self._thread is None:
+            with self.lock:  # two sockets' first fileno() in two threads: one thread
+                self.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():

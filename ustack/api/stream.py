@@ -3,10 +3,15 @@
 ``socket(driver)`` (SOCK_STREAM, the default, as in the stdlib) returns a
 ``StreamSocket``: bind, listen, accept, connect / connect_ex (blocking, with
 timeout, or non-blocking with BlockingIOError(EINPROGRESS)), send, sendall,
-recv, recv_into, shutdown, close, settimeout, setblocking, getsockname,
-getpeername, setsockopt/getsockopt (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_RCVBUF, SO_SNDBUF,
-SO_KEEPALIVE, SO_REUSEADDR, SO_LINGER, TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG,
-SO_ERROR). Failures raise the stdlib's exceptions: ConnectionRefusedError,
+sendto, sendmsg, sendfile (a copy loop), recv, recv_into, recvfrom,
+recvfrom_into, recvmsg, recvmsg_into (no ancillary data), shutdown, close,
+dup, detach, makefile, settimeout, setblocking, getsockname, getpeername,
+setsockopt/getsockopt (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_RCVBUF,
+SO_SNDBUF, SO_KEEPALIVE, SO_REUSEADDR, SO_LINGER, SO_RCVTIMEO, SO_SNDTIMEO,
+TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG, SO_ERROR). recv flags: MSG_PEEK,
+MSG_DONTWAIT, MSG_WAITALL (MSG_OOB is EINVAL, other flags EOPNOTSUPP); send
+flags: MSG_DONTWAIT, MSG_NOSIGNAL (MSG_OOB and others EOPNOTSUPP: no urgent
+data). Failures raise the stdlib's exceptions: ConnectionRefusedError,
 ConnectionResetError, BrokenPipeError, TimeoutError.
 
 Application-controlled flow control (U-Net's TCP): ``tcp_info()`` reports the
@@ -25,7 +30,8 @@ import socket as _std
 import struct
 from typing import Callable, Optional
 
-from ustack.api.base import SOL_SOCKET, SocketBase, parse_address
+from ustack.api.base import (MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOL_SOCKET, SocketBase,
+                             bad_flags, parse_address, shared)
 from ustack.net.addr import ANY4, to_str
 from ustack.transport.ports import conflicts
 from ustack.transport.tcp.tcb import State
@@ -45,9 +51,49 @@ _SOCKOPT_KNOBS = {
     (IPPROTO_TCP, _std.TCP_MAXSEG): "mss",
 }
 
+_SENDING = (State.ESTABLISHED, State.CLOSE_WAIT)
+_RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL
+_SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL
+
+
+def tcp_readiness(conn, lst) -> tuple[bool, bool]:
+    """(readable, writable) of a TCP socket, as Linux's tcp_poll reports them to select().
+
+    Connected: data, EOF or an error is readable; room in the send buffer,
+    a finished (or failed) connect or a shut-down sending side is writable.
+    Listening: readable with a connection to accept, never writable. Neither
+    (fresh, or after a failed connect): both, as Linux's POLLHUP on a
+    closed socket reads to select().
+    """
+    if conn is not None:
+        writable = conn.writable
+        if writable and not conn.wr_shutdown and conn.state in _SENDING:
+            # Linux's sk_stream_is_writeable: room for at least half of what is queued, so an
+            # event loop is not woken for every few bytes the peer acknowledges
+            sndbuf = conn.sender.sndbuf
+            writable = sndbuf.free >= len(sndbuf) >> 1
+        return conn.readable, writable
+    if lst is not None:
+        return lst.readable, False
+    return True, True
+
+
+def _peek(conn, n: int) -> bytes:
+    """The first ``n`` readable bytes, left in place (MSG_PEEK)."""
+    return conn.receiver.rcvbuf.peek(n)
+
 
 class StreamSocket(SocketBase):
     """A TCP socket (see the module docstring)."""
+
+    # state every dup() of the socket shares (ustack.api.base.Handle)
+    _conn = shared()
+    _listener = shared()
+    _local = shared()
+    _knobs = shared()
+    _reuseaddr = shared()
+    _linger = shared()
+    _connect_reported = shared()
 
     def __init__(self, driver, family: int = _std.AF_INET, type: int = _std.SOCK_STREAM, proto: int = 0,
                  _conn=None):
@@ -63,7 +109,7 @@ class StreamSocket(SocketBase):
             self._local = (_conn.local_addr, _conn.local_port)
 
     def __repr__(self):
-        if self._closed:
+        if self._dead:
             return "<ustack.api.socket TCP closed>"
         if self._listener is not None:
             return f"<ustack.api.socket TCP LISTEN laddr={self.getsockname()}>"
@@ -83,6 +129,25 @@ class StreamSocket(SocketBase):
             finally:
                 stack.tcp.flush(now)
                 driver.kick()
+                rfd = self._h.rfd
+                if rfd is not None:
+                    rfd.set(*tcp_readiness(self._conn, self._listener))
+
+    # -- readiness (ustack.api.readiness) --------------------------------------------
+    def _readiness(self) -> tuple[bool, bool]:
+        return tcp_readiness(self._conn, self._listener)
+
+    def _watch(self) -> None:
+        """Point the protocol object's on_event at the readiness fd (no reference to this socket)."""
+        rfd = self._h.rfd
+        if rfd is None:
+            return
+        conn, lst = self._conn, self._listener
+        if conn is not None:
+            conn.on_event = lambda c: rfd.set(*tcp_readiness(c, None))
+        elif lst is not None:
+            lst.on_event = lambda lst: rfd.set(lst.readable, False)
+        rfd.set(*tcp_readiness(conn, lst))
 
     def _require_conn(self):
         self._check()
@@ -138,15 +203,17 @@ class StreamSocket(SocketBase):
         addr, port = self._local
         with self._driver.lock:
             self._listener = self.stack.tcp.listen((addr, port), max(1, backlog), **self._knobs)
+            self._watch()
 
     def accept(self):
         self._check()
         lst = self._listener
         if lst is None:
             raise OSError(errno.EINVAL, "Invalid argument (not listening)")
-        self._wait(lambda: lst.readable)
+        self._wait(lambda: lst.readable, 0, "rcvtimeo")  # Linux bounds accept() by SO_RCVTIMEO too
         with self._driver.lock:
             conn = lst.accept()
+            self._refresh()
         if conn is None:
             raise OSError(errno.EBADF, "Bad file descriptor (listener closed)")
         child = StreamSocket(self._driver, self.family, self.type, self.proto, _conn=conn)
@@ -170,7 +237,12 @@ class StreamSocket(SocketBase):
             local = self._local
         remote = (addr, port)
         self._connect_reported = False
-        self._conn = self._call(lambda now: self.stack.tcp.connect(local, remote, now, **self._knobs))
+        def start(now):
+            conn = self._conn = self.stack.tcp.connect(local, remote, now, **self._knobs)
+            self._watch()
+            return conn
+
+        self._call(start)
 
     def _connect_result(self) -> int:
         conn = self._conn
@@ -200,16 +272,21 @@ class StreamSocket(SocketBase):
                 raise BlockingIOError(errno.EINPROGRESS, "Operation now in progress")
         else:
             try:
-                self._wait(ready)
+                self._wait(ready, 0, "sndtimeo")
+            except BlockingIOError:
+                # SO_SNDTIMEO expired on a blocking socket: Linux says EINPROGRESS and goes on connecting
+                raise BlockingIOError(errno.EINPROGRESS, "Operation now in progress") from None
             except TimeoutError:
                 self._call(lambda now: conn.abort(now))
                 self._conn = None
+                self._refresh()
                 raise TimeoutError("timed out") from None
             with self._driver.lock:
                 result = self._connect_result()
         self._connect_reported = True
         if result:
             self._conn = None
+            self._refresh()
             if result == errno.ECONNREFUSED:
                 raise ConnectionRefusedError(result, "Connection refused")
             if result == errno.ETIMEDOUT:
@@ -230,38 +307,91 @@ class StreamSocket(SocketBase):
     # -- data ---------------------------------------------------------------------------------
     def send(self, data, flags: int = 0) -> int:
         conn = self._require_conn()
+        bad_flags(flags, _SEND_FLAGS)
         view = memoryview(data).cast("B")
         if not len(view):
             return 0
-        self._wait(lambda: conn.writable)
+        self._wait(lambda: conn.writable, flags, "sndtimeo")
         n = self._call(lambda now: conn.send(view, now))
-        if n == 0:
-            if self._timeout == 0.0:
-                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        if n == 0 and (flags & MSG_DONTWAIT or self._timeout == 0.0):
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
         return n
 
     def sendall(self, data, flags: int = 0) -> None:
+        """Send everything; a timeout bounds the whole call (the stdlib's rule since 3.5)."""
         conn = self._require_conn()
+        bad_flags(flags, _SEND_FLAGS)
         view = memoryview(data).cast("B")
         driver = self._driver
-        end = None if self._timeout in (None, 0.0) else driver.clock() + self._timeout
+        timeout = 0.0 if flags & MSG_DONTWAIT else self._timeout
+        end = None if timeout in (None, 0.0) else driver.clock() + timeout
         while len(view):
             if not conn.writable:
-                remaining = None if end is None else end - driver.clock()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError("timed out")
-                if self._timeout == 0.0:
+                if timeout == 0.0:
                     raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-                if not driver.wait_until(lambda: conn.writable, remaining):
-                    raise TimeoutError("timed out")
+                if end is None:
+                    self._wait(lambda: conn.writable, 0, "sndtimeo")
+                else:
+                    remaining = end - driver.clock()
+                    if remaining <= 0 or not driver.wait_until(lambda: conn.writable, remaining):
+                        raise TimeoutError("timed out")
             n = self._call(lambda now: conn.send(view, now))
             view = view[n:]
+
+    def sendto(self, data, flags_or_address, address=None) -> int:
+        """On TCP the address is ignored, as Linux does for a connected stream socket."""
+        if address is None:
+            flags, address = 0, flags_or_address
+        else:
+            flags = flags_or_address
+        parse_address(address)
+        return self.send(data, flags)
+
+    def sendmsg(self, buffers, ancdata=(), flags: int = 0, address=None) -> int:
+        """Gathered send; ustack carries no ancillary data (a non-empty ``ancdata`` is EOPNOTSUPP)."""
+        if ancdata:
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported (ustack sockets carry no ancillary data)")
+        if address is not None:
+            parse_address(address)
+        return self.send(b"".join(memoryview(b).cast("B") for b in buffers), flags)
+
+    def sendfile(self, file, offset: int = 0, count: Optional[int] = None) -> int:
+        """Send a file by copying it through ``sendall`` (no zero-copy path: ustack has no kernel socket)."""
+        self._check()
+        if "b" not in getattr(file, "mode", "b"):
+            raise ValueError("file should be opened in binary mode")
+        if count is not None:
+            if not isinstance(count, int):
+                raise TypeError(f"count must be a positive integer (got {count!r})")
+            if count <= 0:
+                raise ValueError(f"count must be a positive integer (got {count!r})")
+        if self._timeout == 0.0:
+            raise ValueError("non-blocking sockets are not supported")
+        if offset:
+            file.seek(offset)
+        total = 0
+        try:
+            while count is None or total < count:
+                want = 65536 if count is None else min(65536, count - total)
+                chunk = file.read(want)
+                if not chunk:
+                    break
+                self.sendall(chunk)
+                total += len(chunk)
+            return total
+        finally:
+            if total > 0 and hasattr(file, "seek"):
+                file.seek(offset + total)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         conn = self._require_conn()
         if bufsize < 0:
             raise ValueError("negative buffersize in recv")
-        self._wait_readable(conn)
+        if flags:
+            buf = bytearray(bufsize)
+            n = self._recv_flags(conn, memoryview(buf), flags)
+            return bytes(buf[:n])
+        self._wait_readable(conn, 0)
         return self._call(lambda now: conn.recv(bufsize, now))
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
@@ -273,29 +403,96 @@ class StreamSocket(SocketBase):
             if nbytes > len(view):
                 raise ValueError("buffer too small for requested bytes")
             view = view[:nbytes]
-        self._wait_readable(conn)
+        if flags:
+            return self._recv_flags(conn, view, flags)
+        self._wait_readable(conn, 0)
         return self._call(lambda now: conn.recv_into(view, now))
 
-    def _wait_readable(self, conn) -> None:
+    def _wait_readable(self, conn, flags: int) -> None:
         """Wait for ``conn`` to be readable; while blocked, the connection knows a reader waits
         (``Connection.reader_waiting``: a PSH-ed segment is then ACKed at once, as Linux does)."""
-        if self._timeout == 0.0 or conn.readable:
-            self._wait(lambda: conn.readable)
+        if self._timeout == 0.0 or flags & MSG_DONTWAIT or conn.readable:
+            self._wait(lambda: conn.readable, flags, "rcvtimeo")
             return
         conn.reader_waiting = True
         try:
-            self._wait(lambda: conn.readable)
+            self._wait(lambda: conn.readable, flags, "rcvtimeo")
         finally:
             conn.reader_waiting = False
+
+    def _recv_flags(self, conn, view, flags: int) -> int:
+        """recv with MSG_PEEK (leave the bytes), MSG_DONTWAIT (this call only), MSG_WAITALL (fill or EOF)."""
+        bad_flags(flags, _RECV_FLAGS, errno.EINVAL)  # Linux: MSG_OOB without urgent data is EINVAL
+        if flags & MSG_PEEK and flags & MSG_WAITALL:
+            # Linux waits for the whole length when peeking with MSG_WAITALL (sock_rcvlowat)
+            rcvbuf, want = conn.receiver.rcvbuf, len(view)
+            more = (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2)  # states in which data may still come
+            self._wait(lambda: len(rcvbuf) >= want or conn.rd_shutdown or conn.state not in more,
+                       flags, "rcvtimeo")
+        else:
+            self._wait_readable(conn, flags)
+        if flags & MSG_PEEK:
+            def peek(now):
+                if not len(conn.receiver.rcvbuf):
+                    return conn.recv_into(view, now)  # EOF (0) or the pending error, raised once
+                data = _peek(conn, len(view))
+                view[:len(data)] = data
+                return len(data)
+            return self._call(peek)
+        got = self._call(lambda now: conn.recv_into(view, now))
+        if not flags & MSG_WAITALL:
+            return got
+        # MSG_WAITALL: keep going until the buffer is full, EOF, an error or the timeout (partial data then).
+        while got < len(view):
+            rest = view[got:]
+            try:
+                self._wait(lambda: conn.readable, flags & ~MSG_WAITALL, "rcvtimeo")
+                n = self._call(lambda now: conn.recv_into(rest, now))
+            except OSError:
+                if got:
+                    return got
+                raise
+            if n == 0:
+                break
+            got += n
+        return got
+
+    def recvfrom(self, bufsize: int, flags: int = 0):
+        """(data, None): a stream socket reports no source address, as Linux does."""
+        return self.recv(bufsize, flags), None
+
+    def recvfrom_into(self, buffer, nbytes: int = 0, flags: int = 0):
+        return self.recv_into(buffer, nbytes, flags), None
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0):
+        """(data, [], 0, None): no ancillary data ever (ustack has none to give)."""
+        if ancbufsize < 0:
+            raise ValueError("negative buffer size in recvmsg()")
+        return self.recv(bufsize, flags), [], 0, None
+
+    def recvmsg_into(self, buffers, ancbufsize: int = 0, flags: int = 0):
+        """Scatter into ``buffers`` in order; (nbytes, [], 0, None)."""
+        if ancbufsize < 0:
+            raise ValueError("negative buffer size in recvmsg_into()")
+        views = [memoryview(b).cast("B") for b in buffers]
+        total = sum(len(v) for v in views)
+        buf = bytearray(total)
+        n = self.recv_into(buf, total, flags) if total else 0
+        pos = 0
+        for v in views:
+            k = min(len(v), n - pos)
+            if k <= 0:
+                break
+            v[:k] = buf[pos:pos + k]
+            pos += k
+        return n, [], 0, None
 
     def shutdown(self, how: int) -> None:
         conn = self._require_conn()
         self._call(lambda now: conn.shutdown(how, now))
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
+        """The last duplicate is closed: stop listening, or close (FIN) or abort (SO_LINGER 0) the connection."""
         conn, lst = self._conn, self._listener
         if lst is not None:
             self._call(lambda now: lst.close(now))
@@ -310,12 +507,11 @@ class StreamSocket(SocketBase):
             self._driver.wait_until(lambda: conn.state in (State.CLOSED, State.TIME_WAIT, State.FIN_WAIT_2),
                                     float(self._linger[1]))
 
-    def detach(self):
-        raise OSError(errno.EOPNOTSUPP, "ustack sockets have no file descriptor to detach")
-
     # -- options ----------------------------------------------------------------------------------
     def setsockopt(self, level: int, optname: int, value, optlen: Optional[int] = None) -> None:
         self._check()
+        if level == SOL_SOCKET and self._timeo_opt(optname, value):
+            return
         if level == SOL_SOCKET and optname == _std.SO_REUSEADDR:
             self._reuseaddr = bool(value)
             return
@@ -341,8 +537,12 @@ class StreamSocket(SocketBase):
 
     def getsockopt(self, level: int, optname: int, buflen: int = 0):
         self._check()
+        if level == SOL_SOCKET and optname in (_std.SO_RCVTIMEO, _std.SO_SNDTIMEO):
+            return self._timeo_get(optname)
         if level == SOL_SOCKET and optname == _std.SO_ERROR:
-            err = self._conn.take_error() if self._conn is not None else None
+            with self._driver.lock:
+                err = self._conn.take_error() if self._conn is not None else None
+                self._refresh()
             return err.errno if err is not None and err.errno else 0
         if level == SOL_SOCKET and optname == _std.SO_TYPE:
             return self.type

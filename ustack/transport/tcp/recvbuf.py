@@ -106,6 +106,10 @@ class ReceiveBuffer:
         """Out-of-order runs as ``(start, end)`` offsets past RCV.NXT."""
         return [(s, s + len(r)) for s, r in self._runs]
 
+    def peek(self, n: int) -> bytes:
+        """The first ``n`` in-order bytes, left in place (MSG_PEEK)."""
+        return bytes(self._data[:n])
+
     def read(self, n: int) -> bytes:
         data = bytes(self._data[:n])
         del self._data[:n]

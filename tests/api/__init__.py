@@ -1,0 +1,1 @@
+"""Tests of ustack.api: stdlib-complete sockets and per-socket readiness fds."""

@@ -1,0 +1,219 @@
+"""``patch(driver)`` / ``unpatch()``: install a socket *class* as ``socket.socket`` so stdlib code runs on ustack.
+
+The installed class (``PatchedSocket``) is a subclass of the stdlib's
+``socket.socket``, so ``isinstance(s, socket.socket)`` holds for what it
+makes. Each instance decides where it lives at its first addressing call:
+
+- ``fileno=`` given, a family other than AF_INET, or a type other than
+  SOCK_STREAM / SOCK_DGRAM: the kernel, at once (AF_UNIX stays kernel);
+- ``bind``/``connect``/``connect_ex``/``sendto``/``sendmsg`` to an address
+  in 127.0.0.0/8: the kernel (loopback stays kernel);
+- any other address, or a call that needs a decision first (``listen``,
+  ``fileno``, ``send``...): ustack, on the patched driver.
+
+Options set before the decision (``setsockopt``, timeouts, blocking) are
+replayed on whichever socket is chosen. ``accept`` and ``dup`` return
+instances of the class too. Code that looked ``socket.socket`` up before
+``patch()`` (``from socket import socket``) keeps the kernel class.
+
+TLS: ``ssl.SSLSocket`` takes the fd over with ``detach()``, and ours is a
+readiness fd, not a socket; so while patched, ``SSLContext.wrap_socket``
+gives a ``ustack.api.tls.TlsSocket`` (SSLObject on memory BIOs) for a
+ustack-backed socket and an ``ssl.SSLSocket`` for a kernel one. A
+TlsSocket is not an ``ssl.SSLSocket`` instance, and wrapping a patched
+socket before its first addressing call (no address yet to decide by) is
+refused by ``detach()`` with EOPNOTSUPP.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket as _std
+import ssl
+
+from ustack.api.socket import socket as _make_ustack
+from ustack.api.tls import TlsDispatch
+
+_ORIGINAL = _std.socket
+_LOOPBACK_FIRST_OCTET = "127."
+_DECIDING = ("bind", "connect", "connect_ex")
+_RECORDED = ("setsockopt", "settimeout", "setblocking")
+_DELEGATED = ("accept", "close", "detach", "dup", "fileno", "getpeername", "getsockname", "getsockopt",
+              "gettimeout", "getblocking", "listen", "makefile", "recv", "recv_into", "recvfrom",
+              "recvfrom_into", "recvmsg", "recvmsg_into", "send", "sendall", "sendfile", "shutdown")
+
+
+def _is_loopback(address) -> bool:
+    return (isinstance(address, tuple) and len(address) >= 1 and isinstance(address[0], str)
+            and (address[0].startswith(_LOOPBACK_FIRST_OCTET) or address[0] == "localhost"))
+
+
+class PatchedSocket(_ORIGINAL):
+    """``socket.socket`` while patched: ustack for AF_INET, the kernel for loopback and everything else."""
+
+    _driver = None  # set by patch() on the class it installs
+
+    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
+        self._u = None
+        self._kernel = False
+        family = _std.AF_INET if family == -1 else family
+        type = _std.SOCK_STREAM if type == -1 else type
+        proto = 0 if proto == -1 else proto
+        self._args = (family, type, proto)
+        self._pending: list = []
+        base = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
+        if fileno is not None or family != _std.AF_INET or base not in (_std.SOCK_STREAM, _std.SOCK_DGRAM):
+            self._become_kernel(fileno)
+        else:
+            self._io_refs = 0
+            self._closed = False
+
+    @classmethod
+    def _wrap(cls, usock):
+        obj = cls.__new__(cls)
+        obj._u, obj._kernel, obj._pending = usock, False, []
+        obj._args = (usock.family, usock.type, usock.proto)
+        obj._io_refs, obj._closed = 0, False
+        return obj
+
+    def _become_kernel(self, fileno=None) -> None:
+        _ORIGINAL.__init__(self, *self._args, fileno)
+        self._kernel = True
+        for name, args in self._pending:
+            getattr(_ORIGINAL, name)(self, *args)
+        self._pending = []
+
+    def _become_ustack(self):
+        u = _make_ustack(self._driver, *self._args)
+        for name, args in self._pending:
+            getattr(u, name)(*args)
+        self._pending = []
+        self._u = u
+        return u
+
+    def _impl(self, address=None):
+        """The ustack socket, or None for the kernel; decides (by ``address``) when undecided."""
+        if self._u is not None:
+            return self._u
+        if self._kernel:
+            return None
+        if address is not None and _is_loopback(address):
+            self._become_kernel()
+            return None
+        return self._become_ustack()
+
+    # -- the stdlib's attributes -----------------------------------------------
+    @property
+    def family(self):
+        return self._u.family if self._u is not None else _std.AddressFamily(self._args[0]) \
+            if not self._kernel else _ORIGINAL.family.__get__(self)
+
+    @property
+    def type(self):
+        if self._u is not None:
+            return self._u.type
+        if self._kernel:
+            return _ORIGINAL.type.__get__(self)
+        return _std.SocketKind(self._args[1] & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC))
+
+    @property
+    def timeout(self):
+        return self.gettimeout()
+
+    def __repr__(self):
+        if self._u is not None:
+            return f"<ustack.api.patch.PatchedSocket over {self._u!r}>"
+        return _ORIGINAL.__repr__(self)
+
+    # -- the calls -------------------------------------------------------------------
+    def sendto(self, data, *args):
+        u = self._impl(args[-1] if args else None)
+        return _ORIGINAL.sendto(self, data, *args) if u is None else u.sendto(data, *args)
+
+    def sendmsg(self, buffers, ancdata=(), flags=0, address=None):
+        u = self._impl(address)
+        if u is None:
+            return _ORIGINAL.sendmsg(self, buffers, ancdata, flags, *(() if address is None else (address,)))
+        return u.sendmsg(buffers, ancdata, flags, address)
+
+
+def _deciding(name):
+    kernel = getattr(_ORIGINAL, name)
+
+    def call(self, address, *rest):
+        u = self._impl(address)
+        return kernel(self, address, *rest) if u is None else getattr(u, name)(address, *rest)
+
+    call.__name__ = name
+    return call
+
+
+def _recorded(name):
+    kernel = getattr(_ORIGINAL, name)
+
+    def call(self, *args):
+        if self._u is None and not self._kernel:
+            self._pending.append((name, args))
+            return None
+        u = self._u
+        return kernel(self, *args) if u is None else getattr(u, name)(*args)
+
+    call.__name__ = name
+    return call
+
+
+def _delegated(name):
+    kernel = getattr(_ORIGINAL, name)
+
+    def call(self, *args, **kw):
+        if name in ("gettimeout", "getblocking") and self._u is None and not self._kernel:
+            timeout = _std.getdefaulttimeout()
+            for n, a in self._pending:
+                if n == "settimeout":
+                    timeout = a[0]
+                elif n == "setblocking":
+                    timeout = None if a[0] else 0.0
+            return timeout if name == "gettimeout" else timeout != 0.0
+        if name == "close" and self._u is None and not self._kernel:
+            self._closed = True
+            self._kernel = True  # nothing was made: close the (never opened) kernel object
+            return _ORIGINAL.close(self)
+        u = self._impl()
+        if u is None:
+            return kernel(self, *args, **kw)
+        if name == "detach":
+            raise OSError(errno.EOPNOTSUPP, "a ustack socket has no kernel socket to hand over (TLS on "
+                                            "ustack sockets goes through ustack.api.tls while patched)")
+        result = getattr(u, name)(*args, **kw)
+        if name == "accept":
+            child, addr = result
+            return type(self)._wrap(child), addr
+        if name == "dup":
+            return type(self)._wrap(result)
+        return result
+
+    call.__name__ = name
+    return call
+
+
+for _name in _DECIDING:
+    setattr(PatchedSocket, _name, _deciding(_name))
+for _name in _RECORDED:
+    setattr(PatchedSocket, _name, _recorded(_name))
+for _name in _DELEGATED:
+    setattr(PatchedSocket, _name, _delegated(_name))
+del _name
+
+
+def patch(driver) -> type:
+    """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class."""
+    cls = type("socket", (PatchedSocket,), {"_driver": driver, "__module__": __name__})
+    _std.socket = cls
+    ssl.SSLContext.sslsocket_class = TlsDispatch
+    return cls
+
+
+def unpatch() -> None:
+    """Put the stdlib's socket class (and SSLContext's socket class) back."""
+    _std.socket = _ORIGINAL
+    ssl.SSLContext.sslsocket_class = ssl.SSLSocket

@@ -1,0 +1,230 @@
+"""TLS on ustack sockets: ``ssl.SSLObject`` on memory BIOs, its records carried by the socket's send/recv.
+
+``ssl.SSLSocket`` takes a kernel fd over (``detach()``) and lets OpenSSL
+do the I/O; a ustack socket has no such fd. ``TlsSocket`` keeps the ustack
+socket and moves TLS records between it and an ``SSLObject`` (the
+``MemoryBIO`` pattern asyncio uses). While ``ustack.patch()`` is in force,
+``SSLContext.wrap_socket`` builds one for a ustack-backed socket and an
+``ssl.SSLSocket`` for any other (``TlsDispatch``), so ``http.client``,
+``urllib`` and ``http.server`` code wrapping sockets needs no change.
+
+Blocking and timeout sockets behave as ``SSLSocket`` does; on a
+non-blocking socket a call that needs more records raises
+``ssl.SSLWantReadError`` (``SSLWantWriteError`` is never raised: records
+go out through ``sendall``). A ``TlsSocket`` is not an ``ssl.SSLSocket``
+instance. Not supported: ``sendfile`` zero-copy (a copy loop is used),
+``MSG_*`` flags on TLS calls (ValueError, as ``SSLSocket``).
+"""
+
+from __future__ import annotations
+
+import socket as _std
+import ssl
+
+_RECORD = 16 * 1024 + 512  # one TLS record and some
+
+
+class TlsSocket:
+    """A TLS connection over a (connected or connecting) ustack socket, with SSLSocket's calls."""
+
+    def __init__(self, sock, context, server_side=False, do_handshake_on_connect=True,
+                 suppress_ragged_eofs=True, server_hostname=None, session=None):
+        self._sock = sock
+        self.context = context
+        self.server_side = server_side
+        self.do_handshake_on_connect = do_handshake_on_connect
+        self.suppress_ragged_eofs = suppress_ragged_eofs
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)
+        self._io_refs = 0
+        self._closed = False
+        connected = True
+        try:
+            sock.getpeername()
+        except OSError:
+            connected = False
+        if connected and do_handshake_on_connect:
+            self.do_handshake()
+
+    # -- record pump -------------------------------------------------------------
+    def _flush(self) -> None:
+        data = self._outgoing.read()
+        if data:
+            self._sock.sendall(data)
+
+    def _fill(self) -> None:
+        try:
+            data = self._sock.recv(_RECORD)
+        except BlockingIOError:
+            raise ssl.SSLWantReadError("The operation did not complete (read)") from None
+        if data:
+            self._incoming.write(data)
+        else:
+            self._incoming.write_eof()
+
+    def _run(self, fn, *args):
+        while True:
+            try:
+                result = fn(*args)
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._fill()
+                continue
+            self._flush()
+            return result
+
+    # -- the SSLSocket calls -----------------------------------------------------------
+    def do_handshake(self, block=False) -> None:
+        self._run(self._sslobj.do_handshake)
+
+    def connect(self, address) -> None:
+        self._sock.connect(address)
+        if self.do_handshake_on_connect:
+            self.do_handshake()
+
+    def connect_ex(self, address) -> int:
+        try:
+            self.connect(address)
+            return 0
+        except OSError as e:
+            return e.errno or 0
+
+    def accept(self):
+        conn, address = self._sock.accept()
+        return self.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=self.do_handshake_on_connect,
+                                        suppress_ragged_eofs=self.suppress_ragged_eofs), address
+
+    def read(self, n=1024, buffer=None):
+        try:
+            if buffer is not None:
+                return self._run(self._sslobj.read, n, buffer)
+            return self._run(self._sslobj.read, n)
+        except ssl.SSLEOFError:
+            if self.suppress_ragged_eofs:
+                return 0 if buffer is not None else b""
+            raise
+
+    def write(self, data) -> int:
+        return self._run(self._sslobj.write, data)
+
+    def recv(self, buflen=1024, flags=0) -> bytes:
+        if flags:
+            raise ValueError(f"non-zero flags not allowed in calls to recv() on {self.__class__}")
+        return self.read(buflen)
+
+    def recv_into(self, buffer, nbytes=None, flags=0) -> int:
+        if flags:
+            raise ValueError(f"non-zero flags not allowed in calls to recv_into() on {self.__class__}")
+        view = memoryview(buffer).cast("B")
+        n = nbytes or len(view)
+        if not n:
+            return 0
+        return self.read(n, view)
+
+    def send(self, data, flags=0) -> int:
+        if flags:
+            raise ValueError(f"non-zero flags not allowed in calls to send() on {self.__class__}")
+        return self.write(data)
+
+    def sendall(self, data, flags=0) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            view = view[self.send(view, flags):]
+
+    def sendfile(self, file, offset=0, count=None) -> int:
+        """A copy loop through the TLS layer (records have to be encrypted anyway)."""
+        if offset:
+            file.seek(offset)
+        total = 0
+        try:
+            while count is None or total < count:
+                chunk = file.read(65536 if count is None else min(65536, count - total))
+                if not chunk:
+                    return total
+                self.sendall(chunk)
+                total += len(chunk)
+            return total
+        finally:
+            if total and hasattr(file, "seek"):
+                file.seek(offset + total)
+
+    def pending(self) -> int:
+        return self._sslobj.pending()
+
+    def unwrap(self):
+        self._run(self._sslobj.unwrap)
+        sock, self._sock = self._sock, None
+        return sock
+
+    def getpeercert(self, binary_form=False):
+        return self._sslobj.getpeercert(binary_form)
+
+    def cipher(self):
+        return self._sslobj.cipher()
+
+    def version(self):
+        return self._sslobj.version()
+
+    def selected_alpn_protocol(self):
+        return self._sslobj.selected_alpn_protocol()
+
+    def shared_ciphers(self):
+        return self._sslobj.shared_ciphers()
+
+    def compression(self):
+        return self._sslobj.compression()
+
+    def get_channel_binding(self, cb_type="tls-unique"):
+        return self._sslobj.get_channel_binding(cb_type)
+
+    @property
+    def server_hostname(self):
+        return self._sslobj.server_hostname
+
+    @property
+    def session(self):
+        return self._sslobj.session
+
+    @property
+    def session_reused(self):
+        return self._sslobj.session_reused
+
+    # -- files and closing (the stdlib's makefile and its reference counting) ------------
+    makefile = _std.socket.makefile
+    _decref_socketios = _std.socket._decref_socketios
+
+    def close(self) -> None:
+        self._closed = True
+        if self._io_refs <= 0 and self._sock is not None:
+            self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getattr__(self, name):
+        # fileno, settimeout, gettimeout, setblocking, getsockname, getpeername, setsockopt, shutdown,
+        # family, type...: the socket underneath answers
+        sock = self.__dict__.get("_sock")
+        if sock is None:
+            raise AttributeError(name)
+        return getattr(sock, name)
+
+    def __repr__(self):
+        return f"<ustack.api.tls.TlsSocket over {self._sock!r}>"
+
+
+class TlsDispatch:
+    """``SSLContext.sslsocket_class`` while patched: TlsSocket for ustack sockets, SSLSocket for the rest."""
+
+    @classmethod
+    def _create(cls, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
+                server_hostname=None, context=None, session=None):
+        if getattr(sock, "_u", None) is not None or hasattr(sock, "_h"):
+            return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                             server_hostname, session)
+        return ssl.SSLSocket._create(sock, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                                     server_hostname, context, session)
