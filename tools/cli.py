@@ -10,9 +10,10 @@
     ustack stats [--pid PID | --socket PATH] [--watch [S]] [--json]
     ustack trace FILE [--follow] [-c N] [--port P] [--host A]
     ustack bench [--quick] [--backends LIST]
+    ustack run   [--backend B] [--ifname IF] --addr A/N [--gateway IP] [--pcap FILE] (SCRIPT | -m MODULE) [ARGS...]
 
 serve (ustack.tools.serve), send and recv (transfer), ping, demo, stats,
-trace and bench; the options shared by the commands that run a stack are in
+trace, bench and run (run_program: a Python program on ustack sockets); the options shared by the commands that run a stack are in
 ustack.tools.cli_stack. ``python -m ustack`` is the same command line.
 A mistake on the command line is one line and exit status 2; Ctrl-C is
 "interrupted" and exit status 130; neither prints a traceback.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ustack.tools import bench, ping, serve, stats, trace, transfer
+from ustack.tools import bench, ping, run_program, serve, stats, trace, transfer
 
 
 def cmd_demo(args) -> int:
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_parser(sub)
     bench.add_parser(sub)
     ping.add_parser(sub)
+    run_program.add_parser(sub)
     return parser
 
 

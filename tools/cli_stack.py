@@ -1,8 +1,8 @@
 """The stack a command runs on, built from its command-line arguments.
 
 ``add_stack_arguments(p)`` adds the options every stack-running command
-shares (--backend, --ifname, --addr, --gateway, --mtu, --pcap, the backend
-knobs). ``start_stack(args, name)`` opens the device (``--backend pipe``: one
+shares (--backend, --ifname, --addr, --gateway, --mtu, --pcap, --busy-poll,
+the backend knobs). ``start_stack(args, name)`` opens the device (``--backend pipe``: one
 end of an in-memory link, the other end in ``extras["link"]``), wraps it in
 the pcap capture decorator for ``--pcap``, builds the Stack and its Driver on
 a monotonic clock, and reports a failure in one line instead of a traceback.
@@ -19,7 +19,7 @@ import sys
 from typing import Optional
 
 from ustack.api.clock import MonotonicClock
-from ustack.api.driver import Driver
+from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
 from ustack.capture import PcapDevice
 from ustack.device import DeviceError
 from ustack.stack import Stack
@@ -115,7 +115,7 @@ def start_stack(args, name: str):
     except (DeviceError, OSError, ValueError) as e:
         print(f"ustack {name}: {describe_error(e)}", file=sys.stderr)
         return None
-    return stack, Driver(stack, clock), extras
+    return stack, Driver(stack, clock, busy_poll=getattr(args, "busy_poll", DEFAULT_BUSY_POLL)), extras
 
 
 def stop_stack(stack) -> None:
@@ -135,6 +135,10 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
                    help="bytes of each frame to keep in the pcap (default: all)")
     p.add_argument("--pcap-max-bytes", type=int_range(24, None, "a file size"), metavar="BYTES",
                    help="stop writing the pcap at this size (the frames left out are counted)")
+    p.add_argument("--busy-poll", type=float_range(0.0), default=DEFAULT_BUSY_POLL, metavar="SECONDS",
+                   help="spin on the RX ring this long after each round that received frames before "
+                        f"sleeping, like SO_BUSY_POLL (default {DEFAULT_BUSY_POLL * 1e6:.0f} µs; 0: never spin; "
+                        "longer than a flow's spacing: lower latency, one CPU busy while it flows)")
     p.add_argument("--queue", type=int_range(0, 65535, "a queue number"), help="afxdp: NIC queue to bind")
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), help="afxdp: XDP attach mode")
     p.add_argument("--zerocopy", choices=("auto", "on", "off"), help="afxdp: zero-copy mode")

@@ -1,0 +1,170 @@
+"""``ustack run``: run an unmodified Python program with its IPv4 networking on a ustack stack.
+
+    ustack run [--backend B] [--ifname IF] --addr A/N [--gateway G] [--pcap F] [stack options]
+               (SCRIPT | -m MODULE) [ARGS...]
+
+The program runs in this process as ``python SCRIPT ARGS`` / ``python -m
+MODULE ARGS`` would run it: ``sys.argv``, ``sys.path[0]`` (the script's
+folder, or the current folder for ``-m``), ``__main__`` through runpy, its
+exit status (``sys.exit(3)`` -> 3), an uncaught exception's traceback on
+stderr and status 1, SIGINT raising KeyboardInterrupt (uncaught: traceback,
+then death by SIGINT as python does). Before it starts, the stack is opened
+as the other subcommands open theirs (ustack.tools.cli_stack), its Driver
+thread started (ARP, ping, timers go on while the program computes) and
+``ustack.patch(driver)`` installed; after it ends, non-daemon threads are
+joined (as the interpreter does at exit), the patch removed and the stack
+closed.
+
+``--backend pipe`` needs no privileges: a peer stack on the other end of the
+in-memory link (the next address, as ``ustack serve --backend pipe`` makes
+it) offers echo (RFC 862) over UDP and TCP on port 7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import signal
+import sys
+import threading
+
+from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
+
+ECHO_PORT = 7  # RFC 862
+
+
+def add_parser(subparsers):
+    """Add the ``run`` subcommand to the ``ustack`` command line."""
+    p = subparsers.add_parser("run", help="run a Python program (SCRIPT or -m MODULE) on a ustack stack",
+                              usage="%(prog)s [stack options] (SCRIPT | -m MODULE) [ARGS...]")
+    add_stack_arguments(p)
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run library module MODULE as a script")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
+                   help="the script and its arguments (with -m: the module's arguments)")
+    p.set_defaults(func=cmd_run)
+    return p
+
+
+def cmd_run(args) -> int:
+    if args.module is None and not args.program:
+        print("ustack run: error: a SCRIPT or -m MODULE is required", file=sys.stderr)
+        return 2
+    started = start_stack(args, "run")
+    if started is None:
+        return 2
+    stack, driver, extras = started
+    peer = None
+    from ustack.api.patch import patch, unpatch
+
+    try:
+        if args.backend == "pipe":
+            peer = PipeEchoPeer(stack, extras["link"], driver.clock)
+        driver.start()
+        patch(driver)
+        status, interrupted = run_program(args.module, args.program)
+    finally:
+        unpatch()
+        driver.close()
+        if peer is not None:
+            peer.close()
+        stop_stack(stack)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if interrupted:  # as python: an uncaught KeyboardInterrupt ends the process by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return status
+
+
+def run_program(module, program) -> tuple[int, bool]:
+    """Run SCRIPT or -m MODULE as ``__main__``; returns (exit status, ended by KeyboardInterrupt)."""
+    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    try:
+        if module is not None:
+            sys.argv = ["-m", *program]  # runpy puts the module's file in argv[0], as python does
+            sys.path[0] = os.getcwd()
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            script = program[0]
+            sys.argv = list(program)
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            runpy.run_path(script, run_name="__main__")
+        _join_threads()
+        return 0, False
+    except SystemExit as e:
+        _join_threads()
+        return _exit_status(e.code), False
+    except BaseException as e:  # noqa: B902 - the program's uncaught exception, reported as python would
+        _print_uncaught(e)
+        return 1, isinstance(e, KeyboardInterrupt)
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+
+
+def _exit_status(code) -> int:
+    """What the interpreter makes of ``sys.exit(code)``: None 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_uncaught(e: BaseException) -> None:
+    """The program's traceback from its own frames on (ours and runpy's are cut off), via sys.excepthook."""
+    tb = e.__traceback__
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+    while tb is not None and tb.tb_next is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+        tb = tb.tb_next
+    sys.excepthook(type(e), e, tb)
+
+
+def _join_threads() -> None:
+    """Wait for the program's non-daemon threads, as the interpreter does before it exits."""
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and not t.daemon and t.is_alive():
+            t.join()
+
+
+class PipeEchoPeer:
+    """For ``--backend pipe``: a stack on the other end of the link with UDP and TCP echo on port 7."""
+
+    def __init__(self, stack, link, clock):
+        from ustack.api.driver import Driver
+        from ustack.net.addr import ANY4
+        from ustack.tools.serve import _pipe_peer
+        from ustack.tools.services import TcpEcho
+
+        self.stack = _pipe_peer(stack, link, clock)
+        self.driver = Driver(self.stack, clock)
+        self.tcp_echo = TcpEcho(self.stack, ECHO_PORT)
+        self.udp = self.stack.udp.endpoint()
+        self.stack.udp.bind(self.udp, ANY4, ECHO_PORT)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="ustack-pipe-peer", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        driver, udp, stack = self.driver, self.udp, self.stack
+        while not self._stop.is_set():
+            driver.wait_until(lambda: self._stop.is_set() or bool(udp.queue), 0.25)
+            with driver.lock, stack.tx_batch():
+                now = driver.clock()
+                while udp.queue:
+                    payload, src, sport = udp.pop()
+                    try:
+                        udp.sendto(payload, src, sport, now)
+                    except OSError as e:
+                        stack.stats.inc(f"udp.echo_send_error.{type(e).__name__}")
+
+    def close(self) -> None:
+        self._stop.set()
+        self.driver.kick()
+        self._thread.join(5)
+        self.driver.close()
+        self.stack.close()
