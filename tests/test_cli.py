@@ -215,3 +215,87 @@ def test_ctrl_c_during_send_is_one_line_not_a_traceback():
             proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err, err
+
+
+# -- ustack run: an unmodified program on a ustack stack (pipe backend: no privileges) -----------------
+PROGRAMS = os.path.join(os.path.dirname(__file__), "api", "programs")
+RUN_PIPE = ("run", "--backend", "pipe", "--addr", "198.18.0.2/24")
+
+
+def test_run_programs_under_test_do_not_know_ustack():
+    for name in os.listdir(PROGRAMS):
+        if name.endswith(".py"):
+            with open(os.path.join(PROGRAMS, name)) as f:
+                assert "ustack" not in f.read().lower(), name
+
+
+def test_run_script_talks_to_the_pipe_peer_argv_and_exit_status_exact():
+    out = ustack(*RUN_PIPE, "echo_client.py", "3", "198.18.0.3", "--not-ours", cwd=PROGRAMS)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.splitlines() == [
+        "argv ['3', '198.18.0.3', '--not-ours']",
+        "udp datagram over the wire 198.18.0.3 7",
+        "tcp 100000 True",
+    ], out.stdout + out.stderr
+    assert out.stderr == ""
+
+
+def test_run_sys_argv_and_main_are_what_python_gives(tmp_path):
+    prog = tmp_path / "show.py"
+    prog.write_text("import sys, json\nprint(json.dumps([sys.argv, __name__, __file__, sys.path[0]]))\n")
+    for form in (["show.py"], ["-m", "show"]):
+        argv = [*form, "a", "-b", "--addr", "x y"]
+        ours = ustack(*RUN_PIPE, *argv, cwd=tmp_path)
+        python = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+        assert ours.returncode == python.returncode == 0, ours.stderr
+        assert ours.stdout == python.stdout, (form, ours.stdout, python.stdout)
+
+
+def test_run_module_form_reaches_the_peer_and_exit_status_0():
+    out = ustack(*RUN_PIPE, "-m", "echo_client", "0", cwd=PROGRAMS)
+    assert out.returncode == 0, out.stderr
+    assert "tcp 100000 True" in out.stdout and "udp datagram over the wire 198.18.0.3 7" in out.stdout
+
+
+def test_run_uncaught_exception_prints_the_programs_traceback_status_1():
+    out = ustack(*RUN_PIPE, "fails.py", cwd=PROGRAMS)
+    python = subprocess.run([sys.executable, "fails.py"], capture_output=True, text=True, timeout=30, cwd=PROGRAMS)
+    assert out.returncode == python.returncode == 1
+    assert out.stderr == python.stderr  # the program's frames only: none of ustack's or runpy's
+    assert out.stderr.startswith("Traceback (most recent call last):\n")
+    assert out.stderr.endswith("ValueError: the program's own error\n")
+
+
+@pytest.mark.parametrize("code, status, err", [("None", 0, ""), ("256 + 7", 7, ""), ("'bye'", 1, "bye\n")])
+def test_run_sys_exit_values_map_as_python_maps_them(tmp_path, code, status, err):
+    (tmp_path / "ex.py").write_text(f"import sys\nsys.exit({code})\n")
+    out = ustack(*RUN_PIPE, "ex.py", cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (status, err)
+
+
+def test_run_sigint_is_keyboardinterrupt_in_the_program():
+    proc = subprocess.Popen([sys.executable, "-m", "ustack", *RUN_PIPE, "waits_for_sigint.py"], cwd=PROGRAMS,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert out == "finally ran\n"
+    assert err.startswith("Traceback (most recent call last):\n") and err.endswith("KeyboardInterrupt\n"), err
+    assert "waits_for_sigint.py" in err
+    assert proc.returncode == -signal.SIGINT  # as python: an uncaught KeyboardInterrupt ends it by SIGINT
+
+
+def test_run_needs_a_program():
+    out = ustack(*RUN_PIPE)
+    assert out.returncode == 2 and "SCRIPT or -m MODULE" in out.stderr
+    out = ustack(*RUN_PIPE, "-m")
+    assert out.returncode == 2 and "expected a module name" in out.stderr
+
+
+def test_run_missing_script_is_pythons_error(tmp_path):
+    out = ustack(*RUN_PIPE, "nosuch.py", cwd=tmp_path)
+    assert out.returncode != 0 and "nosuch.py" in out.stderr

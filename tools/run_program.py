@@ -23,11 +23,14 @@ it) offers echo (RFC 862) over UDP and TCP on port 7.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import runpy
 import signal
 import sys
 import threading
+import types
+import zipfile
 
 from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
 
@@ -39,7 +42,8 @@ def add_parser(subparsers):
     p = subparsers.add_parser("run", help="run a Python program (SCRIPT or -m MODULE) on a ustack stack",
                               usage="%(prog)s [stack options] (SCRIPT | -m MODULE) [ARGS...]")
     add_stack_arguments(p)
-    p.add_argument("-m", dest="module", metavar="MODULE", help="run library module MODULE as a script")
+    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+                   help="run library module MODULE as a script; everything after it is its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
                    help="the script and its arguments (with -m: the module's arguments)")
     p.set_defaults(func=cmd_run)
@@ -47,7 +51,14 @@ def add_parser(subparsers):
 
 
 def cmd_run(args) -> int:
-    if args.module is None and not args.program:
+    if args.module is not None:
+        if not args.module:
+            print("ustack run: error: argument -m: expected a module name", file=sys.stderr)
+            return 2
+        module, program = args.module[0], args.module[1:]
+    elif args.program:
+        module, program = None, args.program
+    else:
         print("ustack run: error: a SCRIPT or -m MODULE is required", file=sys.stderr)
         return 2
     started = start_stack(args, "run")
@@ -62,7 +73,7 @@ def cmd_run(args) -> int:
             peer = PipeEchoPeer(stack, extras["link"], driver.clock)
         driver.start()
         patch(driver)
-        status, interrupted = run_program(args.module, args.program)
+        status, interrupted = run_program(module, program)
     finally:
         unpatch()
         driver.close()
@@ -89,7 +100,7 @@ def run_program(module, program) -> tuple[int, bool]:
             script = program[0]
             sys.argv = list(program)
             sys.path[0] = os.path.dirname(os.path.abspath(script))
-            runpy.run_path(script, run_name="__main__")
+            _run_script(script)
         _join_threads()
         return 0, False
     except SystemExit as e:
@@ -102,6 +113,28 @@ def run_program(module, program) -> tuple[int, bool]:
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
+
+
+def _run_script(script: str) -> None:
+    """``python SCRIPT``: argv[0] as given, ``__file__`` absolute, a fresh ``__main__`` module.
+
+    runpy.run_path would put its own path in argv[0]; it still runs what is
+    not a plain file (a folder or zip with ``__main__.py``).
+    """
+    path = os.path.abspath(script)
+    if not os.path.isfile(path) or zipfile.is_zipfile(path):
+        runpy.run_path(script, run_name="__main__")
+        return
+    with io.open_code(path) as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)  # the coding cookie is honoured
+    main = types.ModuleType("__main__")
+    main.__file__, main.__cached__, main.__loader__, main.__spec__ = path, None, None, None
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
 
 
 def _exit_status(code) -> int:
@@ -117,10 +150,10 @@ def _exit_status(code) -> int:
 def _print_uncaught(e: BaseException) -> None:
     """The program's traceback from its own frames on (ours and runpy's are cut off), via sys.excepthook."""
     tb = e.__traceback__
-    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
-    while tb is not None and tb.tb_next is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+    ours = (__name__, runpy.__name__)  # our frames and runpy's
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_globals.get("__name__") in ours:
         tb = tb.tb_next
-    sys.excepthook(type(e), e, tb)
+    sys.excepthook(type(e), e.with_traceback(tb), tb)
 
 
 def _join_threads() -> None:

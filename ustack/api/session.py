@@ -1,0 +1,122 @@
+"""A stack, its Driver and ``ustack.patch`` set up for a whole program; ``from_environment()`` for a sitecustomize.
+
+``from_environment()`` reads the ``USTACK_*`` variables and, when
+``USTACK_ADDR`` is set, opens the device, builds the Stack, starts its
+Driver thread, patches ``socket.socket`` and registers the teardown with
+atexit; it returns the Session (None when ``USTACK_ADDR`` is unset, so a
+sitecustomize can call it unconditionally)::
+
+    # sitecustomize.py
+    from ustack.api.session import from_environment
+    from_environment()
+
+    USTACK_ADDR=198.18.0.2/24 USTACK_IFNAME=veth1 python app.py
+
+The variables: USTACK_ADDR (A.B.C.D/N, required), USTACK_BACKEND (pipe,
+tap, packet, afxdp; default packet), USTACK_IFNAME (required except for
+pipe), USTACK_GATEWAY, USTACK_PCAP (a capture file, created 0600),
+USTACK_MTU, USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``). With
+the pipe backend the other end of the in-memory link is ``session.link.b``
+(tests put a peer stack there). ``ustack run`` does the same from its
+command line (ustack.tools.run_program).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from typing import Mapping, Optional
+
+from ustack.api.clock import MonotonicClock
+from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
+from ustack.api.patch import patch, unpatch
+from ustack.capture import PcapDevice
+from ustack.stack import Stack
+
+BACKENDS = ("pipe", "tap", "packet", "afxdp")
+PREFIX = "USTACK_"
+
+
+class Session:
+    """One stack for one program: opened by ``open()``, patched by ``install()``, undone by ``close()``."""
+
+    def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
+                 pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+        if backend != "pipe" and not ifname:
+            raise ValueError(f"the {backend} backend needs an interface name")
+        self.clock = MonotonicClock()
+        self.link = None
+        if backend == "pipe":
+            from ustack.backends.pipe import PipeLink
+
+            self.link = PipeLink(self.clock, mtu=mtu or 1500)
+            device = self.link.a
+        else:
+            from ustack.backends.registry import open_device
+
+            device = open_device(backend, ifname)
+        try:
+            if pcap:
+                device = PcapDevice(device, pcap, self.clock)
+            self.stack = Stack(device, addr, gateway=gateway, mtu=mtu)
+        except BaseException:
+            device.close()
+            raise
+        self.driver = Driver(self.stack, self.clock, busy_poll=busy_poll)
+        self.installed = False
+        self.closed = False
+
+    def install(self) -> "Session":
+        """Start the Driver thread and patch ``socket.socket`` onto this stack."""
+        self.driver.start()
+        patch(self.driver)
+        self.installed = True
+        return self
+
+    def close(self) -> None:
+        """Unpatch (if installed), stop the Driver, close the stack and its device. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.installed:
+            unpatch()
+        self.driver.close()
+        self.stack.close()
+        self.stack.device.close()
+
+
+def settings(environ: Mapping[str, str]) -> Optional[dict]:
+    """The Session arguments the ``USTACK_*`` variables ask for; None without USTACK_ADDR."""
+    addr = environ.get(PREFIX + "ADDR")
+    if not addr:
+        return None
+    kw = {"backend": environ.get(PREFIX + "BACKEND") or "packet", "addr": addr}
+    for name in ("ifname", "gateway", "pcap"):
+        value = environ.get(PREFIX + name.upper())
+        if value:
+            kw[name] = value
+    mtu = environ.get(PREFIX + "MTU")
+    if mtu:
+        try:
+            kw["mtu"] = int(mtu, 10)
+        except ValueError:
+            raise ValueError(f"{PREFIX}MTU={mtu!r} is not an integer") from None
+    busy = environ.get(PREFIX + "BUSY_POLL")
+    if busy:
+        try:
+            kw["busy_poll"] = float(busy)
+        except ValueError:
+            raise ValueError(f"{PREFIX}BUSY_POLL={busy!r} is not a number of seconds") from None
+    return kw
+
+
+def from_environment(environ: Optional[Mapping[str, str]] = None) -> Optional[Session]:
+    """Open, install and register (atexit) a Session from the ``USTACK_*`` variables; None when unset."""
+    kw = settings(os.environ if environ is None else environ)
+    if kw is None:
+        return None
+    session = Session(**kw).install()
+    atexit.register(session.close)
+    return session
