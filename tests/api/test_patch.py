@@ -250,3 +250,29 @@ def test_tls_certificate_check_fails_as_with_kernel_sockets(patched, certificate
     finally:
         t.join(5)
         lst.close()
+
+
+def test_ipv6_options_on_an_undecided_inet_socket_fail_at_once_as_on_linux(patched):
+    """http.server's dual-stack bind tries IPV6_V6ONLY first; Linux refuses it on AF_INET at the call."""
+    import errno
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        with pytest.raises(OSError) as e:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        assert e.value.errno == errno.ENOPROTOOPT
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # recorded, replayed at bind
+        s.bind(("198.18.0.2", 7600))  # no pending IPv6 option replayed to fail here
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+        assert isinstance(s._u, StreamSocket)
+    finally:
+        s.close()
+    import _socket
+
+    k = _socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # the kernel's own socket, beneath any patch
+    try:
+        with pytest.raises(OSError) as e:
+            k.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # the real kernel agrees
+        assert e.value.errno == errno.ENOPROTOOPT
+    finally:
+        k.close()

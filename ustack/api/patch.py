@@ -153,6 +153,9 @@ def _recorded(name):
 
     def call(self, *args):
         if self._u is None and not self._kernel:
+            if name == "setsockopt" and args and args[0] == _std.IPPROTO_IPV6:
+                # as Linux answers an AF_INET socket at once (http.server's dual-stack bind tries it)
+                raise OSError(errno.ENOPROTOOPT, "Protocol not available")
             self._pending.append((name, args))
             return None
         u = self._u

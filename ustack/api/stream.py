@@ -92,6 +92,7 @@ class StreamSocket(SocketBase):
     _local = shared()
     _knobs = shared()
     _reuseaddr = shared()
+    _reuseport = shared()
     _linger = shared()
     _connect_reported = shared()
 
@@ -103,6 +104,7 @@ class StreamSocket(SocketBase):
         self._local: Optional[tuple[bytes, int]] = None
         self._knobs: dict = {}
         self._reuseaddr = False
+        self._reuseport = False
         self._linger: Optional[tuple[int, int]] = None
         self._connect_reported = _conn is not None  # an accepted socket has nothing to report
         if _conn is not None:
@@ -515,6 +517,12 @@ class StreamSocket(SocketBase):
         if level == SOL_SOCKET and optname == _std.SO_REUSEADDR:
             self._reuseaddr = bool(value)
             return
+        if level == SOL_SOCKET and optname == _std.SO_REUSEPORT:
+            # recorded and reported; port sharing between listeners (Linux's reuseport groups) is not
+            # implemented: a second bind to a listening port still fails with EADDRINUSE
+            self._reuseport = bool(int.from_bytes(value, "little") if isinstance(value, (bytes, bytearray))
+                                   else value)
+            return
         if level == SOL_SOCKET and optname == _std.SO_LINGER:
             if isinstance(value, (bytes, bytearray)):
                 self._linger = struct.unpack("ii", bytes(value[:8]))
@@ -548,6 +556,8 @@ class StreamSocket(SocketBase):
             return self.type
         if level == SOL_SOCKET and optname == _std.SO_REUSEADDR:
             return int(self._reuseaddr)
+        if level == SOL_SOCKET and optname == _std.SO_REUSEPORT:
+            return int(self._reuseport)
         if level == SOL_SOCKET and optname == _std.SO_LINGER:
             return struct.pack("ii", *(self._linger or (0, 0)))
         knob = _SOCKOPT_KNOBS.get((level, optname))
