@@ -136,6 +136,8 @@ PIPE = ["--backend", "pipe", "--addr", "198.18.0.2/24"]
     (["ping", *PIPE, "198.18.0.1", "-c", "0"], "--count: 0 is not a count"),
     (["ping", *PIPE, "198.18.0.1", "-i", "-1"], "--interval: -1 is not a number of seconds"),
     (["ping", *PIPE, "198.18.0.1", "-s", "70000"], "--size: 70000 is not a payload size"),
+    (["serve", *PIPE, "--busy-poll", "-0.001"], "--busy-poll: -0.001 is not a number of seconds"),
+    (["run", *PIPE, "--busy-poll", "nan", "x.py"], "--busy-poll: nan is not a number of seconds"),
 ])
 def test_bad_values_are_refused_by_the_parser_in_one_line(argv, what, capsys):
     from ustack.tools.cli import main
@@ -287,6 +289,12 @@ def test_run_sigint_is_keyboardinterrupt_in_the_program():
     assert err.startswith("Traceback (most recent call last):\n") and err.endswith("KeyboardInterrupt\n"), err
     assert "waits_for_sigint.py" in err
     assert proc.returncode == -signal.SIGINT  # as python: an uncaught KeyboardInterrupt ends it by SIGINT
+
+
+def test_run_busy_poll_reaches_the_driver(tmp_path):
+    (tmp_path / "bp.py").write_text("import socket\nprint(socket.socket._driver.busy_poll)\n")
+    out = ustack("run", "--busy-poll", "0.002", *RUN_PIPE[1:], "bp.py", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (0, "0.002\n"), out.stderr
 
 
 def test_run_needs_a_program():
