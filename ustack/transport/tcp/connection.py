@@ -368,8 +368,18 @@ class Connection:
             self._challenge_ack(now)  # RFC 5961 4.2
             return
 
-        if st == State.TIME_WAIT and flags & FIN and not flags & RST:
-            self._close_timer.arm(now + 2 * self.config.msl)  # a retransmitted FIN restarts 2 MSL
+        if st == State.TIME_WAIT and not flags & RST:
+            # RFC 9293 3.10.7.4: only the peer's FIN again (it ends exactly at RCV.NXT: our ACK was lost)
+            # restarts the 2 MSL and is ACKed at once; anything else is out of window and draws a
+            # rate-limited ACK, so forged FINs can neither keep the TCB alive nor make us an ACK pump.
+            if flags & FIN and seq_add(seq, len(payload) + 1) == tcb.rcv_nxt:
+                self._close_timer.arm(now + 2 * self.config.msl)
+                stats.inc("tcp.time_wait_fin_acked")
+                self.out.send_ack(now)
+                return
+            stats.drop("tcp.time_wait_unacceptable")
+            self._rate_limited_ack(now)
+            return
 
         # First: the acceptability test.
         rcv_nxt = tcb.rcv_nxt
@@ -540,6 +550,15 @@ class Connection:
         self._last_challenge = now
         self.challenge_acks += 1
         self.host.stats.inc("tcp.challenge_acks")
+        self.out.send_ack(now)
+
+    def _rate_limited_ack(self, now: float) -> None:
+        """An ACK for an out-of-window segment, at most one per ``challenge_ack_interval`` (Linux's
+        tcp_invalid_ratelimit, 500 ms): answering every forged segment would make us an ACK reflector."""
+        if now - self._last_challenge < self.config.challenge_ack_interval:
+            self.host.stats.inc("tcp.oow_acks_suppressed")
+            return
+        self._last_challenge = now
         self.out.send_ack(now)
 
     # -- state changes ---------------------------------------------------
