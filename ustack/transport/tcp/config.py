@@ -43,6 +43,7 @@ class TcpConfig:
     congestion: str = "newreno"
     mss: int = 0  # TCP_MAXSEG clamp; 0 = from the route MTU (MTU - 40)
     challenge_ack_interval: float = 0.5  # RFC 5961 7: at most one challenge ACK per interval per connection
+    challenge_ack_limit: int = 1000  # layer-wide challenge ACKs per second: limit/2 + random(limit) (CVE-2016-5696)
     syncookies: bool = True  # RFC 4987 3.6, used when the SYN queue is full
     syn_backlog: int = 0  # SYN queue bound; 0 = same as the listen backlog
     send_low_water: int | None = None  # on_send_low_water fires when queued bytes fall to this (None: sndbuf/2)

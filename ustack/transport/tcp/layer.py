@@ -42,14 +42,15 @@ from __future__ import annotations
 import errno
 from typing import Protocol
 
-from ustack.ratelimit import TokenBucket
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
 from ustack.transport.tcp.isn import KeyedHash
+from ustack.transport.tcp.limits import ChallengeAckBudget
 from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
+from ustack.transport.tcp.syncookies import SynCookies
 from ustack.transport.tcp.tcb import State
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
@@ -84,7 +85,7 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed")
+                 "_keyed", "cookies")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -96,8 +97,9 @@ class TcpLayer:
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
         self.ports = EphemeralPorts(host.isn_secret, b"tcp")
         self._keyed = KeyedHash(host.isn_secret)
-        # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second.
-        self.challenge_acks = TokenBucket(1000.0, 1000.0)
+        # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second, randomized (CVE-2016-5696).
+        self.challenge_acks = ChallengeAckBudget(self.config.challenge_ack_limit, host.isn_secret)
+        self.cookies = SynCookies(host.isn_secret)  # RFC 4987 3.6 with rotating keys
 
     # -- what the stack calls --------------------------------------------
 
