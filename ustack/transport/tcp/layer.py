@@ -30,10 +30,14 @@ tcp.no_syn, tcp.bad_ack, tcp.ack_unsent, tcp.ack_too_old,
 tcp.accept_queue_full, tcp.ooo_overflow, tcp.data_after_fin,
 tcp.data_after_close, tcp.icmp_no_connection, tcp.icmp_bad_seq; per listener tcp.listen_rst,
 tcp.listen_bad_ack, tcp.listen_no_syn, tcp.listen_overflow,
-tcp.syn_queue_full, tcp.syncookie_bad. Counters (``stats.inc``) include
+tcp.syn_queue_full, tcp.syncookie_bad; in TIME-WAIT tcp.time_wait_unacceptable
+(answered by an ACK at most every ``challenge_ack_interval``, else
+tcp.oow_acks_suppressed). Counters (``stats.inc``) include
 tcp.in_segs, tcp.out_segs, tcp.retrans_segs, tcp.rto_expired,
 tcp.fast_retransmits, tcp.partial_acks, tcp.out_rsts, tcp.challenge_acks(_suppressed),
 tcp.window_probes, tcp.keepalive_probes, tcp.syncookies_sent/accepted,
+tcp.syncookie_not_expected (an ACK to a listener that sent no cookie within
+``COOKIE_VALID``: not checked as one), tcp.time_wait_fin_acked,
 tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>.
 """
 
