@@ -3,6 +3,10 @@ without a recent overflow, the challenge-ACK budget, orphans and limits."""
 
 from __future__ import annotations
 
+import errno
+
+import pytest
+
 from tests.tcp.harness import LOCAL, PEER, Harness, Peer
 from ustack.transport.tcp import State
 from ustack.transport.tcp.isn import COOKIE_PERIOD, KeyedHash
@@ -134,3 +138,83 @@ def test_layer_challenge_budget_comes_from_config_and_is_not_the_fixed_limit():
         peer.send(flags="R", seq=1500, advance=False)
     sent = len(h.drain())
     assert 2 <= sent <= 5 and h.stats["tcp.challenge_acks_suppressed"] == 12 - sent
+
+
+# -- orphans, and the connection cap (Linux tcp_orphan_retries / tcp_max_orphans) ----------------
+
+def _orphan_under_zero_window(h: Harness, peer: Peer | None = None):
+    """A connection with 2000 unsent bytes behind a zero window, then closed by the user."""
+    conn = h.open_active()
+    conn.send(b"x" * 1000, now=h.now)
+    h.peer.expect(flags="PA", length=1000)
+    h.peer.ack(win=0)  # took it all, and will never read again
+    conn.send(b"y" * 2000, now=h.now)
+    conn.close(now=h.now)
+    assert conn.state == State.FIN_WAIT_1 and conn.orphaned
+    return conn
+
+
+def test_orphan_behind_a_zero_window_is_reset_after_orphan_retries():
+    h = Harness(delayed_ack=False, orphan_retries=4, persist_max=5.0)
+    conn = _orphan_under_zero_window(h)
+    orphans_at_close = h.layer.orphans
+    una = conn.tcb.snd_una
+    probes = 0
+    for _ in range(30):  # each probe answered at once with a zero window: the peer is alive but never reads
+        h.fire_next()
+        out = h.drain()
+        if conn.state == State.CLOSED:
+            assert out[-1].flag_str in ("R", "RA") and out[-1].seq == conn.tcb.snd_max
+            break
+        assert out[-1].payload == b"y" and out[-1].seq == una
+        probes += 1
+        h.peer.rcv_nxt = una
+        h.peer.ack(win=0)
+    assert conn.state == State.CLOSED and conn.key not in h.layer.connections
+    assert probes == 4 and orphans_at_close == 1 and h.layer.orphans == 0
+    assert h.stats["tcp.orphan_retries_exceeded"] == 1
+    assert len(conn.sender.sndbuf) == 0  # its data is freed with it
+
+
+def test_orphan_that_makes_progress_keeps_its_retries():
+    h = Harness(delayed_ack=False, orphan_retries=2, persist_max=5.0)
+    conn = _orphan_under_zero_window(h)
+    una = conn.tcb.snd_una
+    for i in range(6):  # the peer reads one byte per probe: slow, but progress
+        h.fire_next()
+        h.drain()
+        una += 1
+        h.peer.rcv_nxt = una
+        h.peer.ack(win=0)
+    assert conn.state == State.FIN_WAIT_1 and h.stats["tcp.orphan_retries_exceeded"] == 0
+
+
+def test_orphans_beyond_max_orphans_are_reset_at_once():
+    h = Harness(delayed_ack=False, max_orphans=1)
+    first = _orphan_under_zero_window(h)
+    h.peer = Peer(h, port=5001)
+    second = h.open_active()
+    second.send(b"z" * 100, now=h.now)
+    h.drain()
+    second.close(now=h.now)
+    rst = h.drain()[-1]  # after its FIN, as Linux's tcp_close does when tcp_check_oom says so
+    assert rst.flag_str in ("R", "RA") and rst.hdr.dst_port == 5001
+    assert second.state == State.CLOSED and second.key not in h.layer.connections
+    assert first.state == State.FIN_WAIT_1 and h.layer.orphans == 1
+    assert h.stats["tcp.orphans_over_limit"] == 1
+
+
+def test_connection_cap_refuses_syns_and_active_opens():
+    h = Harness(delayed_ack=False, max_connections=2)
+    lst = h.layer.listen((LOCAL, 80), 8)
+    h.peer.send(flags="S", seq=100)
+    assert h.pop().flag_str == "SA"
+    Peer(h, port=5001).send(flags="S", seq=200)
+    assert h.pop().flag_str == "SA"
+    assert len(h.layer.connections) == 2 and lst.half_open == 2
+    Peer(h, port=5002).send(flags="S", seq=300)
+    h.peer.expect_nothing()
+    assert h.stats["drop.tcp.conn_limit"] == 1 and len(h.layer.connections) == 2
+    with pytest.raises(OSError) as e:
+        h.layer.connect(None, (PEER, 9999), h.now)
+    assert e.value.errno == errno.ENOBUFS and h.stats["tcp.conn_limit_active"] == 1

@@ -50,6 +50,10 @@ class TcpConfig:
     recv_high_water: int | None = None  # on_recv_high_water fires when readable bytes reach this (None: rcvbuf/2)
     persist_max: float = 60.0  # longest interval between zero-window probes
     max_ooo_runs: int = 256  # bound on out-of-order runs held for reassembly
+    # Layer-wide limits (read from the TcpLayer's config; see transport/tcp/layer.py):
+    orphan_retries: int = 8  # timer expiries without progress before a closed (orphaned) connection is reset
+    max_orphans: int = 4096  # orphans held at once; a connection closed beyond it is reset at once
+    max_connections: int = 65536  # TCBs of all states; SYNs beyond are dropped, connect() raises ENOBUFS
 
     def derive(self, **knobs) -> TcpConfig:
         """A copy with some knobs changed; unknown names raise TypeError."""
@@ -72,6 +76,8 @@ class TcpConfig:
             raise ValueError("need 0 < min_rto <= max_rto")
         if self.msl < 0:
             raise ValueError("msl must not be negative")
+        if self.orphan_retries < 0 or self.max_orphans < 0 or self.max_connections <= 0:
+            raise ValueError("orphan_retries and max_orphans must be >= 0, max_connections > 0")
         if self.mss and self.mss < 88:
             raise ValueError("mss clamp below 88 bytes")
         if self.congestion.lower() not in ALGORITHMS:

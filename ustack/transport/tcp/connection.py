@@ -95,7 +95,7 @@ class Connection:
         "error", "_pending_error", "wr_shutdown", "orphaned", "on_event", "on_send_low_water", "on_recv_high_water",
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
-        "segs_in", "challenge_acks",
+        "segs_in", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -140,6 +140,9 @@ class Connection:
         self._dirty = False
         self._soft_error = None
         self.segs_in = self.challenge_acks = 0
+        self._orphan_counted = False  # counted in layer.orphans (closed by the user, not yet CLOSED/TIME-WAIT)
+        self._orphan_probes = 0  # orphan timer expiries without progress of SND.UNA
+        self._orphan_una = 0
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 
@@ -572,6 +575,7 @@ class Connection:
         self.receiver.stop()
         self._keepalive_timer.cancel()
         self._set_state(State.TIME_WAIT)
+        self._uncount_orphan()  # TIME-WAIT holds no data: no longer an orphan that costs memory
         self._close_timer.arm(now + 2 * self.config.msl)
 
     def terminate(self) -> None:
@@ -580,6 +584,7 @@ class Connection:
         if tcb.state == State.CLOSED:
             return
         tcb.state = State.CLOSED
+        self._uncount_orphan()
         self.sender.stop()
         self.receiver.stop()
         self._keepalive_timer.cancel()
@@ -687,6 +692,8 @@ class Connection:
             return
         if tcb.snd_max == tcb.snd_una or st == State.TIME_WAIT:
             return
+        if self.orphaned and self._orphan_gives_up(now):
+            return
         if not self.sender.retransmit_timeout(now):
             self._fail(self._timeout_error())
             return
@@ -695,6 +702,8 @@ class Connection:
     def _on_persist_timer(self, now: float) -> None:
         sender = self.sender
         if not sender.persist_pending():
+            return
+        if self.orphaned and self._orphan_gives_up(now):
             return
         if not sender.persist_timeout(now):
             self._fail(self._timeout_error())
@@ -865,6 +874,16 @@ class Connection:
         if tcb.state == State.FIN_WAIT_2:
             t = now if now is not None else self._last_rcv
             self._close_timer.arm(t + self.config.fin_wait2_timeout)
+        if tcb.state not in (State.CLOSED, State.TIME_WAIT) and not self._orphan_counted:
+            layer = self.layer
+            if layer.orphans >= layer.config.max_orphans:
+                # Linux tcp_max_orphans: "too many orphaned sockets", reset at once.
+                self.host.stats.inc("tcp.orphans_over_limit")
+                self._orphan_reset(now)
+                return
+            self._orphan_counted = True
+            self._orphan_una = tcb.snd_una
+            layer.orphans += 1
 
     def abort(self, now: float | None = None) -> None:
         """ABORT (RFC 9293 3.10.5): RST the peer when synchronized, delete the TCB at once.
@@ -883,6 +902,45 @@ class Connection:
                 self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
         self.receiver.rcvbuf.clear()
         self.terminate()
+
+    # -- orphans (closed by the user, still delivering) ---------------------
+
+    def _orphan_gives_up(self, now: float) -> bool:
+        """A retransmission or persist timer of an orphan expired: True when it was reset and freed.
+
+        Linux's tcp_orphan_retries: ``orphan_retries`` expiries in a row
+        without SND.UNA moving (a probe answered with a zero window counts:
+        the peer that never reads must not pin our memory) end it.
+        """
+        if self.tcb.state not in (State.FIN_WAIT_1, State.CLOSING, State.LAST_ACK):
+            return False
+        una = self.tcb.snd_una
+        if una != self._orphan_una:
+            self._orphan_una = una
+            self._orphan_probes = 0
+        self._orphan_probes += 1
+        if self._orphan_probes <= self.config.orphan_retries:
+            return False
+        self.host.stats.inc("tcp.orphan_retries_exceeded")
+        self._orphan_reset(now)
+        return True
+
+    def _orphan_reset(self, now: float | None) -> None:
+        """Reset the peer and delete the TCB with its buffers (an orphan over a limit)."""
+        tcb = self.tcb
+        if tcb.state in SYNCHRONIZED and tcb.state != State.TIME_WAIT:
+            if now is None:
+                self.layer.defer_reset(self.local_addr, self.remote_addr, self.local_port, self.remote_port,
+                                       tcb.snd_max, tcb.rcv_nxt)
+            else:
+                self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
+        self.receiver.rcvbuf.clear()
+        self.terminate()
+
+    def _uncount_orphan(self) -> None:
+        if self._orphan_counted:
+            self._orphan_counted = False
+            self.layer.orphans -= 1
 
     # -- knobs, info -----------------------------------------------------
 

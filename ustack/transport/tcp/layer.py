@@ -39,6 +39,25 @@ tcp.window_probes, tcp.keepalive_probes, tcp.syncookies_sent/accepted,
 tcp.syncookie_not_expected (an ACK to a listener that sent no cookie within
 ``COOKIE_VALID``: not checked as one), tcp.time_wait_fin_acked,
 tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>.
+
+Limits against hostile peers (knobs of the layer's ``TcpConfig``; each
+limit reached is counted):
+
+- ``max_connections`` (65536): TCBs of every state, TIME-WAIT included;
+  beyond it a SYN (or a cookie ACK) is the drop tcp.conn_limit and
+  ``connect`` raises ENOBUFS (tcp.conn_limit_active).
+- ``orphan_retries`` (8, Linux's tcp_orphan_retries default): a connection
+  the user closed that still has data or a FIN to deliver is reset and
+  freed after that many retransmission or persist expiries in a row
+  without SND.UNA moving; a probe answered with a zero window counts
+  (tcp.orphan_retries_exceeded).
+- ``max_orphans`` (4096, Linux's tcp_max_orphans): closing a connection
+  beyond it resets it at once (tcp.orphans_over_limit); TIME-WAIT does not
+  count.
+- ``challenge_ack_limit`` (1000 per second, each second's budget drawn in
+  [limit/2, 3*limit/2), ``limits.py``).
+- SYN cookies: checked only within ``COOKIE_VALID`` (128 s) after the
+  listener sent one, with MAC keys that rotate (``syncookies.py``).
 """
 
 from __future__ import annotations
@@ -89,7 +108,7 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies")
+                 "_keyed", "cookies", "orphans")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -104,6 +123,7 @@ class TcpLayer:
         # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second, randomized (CVE-2016-5696).
         self.challenge_acks = ChallengeAckBudget(self.config.challenge_ack_limit, host.isn_secret)
         self.cookies = SynCookies(host.isn_secret)  # RFC 4987 3.6 with rotating keys
+        self.orphans = 0  # connections closed by the user still delivering (kept by Connection)
 
     # -- what the stack calls --------------------------------------------
 
@@ -207,6 +227,9 @@ class TcpLayer:
             lport = self.pick_port(laddr, raddr, rport)
         elif (laddr, lport, raddr, rport) in self.connections:
             raise OSError(errno.EADDRINUSE, "Address already in use")
+        if self.at_connection_limit():
+            self.host.stats.inc("tcp.conn_limit_active")
+            raise OSError(errno.ENOBUFS, f"too many TCP connections (max_connections {self.config.max_connections})")
         # Without knobs the connection shares the layer's defaults: configure() copies before it changes one.
         cfg = self.config.derive(**opts) if opts else self.config
         conn = Connection(self, cfg, (laddr, lport), (raddr, rport))
@@ -249,6 +272,10 @@ class TcpLayer:
         return self.ports.pick(laddr, raddr, rport, taken)
 
     # -- used by connections and listeners -------------------------------
+
+    def at_connection_limit(self) -> bool:
+        """The layer holds ``max_connections`` TCBs (every state, TIME-WAIT included)."""
+        return len(self.connections) >= self.config.max_connections
 
     def register(self, conn: Connection) -> None:
         """Demux segments for ``conn.key`` to ``conn`` from now on."""

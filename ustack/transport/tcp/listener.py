@@ -140,6 +140,9 @@ class Listener:
             self.overflows += 1
             stats.drop("tcp.listen_overflow")
             return
+        if self.layer.at_connection_limit():
+            stats.drop("tcp.conn_limit")  # the layer-wide cap on TCBs
+            return
         if len(self._syn_queue) >= self.syn_backlog:
             if not self.config.syncookies:
                 stats.drop("tcp.syn_queue_full")
@@ -199,6 +202,9 @@ class Listener:
             self.overflows += 1
             stats.drop("tcp.listen_overflow")
             return True  # valid but no room: drop quietly, the peer retransmits
+        if layer.at_connection_limit():
+            stats.drop("tcp.conn_limit")
+            return True
         peer_ws = None
         sack_ok = False
         ts = hdr.timestamps
