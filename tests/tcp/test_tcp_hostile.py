@@ -218,3 +218,38 @@ def test_connection_cap_refuses_syns_and_active_opens():
     with pytest.raises(OSError) as e:
         h.layer.connect(None, (PEER, 9999), h.now)
     assert e.value.errno == errno.ENOBUFS and h.stats["tcp.conn_limit_active"] == 1
+
+
+# -- the layer's memory budget (Linux tcp_mem) ---------------------------------------------------
+
+def test_data_beyond_the_memory_budget_is_dropped_and_the_window_stops_opening():
+    h = Harness(delayed_ack=False, tcp_mem=3000)
+    conn = h.open_active()
+    h.peer.send(flags="PA", payload=b"a" * 2000)
+    ack = h.peer.expect(flags="A", ack=3001)
+    edge = ack.ack + (ack.hdr.window << conn.tcb.rcv_wscale)
+    assert h.layer.mem_used == 2000
+    h.peer.send(flags="PA", payload=b"b" * 2000)  # in the window, but beyond the budget
+    h.peer.expect(flags="A", ack=3001)  # not taken: the peer will send it again
+    assert h.stats["drop.tcp.mem_pressure"] == 1 and h.layer.mem_used == 2000
+    h.peer.snd_nxt = 3001
+    h.peer.send(flags="PA", payload=b"c" * 1000)  # what still fits is taken
+    ack = h.peer.expect(flags="A", ack=4001)
+    assert ack.ack + (ack.hdr.window << conn.tcb.rcv_wscale) <= edge  # the right edge did not move on
+    assert h.layer.mem_used == 3000
+    assert conn.recv(5000, now=h.now) == b"a" * 2000 + b"c" * 1000
+    assert h.layer.mem_used == 0
+    h.peer.send(flags="PA", payload=b"d" * 2000)
+    h.peer.expect(flags="A", ack=6001)
+    assert conn.recv(5000, now=h.now) == b"d" * 2000 and h.stats["drop.tcp.mem_pressure"] == 1
+
+
+def test_memory_budget_counts_send_buffers_and_frees_with_the_connection():
+    h = Harness(delayed_ack=False, tcp_mem=5000)
+    conn = h.open_active()
+    assert conn.send(b"s" * 4000, now=h.now) == 4000
+    assert h.layer.mem_used == 4000
+    assert conn.send(b"t" * 4000, now=h.now) == 1000  # only what the budget still holds
+    assert h.stats["tcp.mem_pressure_send"] == 1
+    conn.abort(now=h.now)
+    assert h.layer.mem_used == 0

@@ -53,6 +53,7 @@ class TcpConfig:
     # Layer-wide limits (read from the TcpLayer's config; see transport/tcp/layer.py):
     orphan_retries: int = 8  # timer expiries without progress before a closed (orphaned) connection is reset
     max_orphans: int = 4096  # orphans held at once; a connection closed beyond it is reset at once
+    tcp_mem: int = 64 << 20  # bytes all connections' send + receive buffers may hold together
     max_connections: int = 65536  # TCBs of all states; SYNs beyond are dropped, connect() raises ENOBUFS
 
     def derive(self, **knobs) -> TcpConfig:
@@ -76,8 +77,8 @@ class TcpConfig:
             raise ValueError("need 0 < min_rto <= max_rto")
         if self.msl < 0:
             raise ValueError("msl must not be negative")
-        if self.orphan_retries < 0 or self.max_orphans < 0 or self.max_connections <= 0:
-            raise ValueError("orphan_retries and max_orphans must be >= 0, max_connections > 0")
+        if self.orphan_retries < 0 or self.max_orphans < 0 or self.max_connections <= 0 or self.tcp_mem <= 0:
+            raise ValueError("orphan_retries and max_orphans must be >= 0, max_connections and tcp_mem > 0")
         if self.mss and self.mss < 88:
             raise ValueError("mss clamp below 88 bytes")
         if self.congestion.lower() not in ALGORITHMS:

@@ -96,6 +96,7 @@ class Connection:
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
         "segs_in", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
+        "_charged",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -143,6 +144,8 @@ class Connection:
         self._orphan_counted = False  # counted in layer.orphans (closed by the user, not yet CLOSED/TIME-WAIT)
         self._orphan_probes = 0  # orphan timer expiries without progress of SND.UNA
         self._orphan_una = 0
+        self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
+        self.receiver.mem_room = layer.mem_room
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 
@@ -279,6 +282,7 @@ class Connection:
             self._syn_sent_arrives(seg, payload, now)
         elif st != State.CLOSED:
             self._synchronized_arrives(seg, payload, now)
+        self._recharge()
         self._notify()
 
     def _syn_sent_arrives(self, seg, payload, now: float) -> None:
@@ -468,7 +472,15 @@ class Connection:
                     self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
                     self.terminate()
                     return
-                self._receive_text(dseq, data, now, bool(seg.flags & PSH))
+                if self.layer.mem_room() < len(data):
+                    # tcp_mem pressure: the layer's buffers are full; the data is not taken (the peer
+                    # sends it again) and our window stops opening (Receiver.select_window).
+                    stats.drop("tcp.mem_pressure")
+                    self.receiver.ack_now = True
+                    data = b""
+                    fin = 0
+                else:
+                    self._receive_text(dseq, data, now, bool(seg.flags & PSH))
             else:
                 stats.drop("tcp.data_after_fin")
 
@@ -585,6 +597,8 @@ class Connection:
             return
         tcb.state = State.CLOSED
         self._uncount_orphan()
+        self.layer.mem_used -= max(self._charged, 0)  # what is left unread is the user's now
+        self._charged = -1
         self.sender.stop()
         self.receiver.stop()
         self._keepalive_timer.cancel()
@@ -800,7 +814,12 @@ class Connection:
         st = self.tcb.state
         if self.wr_shutdown or st not in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT):
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        room = self.layer.mem_room()
+        if room < len(data):
+            self.host.stats.inc("tcp.mem_pressure_send")
+            data = memoryview(data)[: max(room, 0)]
         n = self.sender.sndbuf.write(data)
+        self._recharge()
         if n and st in (State.ESTABLISHED, State.CLOSE_WAIT):
             self._mark_dirty(now)
         return n
@@ -814,6 +833,7 @@ class Connection:
                 raise self.take_error()
             return b""
         data = rcvbuf.read(n)
+        self._recharge()
         if receiver.after_read():
             self._mark_dirty(now)
         return data
@@ -826,6 +846,7 @@ class Connection:
                 raise self.take_error()
             return 0
         n = rcvbuf.read_into(buf)
+        self._recharge()
         if receiver.after_read():
             self._mark_dirty(now)
         return n
@@ -936,6 +957,16 @@ class Connection:
                 self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
         self.receiver.rcvbuf.clear()
         self.terminate()
+
+    def _recharge(self) -> None:
+        """Charge what the buffers hold now to the layer's memory budget (send + receive + out of order)."""
+        if self._charged < 0:
+            return
+        rcvbuf = self.receiver.rcvbuf
+        held = len(self.sender.sndbuf) + len(rcvbuf) + rcvbuf.ooo_bytes
+        if held != self._charged:
+            self.layer.mem_used += held - self._charged
+            self._charged = held
 
     def _uncount_orphan(self) -> None:
         if self._orphan_counted:

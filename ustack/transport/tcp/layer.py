@@ -54,6 +54,11 @@ limit reached is counted):
 - ``max_orphans`` (4096, Linux's tcp_max_orphans): closing a connection
   beyond it resets it at once (tcp.orphans_over_limit); TIME-WAIT does not
   count.
+- ``tcp_mem`` (64 MiB, like Linux's tcp_mem hard limit but in bytes): the
+  bytes held in all send, receive and out-of-order buffers; data that
+  would go beyond it is not received (the drop tcp.mem_pressure, an ACK
+  tells the peer to send it again), windows stop opening, and ``send``
+  takes only what fits (tcp.mem_pressure_send).
 - ``challenge_ack_limit`` (1000 per second, each second's budget drawn in
   [limit/2, 3*limit/2), ``limits.py``).
 - SYN cookies: checked only within ``COOKIE_VALID`` (128 s) after the
@@ -108,7 +113,8 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies", "orphans")
+                 "_keyed", "cookies", "orphans",
+                 "mem_used")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -123,6 +129,7 @@ class TcpLayer:
         # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second, randomized (CVE-2016-5696).
         self.challenge_acks = ChallengeAckBudget(self.config.challenge_ack_limit, host.isn_secret)
         self.cookies = SynCookies(host.isn_secret)  # RFC 4987 3.6 with rotating keys
+        self.mem_used = 0  # bytes held in every connection's send, receive and out-of-order buffers
         self.orphans = 0  # connections closed by the user still delivering (kept by Connection)
 
     # -- what the stack calls --------------------------------------------
@@ -272,6 +279,10 @@ class TcpLayer:
         return self.ports.pick(laddr, raddr, rport, taken)
 
     # -- used by connections and listeners -------------------------------
+
+    def mem_room(self) -> int:
+        """Bytes the memory budget (``tcp_mem``) can still take."""
+        return self.config.tcp_mem - self.mem_used
 
     def at_connection_limit(self) -> bool:
         """The layer holds ``max_connections`` TCBs (every state, TIME-WAIT included)."""
