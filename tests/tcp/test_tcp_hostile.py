@@ -253,3 +253,11 @@ def test_memory_budget_counts_send_buffers_and_frees_with_the_connection():
     assert h.stats["tcp.mem_pressure_send"] == 1
     conn.abort(now=h.now)
     assert h.layer.mem_used == 0
+
+
+def test_bare_ack_in_time_wait_draws_nothing():
+    h = Harness(delayed_ack=False, msl=10.0)
+    conn, fin = _time_wait(h)
+    h.peer.send(flags="A", seq=1002, ack=fin.seq + 1, advance=False)
+    h.peer.expect_nothing()
+    assert conn.state == State.TIME_WAIT and h.stats["drop.tcp.time_wait_unacceptable"] == 0

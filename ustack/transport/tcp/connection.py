@@ -384,6 +384,8 @@ class Connection:
                 stats.inc("tcp.time_wait_fin_acked")
                 self.out.send_ack(now)
                 return
+            if not flags & FIN and not len(payload) and seq == tcb.rcv_nxt:
+                return  # a bare ACK in window: nothing to do (RFC 9293 3.10.7.4, TIME-WAIT)
             stats.drop("tcp.time_wait_unacceptable")
             self._rate_limited_ack(now)
             return
