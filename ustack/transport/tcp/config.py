@@ -43,12 +43,18 @@ class TcpConfig:
     congestion: str = "newreno"
     mss: int = 0  # TCP_MAXSEG clamp; 0 = from the route MTU (MTU - 40)
     challenge_ack_interval: float = 0.5  # RFC 5961 7: at most one challenge ACK per interval per connection
+    challenge_ack_limit: int = 1000  # layer-wide challenge ACKs per second: limit/2 + random(limit) (CVE-2016-5696)
     syncookies: bool = True  # RFC 4987 3.6, used when the SYN queue is full
     syn_backlog: int = 0  # SYN queue bound; 0 = same as the listen backlog
     send_low_water: int | None = None  # on_send_low_water fires when queued bytes fall to this (None: sndbuf/2)
     recv_high_water: int | None = None  # on_recv_high_water fires when readable bytes reach this (None: rcvbuf/2)
     persist_max: float = 60.0  # longest interval between zero-window probes
     max_ooo_runs: int = 256  # bound on out-of-order runs held for reassembly
+    # Layer-wide limits (read from the TcpLayer's config; see transport/tcp/layer.py):
+    orphan_retries: int = 8  # timer expiries without progress before a closed (orphaned) connection is reset
+    max_orphans: int = 4096  # orphans held at once; a connection closed beyond it is reset at once
+    tcp_mem: int = 64 << 20  # bytes all connections' send + receive buffers may hold together
+    max_connections: int = 65536  # TCBs of all states; SYNs beyond are dropped, connect() raises ENOBUFS
 
     def derive(self, **knobs) -> TcpConfig:
         """A copy with some knobs changed; unknown names raise TypeError."""
@@ -71,6 +77,8 @@ class TcpConfig:
             raise ValueError("need 0 < min_rto <= max_rto")
         if self.msl < 0:
             raise ValueError("msl must not be negative")
+        if self.orphan_retries < 0 or self.max_orphans < 0 or self.max_connections <= 0 or self.tcp_mem <= 0:
+            raise ValueError("orphan_retries and max_orphans must be >= 0, max_connections and tcp_mem > 0")
         if self.mss and self.mss < 88:
             raise ValueError("mss clamp below 88 bytes")
         if self.congestion.lower() not in ALGORITHMS:

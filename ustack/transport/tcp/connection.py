@@ -95,7 +95,8 @@ class Connection:
         "error", "_pending_error", "wr_shutdown", "orphaned", "on_event", "on_send_low_water", "on_recv_high_water",
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
-        "segs_in", "challenge_acks",
+        "segs_in", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
+        "_charged",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -140,6 +141,11 @@ class Connection:
         self._dirty = False
         self._soft_error = None
         self.segs_in = self.challenge_acks = 0
+        self._orphan_counted = False  # counted in layer.orphans (closed by the user, not yet CLOSED/TIME-WAIT)
+        self._orphan_probes = 0  # orphan timer expiries without progress of SND.UNA
+        self._orphan_una = 0
+        self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
+        self.receiver.mem_room = layer.mem_room
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 
@@ -276,6 +282,7 @@ class Connection:
             self._syn_sent_arrives(seg, payload, now)
         elif st != State.CLOSED:
             self._synchronized_arrives(seg, payload, now)
+        self._recharge()
         self._notify()
 
     def _syn_sent_arrives(self, seg, payload, now: float) -> None:
@@ -368,8 +375,20 @@ class Connection:
             self._challenge_ack(now)  # RFC 5961 4.2
             return
 
-        if st == State.TIME_WAIT and flags & FIN and not flags & RST:
-            self._close_timer.arm(now + 2 * self.config.msl)  # a retransmitted FIN restarts 2 MSL
+        if st == State.TIME_WAIT and not flags & RST:
+            # RFC 9293 3.10.7.4: only the peer's FIN again (it ends exactly at RCV.NXT: our ACK was lost)
+            # restarts the 2 MSL and is ACKed at once; anything else is out of window and draws a
+            # rate-limited ACK, so forged FINs can neither keep the TCB alive nor make us an ACK pump.
+            if flags & FIN and seq_add(seq, len(payload) + 1) == tcb.rcv_nxt:
+                self._close_timer.arm(now + 2 * self.config.msl)
+                stats.inc("tcp.time_wait_fin_acked")
+                self.out.send_ack(now)
+                return
+            if not flags & FIN and not len(payload) and seq == tcb.rcv_nxt:
+                return  # a bare ACK in window: nothing to do (RFC 9293 3.10.7.4, TIME-WAIT)
+            stats.drop("tcp.time_wait_unacceptable")
+            self._rate_limited_ack(now)
+            return
 
         # First: the acceptability test.
         rcv_nxt = tcb.rcv_nxt
@@ -455,7 +474,15 @@ class Connection:
                     self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
                     self.terminate()
                     return
-                self._receive_text(dseq, data, now, bool(seg.flags & PSH))
+                if self.layer.mem_room() < len(data):
+                    # tcp_mem pressure: the layer's buffers are full; the data is not taken (the peer
+                    # sends it again) and our window stops opening (Receiver.select_window).
+                    stats.drop("tcp.mem_pressure")
+                    self.receiver.ack_now = True
+                    data = b""
+                    fin = 0
+                else:
+                    self._receive_text(dseq, data, now, bool(seg.flags & PSH))
             else:
                 stats.drop("tcp.data_after_fin")
 
@@ -542,6 +569,15 @@ class Connection:
         self.host.stats.inc("tcp.challenge_acks")
         self.out.send_ack(now)
 
+    def _rate_limited_ack(self, now: float) -> None:
+        """An ACK for an out-of-window segment, at most one per ``challenge_ack_interval`` (Linux's
+        tcp_invalid_ratelimit, 500 ms): answering every forged segment would make us an ACK reflector."""
+        if now - self._last_challenge < self.config.challenge_ack_interval:
+            self.host.stats.inc("tcp.oow_acks_suppressed")
+            return
+        self._last_challenge = now
+        self.out.send_ack(now)
+
     # -- state changes ---------------------------------------------------
 
     def _set_state(self, state: State) -> None:
@@ -553,6 +589,7 @@ class Connection:
         self.receiver.stop()
         self._keepalive_timer.cancel()
         self._set_state(State.TIME_WAIT)
+        self._uncount_orphan()  # TIME-WAIT holds no data: no longer an orphan that costs memory
         self._close_timer.arm(now + 2 * self.config.msl)
 
     def terminate(self) -> None:
@@ -561,6 +598,9 @@ class Connection:
         if tcb.state == State.CLOSED:
             return
         tcb.state = State.CLOSED
+        self._uncount_orphan()
+        self.layer.mem_used -= max(self._charged, 0)  # what is left unread is the user's now
+        self._charged = -1
         self.sender.stop()
         self.receiver.stop()
         self._keepalive_timer.cancel()
@@ -668,6 +708,8 @@ class Connection:
             return
         if tcb.snd_max == tcb.snd_una or st == State.TIME_WAIT:
             return
+        if self.orphaned and self._orphan_gives_up(now):
+            return
         if not self.sender.retransmit_timeout(now):
             self._fail(self._timeout_error())
             return
@@ -676,6 +718,8 @@ class Connection:
     def _on_persist_timer(self, now: float) -> None:
         sender = self.sender
         if not sender.persist_pending():
+            return
+        if self.orphaned and self._orphan_gives_up(now):
             return
         if not sender.persist_timeout(now):
             self._fail(self._timeout_error())
@@ -772,7 +816,12 @@ class Connection:
         st = self.tcb.state
         if self.wr_shutdown or st not in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT):
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        room = self.layer.mem_room()
+        if room < len(data):
+            self.host.stats.inc("tcp.mem_pressure_send")
+            data = memoryview(data)[: max(room, 0)]
         n = self.sender.sndbuf.write(data)
+        self._recharge()
         if n and st in (State.ESTABLISHED, State.CLOSE_WAIT):
             self._mark_dirty(now)
         return n
@@ -786,6 +835,7 @@ class Connection:
                 raise self.take_error()
             return b""
         data = rcvbuf.read(n)
+        self._recharge()
         if receiver.after_read():
             self._mark_dirty(now)
         return data
@@ -798,6 +848,7 @@ class Connection:
                 raise self.take_error()
             return 0
         n = rcvbuf.read_into(buf)
+        self._recharge()
         if receiver.after_read():
             self._mark_dirty(now)
         return n
@@ -846,6 +897,16 @@ class Connection:
         if tcb.state == State.FIN_WAIT_2:
             t = now if now is not None else self._last_rcv
             self._close_timer.arm(t + self.config.fin_wait2_timeout)
+        if tcb.state not in (State.CLOSED, State.TIME_WAIT) and not self._orphan_counted:
+            layer = self.layer
+            if layer.orphans >= layer.config.max_orphans:
+                # Linux tcp_max_orphans: "too many orphaned sockets", reset at once.
+                self.host.stats.inc("tcp.orphans_over_limit")
+                self._orphan_reset(now)
+                return
+            self._orphan_counted = True
+            self._orphan_una = tcb.snd_una
+            layer.orphans += 1
 
     def abort(self, now: float | None = None) -> None:
         """ABORT (RFC 9293 3.10.5): RST the peer when synchronized, delete the TCB at once.
@@ -864,6 +925,55 @@ class Connection:
                 self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
         self.receiver.rcvbuf.clear()
         self.terminate()
+
+    # -- orphans (closed by the user, still delivering) ---------------------
+
+    def _orphan_gives_up(self, now: float) -> bool:
+        """A retransmission or persist timer of an orphan expired: True when it was reset and freed.
+
+        Linux's tcp_orphan_retries: ``orphan_retries`` expiries in a row
+        without SND.UNA moving (a probe answered with a zero window counts:
+        the peer that never reads must not pin our memory) end it.
+        """
+        if self.tcb.state not in (State.FIN_WAIT_1, State.CLOSING, State.LAST_ACK):
+            return False
+        una = self.tcb.snd_una
+        if una != self._orphan_una:
+            self._orphan_una = una
+            self._orphan_probes = 0
+        self._orphan_probes += 1
+        if self._orphan_probes <= self.config.orphan_retries:
+            return False
+        self.host.stats.inc("tcp.orphan_retries_exceeded")
+        self._orphan_reset(now)
+        return True
+
+    def _orphan_reset(self, now: float | None) -> None:
+        """Reset the peer and delete the TCB with its buffers (an orphan over a limit)."""
+        tcb = self.tcb
+        if tcb.state in SYNCHRONIZED and tcb.state != State.TIME_WAIT:
+            if now is None:
+                self.layer.defer_reset(self.local_addr, self.remote_addr, self.local_port, self.remote_port,
+                                       tcb.snd_max, tcb.rcv_nxt)
+            else:
+                self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
+        self.receiver.rcvbuf.clear()
+        self.terminate()
+
+    def _recharge(self) -> None:
+        """Charge what the buffers hold now to the layer's memory budget (send + receive + out of order)."""
+        if self._charged < 0:
+            return
+        rcvbuf = self.receiver.rcvbuf
+        held = len(self.sender.sndbuf) + len(rcvbuf) + rcvbuf.ooo_bytes
+        if held != self._charged:
+            self.layer.mem_used += held - self._charged
+            self._charged = held
+
+    def _uncount_orphan(self) -> None:
+        if self._orphan_counted:
+            self._orphan_counted = False
+            self.layer.orphans -= 1
 
     # -- knobs, info -----------------------------------------------------
 

@@ -30,11 +30,39 @@ tcp.no_syn, tcp.bad_ack, tcp.ack_unsent, tcp.ack_too_old,
 tcp.accept_queue_full, tcp.ooo_overflow, tcp.data_after_fin,
 tcp.data_after_close, tcp.icmp_no_connection, tcp.icmp_bad_seq; per listener tcp.listen_rst,
 tcp.listen_bad_ack, tcp.listen_no_syn, tcp.listen_overflow,
-tcp.syn_queue_full, tcp.syncookie_bad. Counters (``stats.inc``) include
+tcp.syn_queue_full, tcp.syncookie_bad; in TIME-WAIT tcp.time_wait_unacceptable
+(answered by an ACK at most every ``challenge_ack_interval``, else
+tcp.oow_acks_suppressed). Counters (``stats.inc``) include
 tcp.in_segs, tcp.out_segs, tcp.retrans_segs, tcp.rto_expired,
 tcp.fast_retransmits, tcp.partial_acks, tcp.out_rsts, tcp.challenge_acks(_suppressed),
 tcp.window_probes, tcp.keepalive_probes, tcp.syncookies_sent/accepted,
+tcp.syncookie_not_expected (an ACK to a listener that sent no cookie within
+``COOKIE_VALID``: not checked as one), tcp.time_wait_fin_acked,
 tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>.
+
+Limits against hostile peers (knobs of the layer's ``TcpConfig``; each
+limit reached is counted):
+
+- ``max_connections`` (65536): TCBs of every state, TIME-WAIT included;
+  beyond it a SYN (or a cookie ACK) is the drop tcp.conn_limit and
+  ``connect`` raises ENOBUFS (tcp.conn_limit_active).
+- ``orphan_retries`` (8, Linux's tcp_orphan_retries default): a connection
+  the user closed that still has data or a FIN to deliver is reset and
+  freed after that many retransmission or persist expiries in a row
+  without SND.UNA moving; a probe answered with a zero window counts
+  (tcp.orphan_retries_exceeded).
+- ``max_orphans`` (4096, Linux's tcp_max_orphans): closing a connection
+  beyond it resets it at once (tcp.orphans_over_limit); TIME-WAIT does not
+  count.
+- ``tcp_mem`` (64 MiB, like Linux's tcp_mem hard limit but in bytes): the
+  bytes held in all send, receive and out-of-order buffers; data that
+  would go beyond it is not received (the drop tcp.mem_pressure, an ACK
+  tells the peer to send it again), windows stop opening, and ``send``
+  takes only what fits (tcp.mem_pressure_send).
+- ``challenge_ack_limit`` (1000 per second, each second's budget drawn in
+  [limit/2, 3*limit/2), ``limits.py``).
+- SYN cookies: checked only within ``COOKIE_VALID`` (128 s) after the
+  listener sent one, with MAC keys that rotate (``syncookies.py``).
 """
 
 from __future__ import annotations
@@ -42,14 +70,15 @@ from __future__ import annotations
 import errno
 from typing import Protocol
 
-from ustack.ratelimit import TokenBucket
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
 from ustack.transport.tcp.isn import KeyedHash
+from ustack.transport.tcp.limits import ChallengeAckBudget
 from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
+from ustack.transport.tcp.syncookies import SynCookies
 from ustack.transport.tcp.tcb import State
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
@@ -84,7 +113,8 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed")
+                 "_keyed", "cookies", "orphans",
+                 "mem_used")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -96,8 +126,11 @@ class TcpLayer:
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
         self.ports = EphemeralPorts(host.isn_secret, b"tcp")
         self._keyed = KeyedHash(host.isn_secret)
-        # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second.
-        self.challenge_acks = TokenBucket(1000.0, 1000.0)
+        # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second, randomized (CVE-2016-5696).
+        self.challenge_acks = ChallengeAckBudget(self.config.challenge_ack_limit, host.isn_secret)
+        self.cookies = SynCookies(host.isn_secret)  # RFC 4987 3.6 with rotating keys
+        self.mem_used = 0  # bytes held in every connection's send, receive and out-of-order buffers
+        self.orphans = 0  # connections closed by the user still delivering (kept by Connection)
 
     # -- what the stack calls --------------------------------------------
 
@@ -201,6 +234,9 @@ class TcpLayer:
             lport = self.pick_port(laddr, raddr, rport)
         elif (laddr, lport, raddr, rport) in self.connections:
             raise OSError(errno.EADDRINUSE, "Address already in use")
+        if self.at_connection_limit():
+            self.host.stats.inc("tcp.conn_limit_active")
+            raise OSError(errno.ENOBUFS, f"too many TCP connections (max_connections {self.config.max_connections})")
         # Without knobs the connection shares the layer's defaults: configure() copies before it changes one.
         cfg = self.config.derive(**opts) if opts else self.config
         conn = Connection(self, cfg, (laddr, lport), (raddr, rport))
@@ -243,6 +279,14 @@ class TcpLayer:
         return self.ports.pick(laddr, raddr, rport, taken)
 
     # -- used by connections and listeners -------------------------------
+
+    def mem_room(self) -> int:
+        """Bytes the memory budget (``tcp_mem``) can still take."""
+        return self.config.tcp_mem - self.mem_used
+
+    def at_connection_limit(self) -> bool:
+        """The layer holds ``max_connections`` TCBs (every state, TIME-WAIT included)."""
+        return len(self.connections) >= self.config.max_connections
 
     def register(self, conn: Connection) -> None:
         """Demux segments for ``conn.key`` to ``conn`` from now on."""

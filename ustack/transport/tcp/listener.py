@@ -11,7 +11,9 @@ counter, an MSS index and a keyed MAC; if the peer sent timestamps, the
 low 6 bits of our TSval carry its window scale (4 bits, 15 = none) and
 SACK-permitted (1 bit), as Linux does, so those options survive. A
 returning ACK whose SEG.ACK - 1 is a valid cookie rebuilds the connection
-in ESTABLISHED; any other ACK is answered with a RST.
+in ESTABLISHED; any other ACK is answered with a RST. ACKs are checked as
+cookies only within ``COOKIE_VALID`` after this listener last sent one, and
+the MAC keys rotate every period (``syncookies.py``).
 
 Used by the layer: ``segment_arrives``; by its connections: ``has_room``,
 ``child_established``, ``child_gone``.
@@ -25,6 +27,7 @@ from ustack.transport.tcp.connection import Connection, window_shift_for
 from ustack.transport.tcp.isn import COOKIE_MSS, cookie_mss_index
 from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add
+from ustack.transport.tcp.syncookies import COOKIE_VALID
 from ustack.transport.tcp.tcb import State
 from ustack.wire.tcp import ACK, RST, SYN, TcpHeader
 
@@ -33,7 +36,7 @@ _WS_NONE = 0xF
 
 class Listener:
     __slots__ = ("layer", "local", "key", "backlog", "config", "_accept", "_syn_queue", "closed", "on_event",
-                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows")
+                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows", "last_cookie_sent")
 
     def __init__(self, layer, local: tuple, backlog: int, config):
         self.layer = layer
@@ -46,6 +49,7 @@ class Listener:
         self.closed = False
         self.on_event = None
         self.cookies_sent = self.cookies_accepted = self.cookies_rejected = self.overflows = 0
+        self.last_cookie_sent = float("-inf")
 
     def __repr__(self) -> str:
         return f"<Listener {'.'.join(map(str, self.local[0]))}:{self.local[1]} backlog={self.backlog}>"
@@ -120,8 +124,12 @@ class Listener:
             stats.drop("tcp.listen_rst")
             return
         if flags & ACK:
-            if not flags & SYN and self.config.syncookies and self._cookie_ack(src, dst, hdr, payload, now):
-                return
+            if not flags & SYN and self.config.syncookies:
+                if now - self.last_cookie_sent <= COOKIE_VALID:
+                    if self._cookie_ack(src, dst, hdr, payload, now):
+                        return
+                else:
+                    stats.inc("tcp.syncookie_not_expected")  # no cookie sent lately: not even checked
             stats.drop("tcp.listen_bad_ack")
             self.layer.send_reset(dst, src, hdr.dst_port, hdr.src_port, hdr.ack, None, now)
             return
@@ -131,6 +139,9 @@ class Listener:
         if not self.has_room():
             self.overflows += 1
             stats.drop("tcp.listen_overflow")
+            return
+        if self.layer.at_connection_limit():
+            stats.drop("tcp.conn_limit")  # the layer-wide cap on TCBs
             return
         if len(self._syn_queue) >= self.syn_backlog:
             if not self.config.syncookies:
@@ -154,7 +165,7 @@ class Listener:
             own_mss = min(own_mss, cfg.mss)
         peer_mss = min(hdr.mss or 536, own_mss)
         idx = cookie_mss_index(peer_mss)
-        iss = layer.keyed.make_cookie(dst, hdr.dst_port, src, hdr.src_port, hdr.seq, idx, now)
+        iss = layer.cookies.make(dst, hdr.dst_port, src, hdr.src_port, hdr.seq, idx, now)
         ts = wscale = None
         sack_perm = False
         if cfg.timestamps and hdr.timestamps is not None:
@@ -174,6 +185,7 @@ class Listener:
                           wscale=wscale, sack_permitted=sack_perm, timestamps=ts)
         layer.send_segment(dst, src, reply, now)
         self.cookies_sent += 1
+        self.last_cookie_sent = now
         layer.host.stats.inc("tcp.syncookies_sent")
 
     def _cookie_ack(self, src: bytes, dst: bytes, hdr, payload, now: float) -> bool:
@@ -181,8 +193,7 @@ class Listener:
         layer = self.layer
         stats = layer.host.stats
         cookie = seq_add(hdr.ack, -1)
-        idx = layer.keyed.check_cookie(dst, hdr.dst_port, src, hdr.src_port, seq_add(hdr.seq, -1),
-                           cookie, now)
+        idx = layer.cookies.check(dst, hdr.dst_port, src, hdr.src_port, seq_add(hdr.seq, -1), cookie, now)
         if idx is None:
             self.cookies_rejected += 1
             stats.drop("tcp.syncookie_bad")
@@ -191,6 +202,9 @@ class Listener:
             self.overflows += 1
             stats.drop("tcp.listen_overflow")
             return True  # valid but no room: drop quietly, the peer retransmits
+        if layer.at_connection_limit():
+            stats.drop("tcp.conn_limit")
+            return True
         peer_ws = None
         sack_ok = False
         ts = hdr.timestamps

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "delack", "rtt", "recv_high",
-                 "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received")
+                 "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
+                 "mem_room")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, delack_timer, high_water: Callable[[], None]):
         self.tcb = tcb
@@ -52,6 +53,7 @@ class Receiver:
         self.unacked = 0  # in-order bytes received since our last ACK
         self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
         self.bytes_received = 0
+        self.mem_room = None  # () -> bytes left in the layer's memory budget (set by the connection)
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.configure(config)
@@ -144,6 +146,10 @@ class Receiver:
         tcb = self.tcb
         rcvbuf = self.rcvbuf
         free = rcvbuf.free
+        if self.mem_room is not None:
+            room = self.mem_room()
+            if room < free:  # tcp_mem pressure: offer no more than the layer can still hold
+                free = max(room, 0)
         cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
         if cur < 0:
             cur = 0
