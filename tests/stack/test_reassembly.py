@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 from scapy.layers.inet import ICMP, IP, UDP, fragment
 from scapy.layers.l2 import Ether
 
 from ustack.net.addr import ANY4, parse as ip_addr
+from ustack.net.reassembly import FRAGMENT_OVERHEAD
 
 from .netsim import Net
 
@@ -91,24 +94,68 @@ def test_incomplete_datagram_times_out_with_icmp_time_exceeded():
     assert bytes(quoted)[:20] == bytes(frags[0])[:20]
 
 
-def test_memory_bound_drops_excess():
+def test_memory_bound_evicts_the_oldest_and_the_newest_completes():
     net, ep = setup()
     net.a.ipv4.reassembler.max_bytes = 5000
     for ident in range(10):
         inject(net, fragment(datagram(b"m" * 3000, ident=ident), fragsize=1000)[0])
     net.a.poll(net.clock.now)
-    assert net.a.ipv4.reassembler.held <= 5000
-    assert net.a.stats["drop.ipv4.frag_memory"] > 0
+    r = net.a.ipv4.reassembler
+    assert r.held <= 5000 and net.a.stats["drop.ipv4.frag_evicted"] > 0
+    assert (ip_addr("198.18.0.2"), ip_addr("198.18.0.1"), 17, 9) in r.datagrams  # the newest is kept
+    for f in fragment(datagram(b"m" * 3000, ident=9), fragsize=1000)[1:]:
+        inject(net, f)
+    net.a.poll(net.clock.now)
+    assert [p for p, _, _ in ep.queue] == [b"m" * 3000]
 
 
-def test_too_many_datagrams_in_progress_are_refused():
+def test_a_full_table_evicts_the_oldest_so_new_datagrams_still_reassemble():
+    """Lone first fragments cannot block fragmented receive for the whole timeout (issue 12, item 6)."""
     net, ep = setup()
     net.a.ipv4.reassembler.max_datagrams = 4
     for ident in range(6):
         inject(net, fragment(datagram(b"m" * 3000, ident=ident), fragsize=1000)[0])
     net.a.poll(net.clock.now)
     assert len(net.a.ipv4.reassembler.datagrams) == 4
-    assert net.a.stats["drop.ipv4.frag_memory"] == 2
+    assert net.a.stats["drop.ipv4.frag_evicted"] == 2 and net.a.stats["drop.ipv4.frag_memory"] == 0
+    for f in fragment(datagram(b"n" * 2500, ident=50), fragsize=1000):
+        inject(net, f)
+    net.a.poll(net.clock.now)
+    assert [p for p, _, _ in ep.queue] == [b"n" * 2500]
+
+
+def test_one_source_cannot_fill_the_table():
+    net, ep = setup()
+    r = net.a.ipv4.reassembler
+    for ident in range(r.max_per_source + 4):
+        inject(net, fragment(datagram(b"m" * 3000, ident=ident), fragsize=1000)[0])
+    net.a.poll(net.clock.now)
+    assert len(r.datagrams) == r.max_per_source and net.a.stats["drop.ipv4.frag_source_limit"] == 4
+    other = IP(src="198.18.0.3", dst="198.18.0.1", id=7) / UDP(sport=5001, dport=7000) / (b"o" * 2500)
+    for f in fragment(other, fragsize=1000):
+        inject(net, f)
+    net.a.poll(net.clock.now)
+    assert [(p, sport) for p, _, sport in ep.queue] == [(b"o" * 2500, 5001)]
+
+
+def test_fragments_are_charged_their_bookkeeping_too():
+    net, ep = setup()
+    inject(net, fragment(datagram(b"m" * 3000, ident=3), fragsize=1000)[0])
+    net.a.poll(net.clock.now)
+    assert net.a.ipv4.reassembler.held == 1000 + FRAGMENT_OVERHEAD
+
+
+def test_a_datagram_of_tiny_fragments_in_random_order_reassembles_exactly():
+    net, ep = setup()
+    payload = bytes(i % 251 for i in range(8000))
+    frags = fragment(datagram(payload, ident=11), fragsize=8)
+    random.Random(5).shuffle(frags)
+    for f in frags:
+        inject(net, f)
+    while net.link.a.poll_at() is not None:  # 64 frames per round: poll until the link is drained
+        net.a.poll(net.clock.now)
+    assert [p for p, _, _ in ep.queue] == [payload]
+    assert net.a.ipv4.reassembler.held == 0
 
 
 def test_fragment_past_65535_is_dropped():

@@ -7,8 +7,19 @@ A datagram is keyed by (src, dst, protocol, identification). Policies:
   since the FragmentSmack fixes and as RFC 5722 requires for IPv6; overlaps
   are how reassembly attacks smuggle data. An exact duplicate of a fragment
   already held is ignored (``ipv4.frag_duplicate``).
-- Bounds: at most ``max_datagrams`` in progress and ``max_bytes`` buffered;
-  a fragment that would exceed either is dropped (``ipv4.frag_memory``).
+- Bounds: at most ``max_datagrams`` in progress, at most ``max_per_source``
+  of them from one source address (``ipv4.frag_source_limit``: one host
+  cannot fill the table), and ``max_bytes`` held, each fragment charged its
+  data plus ``FRAGMENT_OVERHEAD`` bytes of bookkeeping (so tiny fragments
+  cost what they really cost). A new datagram that finds the table full,
+  or a fragment that finds the bytes used up, evicts the oldest datagrams
+  in progress first (``ipv4.frag_evicted``, as Linux's ipfrag evictor):
+  lone first fragments cannot block reassembly for the whole timeout. A
+  fragment that still does not fit is dropped (``ipv4.frag_memory``).
+- Cost: the fragment's place is found by bisection and completeness is
+  known from the bytes held (overlaps are refused, so the pieces tile
+  [0, total) exactly when they add up to it): adding a fragment is not a
+  walk over the ones already held.
   A datagram longer than 65,535 bytes is dropped (``ipv4.frag_too_long``);
   a non-final fragment whose length is not a multiple of 8 is malformed
   (``ipv4.frag_bad_length``).
@@ -20,14 +31,19 @@ A datagram is keyed by (src, dst, protocol, identification). Policies:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Callable, Optional
+
+FRAGMENT_OVERHEAD = 256  # bytes charged per fragment held beyond its data (an skb's bookkeeping, roughly)
 
 
 class _Datagram:
-    __slots__ = ("pieces", "total", "held", "first_header", "timer", "expires")
+    __slots__ = ("pieces", "offsets", "total", "held", "data_bytes", "first_header", "timer", "expires")
 
     def __init__(self):
         self.pieces: list[tuple[int, bytes]] = []  # sorted by offset
+        self.offsets: list[int] = []  # the pieces' offsets, for bisection
+        self.data_bytes = 0
         self.total: Optional[int] = None  # payload length, known once the last fragment arrives
         self.held = 0
         self.first_header: Optional[bytes] = None  # IP header of fragment zero (for ICMP)
@@ -37,12 +53,14 @@ class _Datagram:
 
 class Reassembler:
     def __init__(self, timers, stats, *, timeout: float = 30.0, max_bytes: int = 4 << 20, max_datagrams: int = 64,
-                 on_timeout: Optional[Callable[[bytes, bytes, float], None]] = None):
+                 max_per_source: int = 16, on_timeout: Optional[Callable[[bytes, bytes, float], None]] = None):
         self.timers = timers
         self.stats = stats
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.max_datagrams = max_datagrams
+        self.max_per_source = max_per_source
+        self.per_source: dict[bytes, int] = {}  # datagrams in progress by source address (key[0])
         self.on_timeout = on_timeout  # (fragment zero's IP header, its first 8 data bytes, now) -> None
         self.datagrams: dict[tuple, _Datagram] = {}
         self.held = 0
@@ -51,8 +69,23 @@ class Reassembler:
         dg = self.datagrams.pop(key, None)
         if dg is not None:
             self.held -= dg.held
+            src = key[0]
+            left = self.per_source.get(src, 1) - 1
+            if left > 0:
+                self.per_source[src] = left
+            else:
+                self.per_source.pop(src, None)
             if dg.timer is not None:
                 dg.timer.cancel()
+
+    def _evict_oldest(self, keep: tuple) -> bool:
+        """Discard the oldest datagram in progress other than ``keep``; False when there is none."""
+        for key in self.datagrams:  # insertion order: oldest first
+            if key != keep:
+                self._discard(key)
+                self.stats.drop("ipv4.frag_evicted")
+                return True
+        return False
 
     def _expire(self, key: tuple, now: float) -> None:
         dg = self.datagrams.get(key)
@@ -80,18 +113,25 @@ class Reassembler:
         if more and length == 0:
             stats.drop("ipv4.frag_bad_length")
             return None
+        cost = length + FRAGMENT_OVERHEAD
         dg = self.datagrams.get(key)
         if dg is None:
-            if len(self.datagrams) >= self.max_datagrams:
-                stats.drop("ipv4.frag_memory")
+            if self.per_source.get(key[0], 0) >= self.max_per_source:
+                stats.drop("ipv4.frag_source_limit")
                 return None
+            while len(self.datagrams) >= self.max_datagrams:
+                if not self._evict_oldest(key):
+                    stats.drop("ipv4.frag_memory")
+                    return None
             dg = self.datagrams[key] = _Datagram()
+            self.per_source[key[0]] = self.per_source.get(key[0], 0) + 1
             dg.timer = self.timers.timer(lambda t, key=key: self._expire(key, t))
             dg.timer.arm(now + self.timeout)
-        if self.held + length > self.max_bytes:
-            stats.drop("ipv4.frag_memory")
-            self._discard(key)
-            return None
+        while self.held + cost > self.max_bytes:
+            if not self._evict_oldest(key):
+                stats.drop("ipv4.frag_memory")
+                self._discard(key)
+                return None
         # The last fragment fixes the total; contradictions are malformed.
         if not more:
             if dg.total is not None and dg.total != end:
@@ -104,10 +144,8 @@ class Reassembler:
             self._discard(key)
             return None
         pieces = dg.pieces
-        # Find the insertion point and check both neighbours for overlap.
-        i = 0
-        while i < len(pieces) and pieces[i][0] < offset:
-            i += 1
+        # Find the insertion point (bisection) and check both neighbours for overlap.
+        i = bisect_left(dg.offsets, offset)
         if i < len(pieces) and pieces[i][0] == offset and len(pieces[i][1]) == length:
             if pieces[i][1] == bytes(data):
                 stats.inc("ipv4.frag_duplicate")
@@ -120,20 +158,18 @@ class Reassembler:
             self._discard(key)
             return None
         pieces.insert(i, (offset, bytes(data)))
-        dg.held += length
-        self.held += length
+        dg.offsets.insert(i, offset)
+        dg.data_bytes += length
+        dg.held += cost
+        self.held += cost
         if offset == 0:
             dg.first_header = bytes(header)
         stats.inc("ipv4.fragments_received")
         if dg.total is None:
             return None
-        # Complete when the pieces tile [0, total) without holes.
-        pos = 0
-        for off, piece in pieces:
-            if off != pos:
-                return None
-            pos += len(piece)
-        if pos != dg.total:
+        # No overlaps were let in and every piece lies inside [0, total): the pieces tile it
+        # exactly when their lengths add up to it.
+        if dg.data_bytes != dg.total:
             return None
         self._discard(key)
         stats.inc("ipv4.reassembled")
