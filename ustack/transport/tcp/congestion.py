@@ -78,17 +78,19 @@ class CongestionControl(Protocol):
         """The retransmission timer expired: ssthresh from FlightSize, cwnd = one SMSS."""
 
 
-class NewReno:
-    """RFC 5681 slow start and congestion avoidance (the window part of NewReno; recovery is apart)."""
+class Window:
+    """What every algorithm keeps: SMSS, cwnd and ssthresh, and the MSS rules (RFC 5681 3.1).
 
-    name = "newreno"
-    __slots__ = ("mss", "cwnd", "ssthresh", "bytes_acked")
+    Not a congestion control by itself: NewReno and CUBIC each add their
+    own growth and decrease on top (loss recovery is apart, see ``recovery``).
+    """
+
+    __slots__ = ("mss", "cwnd", "ssthresh")
 
     def __init__(self, mss: int, cwnd: int | None = None, ssthresh: int | None = None):
         self.mss = mss
         self.cwnd = initial_window(mss) if cwnd is None else cwnd
         self.ssthresh = INFINITE_SSTHRESH if ssthresh is None else ssthresh  # 3.1: "arbitrarily high"
-        self.bytes_acked = 0  # 3.1 congestion avoidance: bytes acknowledged since the last increase
 
     @property
     def window(self) -> int:
@@ -101,6 +103,17 @@ class NewReno:
 
     def lower_mss(self, mss: int) -> None:
         self.mss = mss
+
+
+class NewReno(Window):
+    """RFC 5681 slow start and congestion avoidance (the window part of NewReno; recovery is apart)."""
+
+    name = "newreno"
+    __slots__ = ("bytes_acked",)
+
+    def __init__(self, mss: int, cwnd: int | None = None, ssthresh: int | None = None):
+        super().__init__(mss, cwnd, ssthresh)
+        self.bytes_acked = 0  # 3.1 congestion avoidance: bytes acknowledged since the last increase
 
     def on_ack(self, acked: int, rtt: float | None, now: float) -> None:
         mss = self.mss
@@ -133,7 +146,7 @@ class NewReno:
         self.cwnd = self.mss
 
 
-class Cubic:
+class Cubic(Window):
     """CUBIC (RFC 9438) window growth and decrease.
 
     Windows in the formulas are in segments, time in seconds: W_cubic(t) =
@@ -149,28 +162,14 @@ class Cubic:
     C = 0.4
     BETA = 0.7
     ALPHA = 3 * (1 - 0.7) / (1 + 0.7)
-    __slots__ = ("mss", "cwnd", "ssthresh", "w_max", "k", "epoch", "w_est")
+    __slots__ = ("w_max", "k", "epoch", "w_est")
 
     def __init__(self, mss: int, cwnd: int | None = None, ssthresh: int | None = None):
-        self.mss = mss
-        self.cwnd = initial_window(mss) if cwnd is None else cwnd
-        self.ssthresh = INFINITE_SSTHRESH if ssthresh is None else ssthresh
+        super().__init__(mss, cwnd, ssthresh)
         self.w_max = 0.0  # window (segments) just before the last reduction
         self.k = 0.0  # time (s) the cubic function takes to return to w_max
         self.epoch = None  # start of the current congestion avoidance epoch
         self.w_est = 0.0  # Reno-friendly estimate (segments)
-
-    @property
-    def window(self) -> int:
-        return self.cwnd
-
-    def set_mss(self, mss: int) -> None:
-        if self.ssthresh == INFINITE_SSTHRESH and self.cwnd == initial_window(self.mss):
-            self.cwnd = initial_window(mss)
-        self.mss = mss
-
-    def lower_mss(self, mss: int) -> None:
-        self.mss = mss
 
     def on_ack(self, acked: int, rtt: float | None, now: float) -> None:
         mss = self.mss

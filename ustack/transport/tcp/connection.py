@@ -918,11 +918,7 @@ class Connection:
         self.orphaned = True
         if tcb.state in (State.SYN_RECEIVED, State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
                          State.CLOSE_WAIT):
-            if now is None:
-                self.layer.defer_reset(self.local_addr, self.remote_addr, self.local_port, self.remote_port,
-                                       tcb.snd_max, tcb.rcv_nxt)
-            else:
-                self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
+            self._reset_peer(now)
         self.receiver.rcvbuf.clear()
         self.terminate()
 
@@ -952,13 +948,18 @@ class Connection:
         """Reset the peer and delete the TCB with its buffers (an orphan over a limit)."""
         tcb = self.tcb
         if tcb.state in SYNCHRONIZED and tcb.state != State.TIME_WAIT:
-            if now is None:
-                self.layer.defer_reset(self.local_addr, self.remote_addr, self.local_port, self.remote_port,
-                                       tcb.snd_max, tcb.rcv_nxt)
-            else:
-                self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
+            self._reset_peer(now)
         self.receiver.rcvbuf.clear()
         self.terminate()
+
+    def _reset_peer(self, now: float | None) -> None:
+        """<SEQ=SND.MAX><ACK=RCV.NXT><CTL=RST,ACK> now, or at the layer's next flush without ``now``."""
+        tcb = self.tcb
+        if now is None:
+            self.layer.defer_reset(self.local_addr, self.remote_addr, self.local_port, self.remote_port,
+                                   tcb.snd_max, tcb.rcv_nxt)
+        else:
+            self.out.send_rst(now, tcb.snd_max, tcb.rcv_nxt)
 
     def _recharge(self) -> None:
         """Charge what the buffers hold now to the layer's memory budget (send + receive + out of order)."""
