@@ -50,8 +50,9 @@ class PipeEnd:
         self.peer: Optional[PipeEnd] = None
         self._arrivals: list = []  # heap of (deliver_at, seq, frame bytes)
         self._lock = threading.Lock()  # the two ends may be driven from two threads
-        self._pool = [bytearray(mtu + 18) for _ in range(64)]
-        self._reserved: list[bytearray] = []
+        # TX slots: writable views over frame buffers, made once and lent again and again.
+        self._pool = [memoryview(bytearray(mtu + 18)) for _ in range(64)]
+        self._reserved: list[memoryview] = []
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._rfd, False)
         os.set_blocking(self._wfd, False)
@@ -81,9 +82,10 @@ class PipeEnd:
     def tx_reserve(self, n: int) -> list[memoryview]:
         pool = self._pool
         while len(pool) < n:
-            pool.append(bytearray(self.capabilities.frame_size))
-        self._reserved = [pool.pop() for _ in range(n)]
-        return [memoryview(b) for b in self._reserved]
+            pool.append(memoryview(bytearray(self.capabilities.frame_size)))
+        reserved = self._reserved = pool[-n:] if n else []
+        del pool[len(pool) - len(reserved):]
+        return list(reserved)
 
     def tx_commit(self, lengths: Sequence[int]) -> None:
         if self.closed:

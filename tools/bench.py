@@ -1,6 +1,6 @@
 """``ustack bench``: ustack on each backend side by side with the kernel's own stack.
 
-    ustack bench [--quick] [--backends afxdp,packet,tap,pytcp] [--json FILE] [--png FILE]
+    ustack bench [--quick] [--backends afxdp,packet,tap,lwip,pytcp] [--json FILE] [--png FILE]
     python -m ustack.tools.bench ...
 
 One run measures, for every row, the same kernel client (sockets in the
@@ -25,8 +25,13 @@ namespace:
 Rows: ``kernel`` (the kernel's own sockets serving in the stack namespace
 of a veth topology of its own, so it never sees ustack's frames), ``ustack``
 on each backend (``python -m ustack serve --backend B``, veth topology; TAP
-topology for tap), and ``pytcp`` (PyTCP, the pmd-pytcp package, on a TAP
-topology) when that package is installed. Figures are medians of
+topology for tap), ``lwip`` (lwIP's raw API in C over its own TAP driver,
+ustack.tools.bench_lwip, built on first use when Debian's liblwip-dev is
+installed) and ``pytcp`` (PyTCP, the pmd-pytcp package, on a TAP
+topology) when that package is installed; an absent reference stack is a
+"not available" row with the reason. For every row, the server process's
+CPU during push, pull and connections is reported too (% of one CPU, µs
+per 1448-byte segment, µs per connection). Figures are medians of
 ``--reps`` repetitions; each repetition's figure is in the JSON.
 
 A second table gives the per-backend ring cost: raw 60-byte (64 on a wire)
@@ -62,7 +67,7 @@ import time
 from dataclasses import asdict
 from typing import Optional
 
-from ustack.tools.bench_config import ROW_KINDS, USTACK_BACKENDS, BenchConfig
+from ustack.tools.bench_config import REFERENCE_KINDS, ROW_KINDS, USTACK_BACKENDS, BenchConfig
 from ustack.tools.bench_report import draw_png, format_table, latency_table, notes_for, write_json
 from ustack.tools.bench_runner import Placement, machine_info, run_ring, run_row
 
@@ -71,7 +76,7 @@ def _selection(text: Optional[str]) -> list[str]:
     if text is None:
         from ustack.backends.registry import available_backends
 
-        return [k for k in USTACK_BACKENDS if k in available_backends()] + ["pytcp"]
+        return [k for k in USTACK_BACKENDS if k in available_backends()] + list(REFERENCE_KINDS)
     kinds = [k.strip() for k in text.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in ROW_KINDS]
     if unknown:
@@ -83,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="the under-a-minute suite (1 rep, fewer round trips)")
     p.add_argument("--backends", metavar="LIST",
                    help=f"comma-separated rows besides the kernel's, from {','.join(ROW_KINDS)} "
-                        "(default: every available backend, and pytcp)")
+                        "(default: every available backend, lwip and pytcp)")
     p.add_argument("--json", default="bench.json", metavar="FILE", help="results as JSON (default: %(default)s)")
     p.add_argument("--png", default="bench.png", metavar="FILE",
                    help="chart (needs matplotlib; default: %(default)s); '' for none")

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 USTACK_BACKENDS = ("afxdp", "packet", "tap")
-ROW_KINDS = USTACK_BACKENDS + ("pytcp",)
+REFERENCE_KINDS = ("lwip", "pytcp")  # other stacks measured beside ustack (optional: skipped when absent)
+ROW_KINDS = USTACK_BACKENDS + REFERENCE_KINDS
 UDP_ECHO, TCP_ECHO, TCP_DISCARD, TCP_SOURCE = 7, 7, 9, 19
 MESSAGE = 64  # bytes of payload in every echo request
 
@@ -29,6 +30,16 @@ METRICS = (
     ("pull_mbps", "pull", "MB/s"),
     ("conn_per_s", "conn/s", "1/s"),
 )
+# The server process's CPU while the client pushes, pulls and connects: % of one CPU, µs per MSS-sized
+# (1448-byte) segment of payload moved, µs per connection (connect, 64-byte request/response, close).
+SERVER_CPU_METRICS = (
+    ("push_cpu_pct", "push CPU", "%"),
+    ("push_us_per_seg", "push µs/seg", "µs"),
+    ("pull_cpu_pct", "pull CPU", "%"),
+    ("pull_us_per_seg", "pull µs/seg", "µs"),
+    ("conn_cpu_us", "µs/conn", "µs"),
+)
+SEGMENT = 1448  # payload bytes of a full segment at 1500 MTU with timestamps
 LATENCY_SIZES = (64, 1000, 2000, 3000, 20_000, 100_000)  # bytes per echo in the latency suite
 RING_METRICS = (
     ("rx_kpps", "rx kpps", "kpps"),

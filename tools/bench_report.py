@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from ustack.tools.bench_config import LATENCY_SIZES, MESSAGE, METRICS, RING_METRICS
+from ustack.tools.bench_config import LATENCY_SIZES, MESSAGE, METRICS, RING_METRICS, SERVER_CPU_METRICS
 
 
 def _fmt(value, unit: str) -> str:
@@ -92,6 +92,22 @@ def format_latency(result: dict) -> list[str]:
     return out
 
 
+def format_server_cpu(result: dict) -> list[str]:
+    """The server process's CPU during push, pull and connections (all its threads; kernel softirq work
+    done on the client's CPU is not in it)."""
+    rows = [r for r in result["rows"] if r["status"] == "ok" and
+            any(r["metrics"].get(k) is not None for k, _, _ in SERVER_CPU_METRICS)]
+    if not rows:
+        return []
+    width = max([len("row")] + [len(r["name"]) for r in rows])
+    out = ["", "server CPU (% of one CPU; µs of CPU per 1448-byte segment moved; µs per connection):",
+           f"{'row':{width}}  " + "  ".join(f"{h:>11}" for _, h, _ in SERVER_CPU_METRICS)]
+    for row in rows:
+        out.append(f"{row['name']:{width}}  " + "  ".join(
+            f"{_fmt(row['metrics'].get(k), u):>11}" for k, _, u in SERVER_CPU_METRICS))
+    return out
+
+
 def format_table(result: dict) -> str:
     """The human-readable report: machine, placement, both tables, notes."""
     m = result["machine"]
@@ -116,6 +132,7 @@ def format_table(result: dict) -> str:
             continue
         cells = "  ".join(f"{_fmt(row['metrics'].get(k), u):>8}" for k, _, u in METRICS)
         out.append(f"{row['name']:{width}}  {cells}  {row['mode']}" + (f" ({row['note']})" if row["note"] else ""))
+    out += format_server_cpu(result)
     out += format_latency(result)
     if result.get("rings"):
         out += ["", "ring cost, 60-byte UDP frames (64 on a wire); CPU of the stack-side thread per frame:"]

@@ -27,8 +27,9 @@ from typing import Callable, Optional
 
 from ustack.tools.bench_clients import (connect_close, connections_per_second, ping_rtts, pull, push,
                                         sized_tcp_rtts, tcp_rtts, udp_rtts, widen_port_range)
-from ustack.tools.bench_config import (LATENCY_SIZES, METRICS, TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO,
+from ustack.tools.bench_config import (LATENCY_SIZES, METRICS, SEGMENT, TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO,
                                        BenchConfig)
+from ustack.tools.bench_lwip import lwip_problem, lwip_server
 from ustack.tools.bench_servers import kernel_server, pytcp_problem, pytcp_server, ustack_drops, ustack_server
 
 
@@ -109,15 +110,65 @@ def median_or_none(values):
     return statistics.median(values) if values else None
 
 
-def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], None]) -> tuple[dict, dict]:
-    """Every service metric against a ready server; returns (medians, per-repetition samples)."""
+def process_cpu_seconds(pid: Optional[int]) -> Optional[float]:
+    """User + system CPU seconds of a process (all its threads) from /proc, or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_server_cpu(pid: Optional[int], fn, *args) -> dict:
+    """``fn(*args)``'s result plus ``server_cpu_s``: the server's CPU seconds while it ran."""
+    before = process_cpu_seconds(pid)
+    result = fn(*args)
+    after = process_cpu_seconds(pid)
+    result["server_cpu_s"] = None if before is None or after is None else after - before
+    return result
+
+
+def server_cpu_metrics(samples: dict) -> dict:
+    """Medians of the server's CPU figures (SERVER_CPU_METRICS) from the push/pull/cps samples."""
+    def pct(s):
+        return None if s.get("server_cpu_s") is None else 100.0 * s["server_cpu_s"] / s["seconds"]
+
+    def per_seg(s):
+        segs = s["bytes"] / SEGMENT
+        return None if s.get("server_cpu_s") is None or not segs else 1e6 * s["server_cpu_s"] / segs
+
+    def per_conn(s):
+        n = s.get("completed")
+        return None if s.get("server_cpu_s") is None or not n else 1e6 * s["server_cpu_s"] / n
+
+    return {
+        "push_cpu_pct": median_or_none(pct(s) for s in samples["push"]),
+        "push_us_per_seg": median_or_none(per_seg(s) for s in samples["push"]),
+        "pull_cpu_pct": median_or_none(pct(s) for s in samples["pull"]),
+        "pull_us_per_seg": median_or_none(per_seg(s) for s in samples["pull"]),
+        "conn_cpu_us": median_or_none(per_conn(s) for s in samples["cps"]),
+    }
+
+
+def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], None],
+                     server_pid: Optional[int] = None) -> tuple[dict, dict]:
+    """Every service metric against a ready server; returns (medians, per-repetition samples).
+
+    With ``server_pid``, push, pull and connections also record the server process's CPU seconds.
+    """
     samples: dict = {"udp_rtt": [], "tcp_rtt": [], "push": [], "pull": [], "cps": []}
     for rep in range(cfg.reps):
         samples["udp_rtt"].append(udp_rtts(topo, host, UDP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
         samples["tcp_rtt"].append(tcp_rtts(topo, host, TCP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
-        samples["push"].append(push(topo, host, TCP_DISCARD, cfg.bulk_bytes, cfg.bulk_seconds))
-        samples["pull"].append(pull(topo, host, TCP_SOURCE, cfg.bulk_bytes, cfg.bulk_seconds))
-        samples["cps"].append(connections_per_second(topo, host, TCP_ECHO, cfg.cps_seconds))
+        samples["push"].append(_with_server_cpu(server_pid, push, topo, host, TCP_DISCARD, cfg.bulk_bytes,
+                                                cfg.bulk_seconds))
+        samples["pull"].append(_with_server_cpu(server_pid, pull, topo, host, TCP_SOURCE, cfg.bulk_bytes,
+                                                cfg.bulk_seconds))
+        samples["cps"].append(_with_server_cpu(server_pid, connections_per_second, topo, host, TCP_ECHO,
+                                               cfg.cps_seconds))
         last = {k: v[-1] for k, v in samples.items()}
         log(f"    rep {rep + 1}/{cfg.reps}: udp p50 {last['udp_rtt']['p50']:.0f} µs, "
             f"tcp p50 {last['tcp_rtt']['p50']:.0f} µs, push {last['push']['mbps']:.1f} MB/s, "
@@ -130,6 +181,7 @@ def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], Non
         "push_mbps": median_or_none(s["mbps"] for s in samples["push"]),
         "pull_mbps": median_or_none(s["mbps"] for s in samples["pull"]),
         "conn_per_s": median_or_none(s["rate"] for s in samples["cps"]),
+        **server_cpu_metrics(samples),
     }
     return metrics, samples
 
@@ -183,6 +235,11 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
         problem = pytcp_problem()
         if problem:
             return row_result(name, stack, topo_kind, "not available", note=problem)
+    elif kind == "lwip":
+        name, stack, topo_kind = "lwip/tap", "lwip", "tap"
+        problem = lwip_problem()
+        if problem:
+            return row_result(name, stack, topo_kind, "not available", note=problem)
     else:
         name, stack, topo_kind = f"ustack/{kind}", "ustack", "tap" if kind == "tap" else "veth"
     log(f"  {name} ({topo_kind} topology)")
@@ -196,10 +253,12 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
                     server, mode = kernel_server(topo, cfg.bulk_bytes), "kernel sockets"
                 elif kind == "pytcp":
                     server, mode = pytcp_server(topo, cfg.bulk_bytes)
+                elif kind == "lwip":
+                    server, mode = lwip_server(topo, cfg.bulk_bytes)
                 else:
                     server, mode = ustack_server(topo, kind, cfg.bulk_bytes, xdp_mode)
                 cpus = server.cpus
-                metrics, samples = measure_services(topo, topo.stack_addr, cfg, log)
+                metrics, samples = measure_services(topo, topo.stack_addr, cfg, log, server.proc.pid)
                 latency = None
                 if cfg.latency:
                     latency, samples["latency"] = measure_latency(topo, topo.stack_addr, cfg, log)

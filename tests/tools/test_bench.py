@@ -54,7 +54,7 @@ def test_backend_selection():
     with pytest.raises(argparse.ArgumentTypeError, match="unknown backend.*pipe"):
         bench._selection("packet,pipe")
     default = bench._selection(None)
-    assert default[-1] == "pytcp" and set(default[:-1]) <= set(bench_config.USTACK_BACKENDS)
+    assert default[-2:] == ["lwip", "pytcp"] and set(default[:-2]) <= set(bench_config.USTACK_BACKENDS)
 
 
 def test_add_parser_adds_the_bench_subcommand():
