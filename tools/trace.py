@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, action="append", default=[], metavar="P",
                    help="only TCP/UDP frames from or to port P (repeatable: any of them)")
     p.add_argument("--host", action="append", default=[], metavar="A",
-                   help="only frames from or to IPv4 address A (repeatable: any of them)")
+                   help="only frames from or to IPv4 or IPv6 address A (repeatable: any of them)")
     p.add_argument("-S", "--absolute", action="store_true", help="raw TCP sequence and ack numbers")
     p.add_argument("-N", "--number", action="store_true", help="start each line with the frame number")
     p.add_argument("--interval", type=float, default=0.1, metavar="S",
@@ -71,9 +71,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _check_args(args) -> str | None:
     for host in args.host:
         try:
-            ipaddress.IPv4Address(host)
+            ipaddress.ip_address(host)
         except ValueError:
-            return f"--host {host}: not an IPv4 address"
+            return f"--host {host}: not an IPv4 or IPv6 address"
     for port in args.port:
         if not 0 <= port <= 65535:
             return f"--port {port}: not a port number"
@@ -104,7 +104,7 @@ def _trace(args, out, err) -> int:
     if problem:
         print(f"ustack trace: {problem}", file=err)
         return EXIT_USAGE
-    hosts = [str(ipaddress.IPv4Address(h)) for h in args.host]
+    hosts = [str(ipaddress.ip_address(h)) for h in args.host]  # IPv6 compressed as the lines print it
     tracer = Tracer(hosts=hosts, ports=args.port, absolute=args.absolute, number=args.number)
 
     def note(text):

@@ -13,6 +13,19 @@ precision), then numbers, never names::
     0.000030 IP 198.18.0.2:5000 > 198.18.0.1:7 frag id 9 offset 0 MF proto udp len 1480
     0.000040 TCP 198.18.0.2:40000 > 198.18.0.1:80 [S] seq 0 win 64240 len 0 options [mss 1460,nop,wscale 7]
     0.000050 TCP 198.18.0.1:80 > 198.18.0.2:40000 [P.] seq 1:101 ack 1 win 512 (x128=65536) len 100 [retransmission]
+    0.000060 ICMP6 fe80::1 > ff02::1:ff00:2 neighbor solicitation who-has fd00::2 (src lladdr 02:00:00:00:00:01)
+    0.000070 ICMP6 fd00::2 > fe80::1 neighbor advertisement fd00::2 is-at 02:00:00:00:00:02 [S O]
+    0.000080 TCP [fd00::2]:40000 > [fd00::1]:80 [S] seq 0 win 64800 len 0 options [mss 1440]
+    0.000090 IP6 [fd00::2]:5000 > [fd00::1]:7 frag id 7 offset 0 MF proto udp len 1232
+
+IPv6 addresses are printed compressed (RFC 5952) and, beside a port, in
+brackets. Extension headers (hop-by-hop, routing, destination options,
+fragment) are walked up to ``MAX_EXT`` of them; each present one is named
+after the protocol word (``ext [hbh,dst]``); a fragment of an IPv6 datagram
+is one line as for IPv4 (``id`` from the fragment header, ``offset`` in
+octets). ICMPv6 messages are named (RFC 4443 errors with their codes, the
+MTU of packet too big, echo, and Neighbor Discovery: RS, RA with its
+router lifetime, prefixes and MTU, NS, NA with its R/S/O flags, redirect).
 
 ``len`` is always the payload length (UDP: the datagram's data, from the UDP
 length field; TCP: IP total length minus both headers; IP fragment: the
@@ -38,8 +51,8 @@ header (...)``, ``TCP ... truncated header``, ``[bad udp length N]``,
 its first octets in hex; never a traceback. With a filter, frames that
 cannot be dissected are left out.
 
-Not done: IP reassembly (each fragment is its own line), TCP over IPv6 (IPv6
-gets a one-line summary), checksum verification, and payload printing.
+Not done: IP reassembly (each fragment is its own line), checksum
+verification, and payload printing.
 """
 
 from __future__ import annotations
@@ -67,6 +80,52 @@ _ICMP_UNREACH = {0: "net unreachable", 1: "host unreachable", 2: "protocol unrea
                  10: "host prohibited", 13: "administratively prohibited"}
 _ICMP_TIMXCEED = {0: "ttl exceeded in transit", 1: "fragment reassembly time exceeded"}
 _ICMP_ERRORS = (3, 4, 5, 11, 12)
+
+# IPv6 (RFC 8200): extension headers walked, by next-header value, and their short names.
+_IP6_EXT = {0: "hbh", 43: "rt", 44: "frag", 60: "dst"}
+MAX_EXT = 8  # extension headers walked before the rest is summed up as "ext chain too long"
+_PROTO6_NAMES = {6: "tcp", 17: "udp", 58: "icmp6", 59: "none"}
+# ICMPv6 (RFC 4443, RFC 4861 for Neighbor Discovery, RFC 2710/3810 for MLD).
+_ICMP6_TYPES = {1: "unreachable", 2: "packet too big", 3: "time exceeded", 4: "parameter problem",
+                128: "echo request", 129: "echo reply", 130: "multicast listener query",
+                131: "multicast listener report", 132: "multicast listener done",
+                133: "router solicitation", 134: "router advertisement", 135: "neighbor solicitation",
+                136: "neighbor advertisement", 137: "redirect", 143: "multicast listener report v2"}
+_ICMP6_UNREACH = {0: "no route", 1: "administratively prohibited", 2: "beyond scope of source",
+                  3: "address unreachable", 4: "port unreachable", 5: "source address failed policy",
+                  6: "reject route"}
+_ICMP6_TIMXCEED = {0: "hop limit exceeded in transit", 1: "fragment reassembly time exceeded"}
+_ICMP6_PARAMPROB = {0: "erroneous header field", 1: "unrecognized next header", 2: "unrecognized option",
+                    3: "incomplete header chain"}
+
+
+def _mac(raw) -> str:
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def _nd_options(raw, off: int) -> list[str]:
+    """Neighbor Discovery options (RFC 4861 4.6) from ``off``: short words; a zero length ends the walk."""
+    words = []
+    while off + 2 <= len(raw):
+        otype, olen = raw[off], raw[off + 1] * 8
+        if olen == 0 or off + olen > len(raw):
+            words.append("bad-opt")
+            break
+        body = raw[off + 2:off + olen]
+        if otype in (1, 2) and len(body) >= 6:
+            words.append(f"{'src' if otype == 1 else 'tgt'} lladdr {_mac(body[:6])}")
+        elif otype == 3 and len(body) >= 30:
+            plen, flags = body[0], body[1]
+            valid, preferred = struct.unpack_from("!II", body, 2)
+            prefix = ipaddress.IPv6Address(bytes(body[14:30]))
+            fl = "".join(c for bit, c in ((0x80, "L"), (0x40, "A")) if flags & bit)
+            words.append(f"prefix {prefix}/{plen} [{fl}] valid {valid} preferred {preferred}")
+        elif otype == 5 and len(body) >= 6:
+            words.append(f"mtu {struct.unpack_from('!I', body, 2)[0]}")
+        else:
+            words.append(f"opt {otype}")
+        off += olen
+    return words
 
 
 def _tcp_options(opts: bytes, sack_base) -> tuple[list, int | None]:
@@ -128,7 +187,10 @@ class Tracer:
         from scapy.layers.inet import ICMP, IP, TCP, UDP
 
         self._conf = conf
+        from scapy.layers.inet6 import IPv6
+
         self._IP, self._TCP, self._UDP, self._ICMP, self._ARP = IP, TCP, UDP, ICMP, l2.ARP
+        self._IPv6 = IPv6
         self._Ether = l2.Ether
         # Link layers to step over on the way to IP or ARP.
         self._l2 = tuple(getattr(l2, name) for name in ("Ether", "Dot1Q", "CookedLinux", "CookedLinuxV2")
@@ -229,6 +291,8 @@ class Tracer:
             layer = nxt
         if isinstance(layer, self._IP):
             return self._ipv4(layer)
+        if isinstance(layer, self._IPv6):
+            return self._ipv6(layer)
         if isinstance(layer, self._ARP):
             return self._arp(layer)
         if self.hosts or self.ports:
@@ -239,14 +303,152 @@ class Tracer:
         under = layer.underlayer if layer is not pkt else None
         etype = getattr(under, "type", None) if under is not None else None
         raw = bytes(layer.original or b"") if hasattr(layer, "original") else b""
-        if etype == 0x86DD and len(raw) >= 40:
-            src = ipaddress.IPv6Address(raw[8:24])
-            dst = ipaddress.IPv6Address(raw[24:40])
-            return f"IP6 {src} > {dst} nh {raw[6]} len {_U16.unpack_from(raw, 4)[0]}"
+        if etype == 0x86DD:
+            return f"IP6? len {len(raw)} truncated header"
         if isinstance(pkt, self._Ether):
             kind = f"type 0x{etype:04x}" if isinstance(etype, int) else "?"
             return f"ETH {pkt.src} > {pkt.dst} {kind} len {len(data)}"
         return f"? {type(layer).__name__} len {len(data)}"
+
+    # -- IPv6 (RFC 8200) -------------------------------------------------------------------------
+    def _ipv6(self, ip6) -> str | None:
+        raw = bytes(ip6.original or b"")
+        if len(raw) < 40:
+            return None if self.hosts or self.ports else f"IP6? len {len(raw)} truncated header"
+        src = str(ipaddress.IPv6Address(raw[8:24]))
+        dst = str(ipaddress.IPv6Address(raw[24:40]))
+        if raw[0] >> 4 != 6:
+            if not self._want_nonport(src, dst):
+                return None
+            return f"IP6 {src} > {dst} bad header (version {raw[0] >> 4})"
+        plen = _U16.unpack_from(raw, 4)[0]
+        note = ""
+        if 40 + plen > len(raw) and not self._snapped:
+            note = f" [ip6 payload length {plen} > {len(raw) - 40} in frame]"
+            plen = len(raw) - 40
+        end = 40 + plen
+        nh, off, exts, frag = raw[6], 40, [], None
+        while nh in _IP6_EXT:
+            if len(exts) >= MAX_EXT:
+                if not self._want_nonport(src, dst):
+                    return None
+                return f"IP6 {src} > {dst} ext chain too long ({MAX_EXT}+ headers) len {plen}{note}"
+            if off + 8 > end:
+                if not self._want_nonport(src, dst):
+                    return None
+                return f"IP6 {src} > {dst} ext [{','.join(exts + [_IP6_EXT[nh]])}] truncated len {plen}{note}"
+            exts.append(_IP6_EXT[nh])
+            if nh == 44:
+                fo = _U16.unpack_from(raw, off + 2)[0]
+                frag = (fo & 0xFFF8, fo & 1, struct.unpack_from("!I", raw, off + 4)[0])
+                nh, off = raw[off], off + 8
+            else:
+                nh, off = raw[off], off + (raw[off + 1] + 1) * 8
+        if off > end:
+            if not self._want_nonport(src, dst):
+                return None
+            return f"IP6 {src} > {dst} ext [{','.join(exts)}] overruns the payload len {plen}{note}"
+        tail = f" ext [{','.join(e for e in exts if e != 'frag')}]" if [e for e in exts if e != "frag"] else ""
+        dlen = end - off
+        body = raw[off:end]
+        if frag is not None and (frag[0] or frag[1]):
+            text = self._fragment6(src, dst, nh, body, dlen, *frag)
+            return text and text + tail + note
+        if not self._want_hosts(src, dst):
+            return None
+        if nh == 6:
+            if len(body) >= 20:
+                text = self._tcp(self._TCP(body), f"[{src}]", f"[{dst}]", dlen)
+            elif not self.ports:
+                text = f"TCP [{src}] > [{dst}] truncated header ({len(body)} bytes) len {dlen}"
+            else:
+                return None
+        elif nh == 17:
+            if len(body) >= 8:
+                text = self._udp(self._UDP(body), f"[{src}]", f"[{dst}]", dlen)
+            elif not self.ports:
+                text = f"UDP [{src}] > [{dst}] truncated header len {dlen}"
+            else:
+                return None
+        elif self.ports:
+            return None
+        elif nh == 58:
+            text = self._icmp6(body, src, dst, dlen)
+        else:
+            text = f"IP6 {src} > {dst} proto {_PROTO6_NAMES.get(nh, nh)} len {dlen}"
+        return text and text + tail + note
+
+    def _fragment6(self, src, dst, nh, body, dlen, offset, mf, ident) -> str | None:
+        if not self._want_hosts(src, dst):
+            return None
+        if offset == 0 and nh in (6, 17) and len(body) >= 4:
+            sport, dport = struct.unpack_from("!HH", body)
+            if not self._want_ports(sport, dport):
+                return None
+            where = f"[{src}]:{sport} > [{dst}]:{dport}"
+        elif self.ports:
+            return None
+        else:
+            where = f"{src} > {dst}"
+        more = " MF" if mf else ""
+        return f"IP6 {where} frag id {ident} offset {offset}{more} proto {_PROTO6_NAMES.get(nh, nh)} len {dlen}"
+
+    def _icmp6(self, raw, src, dst, plen) -> str:
+        if len(raw) < 4:
+            return f"ICMP6 {src} > {dst} truncated header ({len(raw)} bytes)"
+        itype, code = raw[0], raw[1]
+        name = _ICMP6_TYPES.get(itype)
+        head = f"ICMP6 {src} > {dst}"
+        if itype in (128, 129) and len(raw) >= 8:
+            ident, seq = struct.unpack_from("!HH", raw, 4)
+            return f"{head} {name} id {ident} seq {seq} len {max(plen - 8, 0)}"
+        if itype == 135 and len(raw) >= 24:
+            target = ipaddress.IPv6Address(raw[8:24])
+            opts = _nd_options(raw, 24)
+            return f"{head} {name} who-has {target}" + (f" ({', '.join(opts)})" if opts else "")
+        if itype == 136 and len(raw) >= 24:
+            target = ipaddress.IPv6Address(raw[8:24])
+            flags = "".join(c for bit, c in ((0x80, "R"), (0x40, "S"), (0x20, "O")) if raw[4] & bit)
+            opts = _nd_options(raw, 24)
+            mac = next((o.split()[-1] for o in opts if o.startswith("tgt lladdr")), None)
+            text = f"{head} {name} {target}" + (f" is-at {mac}" if mac else "")
+            rest = [o for o in opts if not o.startswith("tgt lladdr")]
+            return text + (f" [{' '.join(flags)}]" if flags else "") + (f" ({', '.join(rest)})" if rest else "")
+        if itype == 133 and len(raw) >= 8:
+            opts = _nd_options(raw, 8)
+            return f"{head} {name}" + (f" ({', '.join(opts)})" if opts else "")
+        if itype == 134 and len(raw) >= 16:
+            hop, flags, lifetime = raw[4], raw[5], _U16.unpack_from(raw, 6)[0]
+            fl = "".join(c for bit, c in ((0x80, "M"), (0x40, "O")) if flags & bit)
+            opts = _nd_options(raw, 16)
+            text = f"{head} {name} hop limit {hop} lifetime {lifetime}" + (f" [{fl}]" if fl else "")
+            return text + (f" ({', '.join(opts)})" if opts else "")
+        if itype == 137 and len(raw) >= 40:
+            target = ipaddress.IPv6Address(raw[8:24])
+            dest = ipaddress.IPv6Address(raw[24:40])
+            return f"{head} {name} {dest} to {target}"
+        if itype < 128:  # an error (RFC 4443 2.1): name its code and what it quotes
+            text = f"{head} type {itype} code {code}"
+            if itype == 1:
+                name = _ICMP6_UNREACH.get(code, name)
+            elif itype == 2 and len(raw) >= 8:
+                name = f"{name} (mtu {struct.unpack_from('!I', raw, 4)[0]})"
+            elif itype == 3:
+                name = _ICMP6_TIMXCEED.get(code, name)
+            elif itype == 4 and len(raw) >= 8:
+                name = f"{_ICMP6_PARAMPROB.get(code, name)} (pointer {struct.unpack_from('!I', raw, 4)[0]})"
+            if name:
+                text += " " + name
+            q = raw[8:]
+            if len(q) >= 40 and q[0] >> 4 == 6:
+                qsrc, qdst = ipaddress.IPv6Address(q[8:24]), ipaddress.IPv6Address(q[24:40])
+                if q[6] in (6, 17) and len(q) >= 44:
+                    sp, dp = struct.unpack_from("!HH", q, 40)
+                    return f"{text} for {_PROTO6_NAMES[q[6]].upper()} [{qsrc}]:{sp} > [{qdst}]:{dp}"
+                return f"{text} for {_PROTO6_NAMES.get(q[6], 'proto %d' % q[6]).upper()} {qsrc} > {qdst}"
+            return f"{text} len {max(plen - 8, 0)}"
+        text = f"{head} type {itype} code {code}" + (f" {name}" if name else "")
+        return f"{text} len {max(plen - 4, 0)}"
 
     def _arp(self, arp) -> str | None:
         psrc, pdst = arp.psrc, arp.pdst

@@ -281,7 +281,7 @@ OTHER_LINES = [
     "IP 198.18.0.2 > 198.18.0.1 frag id 77 offset 2960 proto udp len 48",
     "IP 198.18.0.2 > 198.18.0.1 proto 47 len 24",
     "ETH 02:00:00:00:00:02 > 02:00:00:00:00:01 type 0x88cc len 60",
-    "IP6 2001:db8::2 > 2001:db8::1 nh 17 len 8",
+    "UDP [2001:db8::2]:1 > [2001:db8::1]:2 len 0",
 ]
 
 
