@@ -20,7 +20,7 @@ import time
 
 from ustack.tools.cli_types import float_range, int_range, pid
 from ustack.tools.stats_client import StatsError, fetch, find_socket
-from ustack.tools.stats_render import CLEAR, render
+from ustack.tools.stats_render import CLEAR, printable, render
 
 DESCRIPTION = ("Counters and connection table of a running ustack, like ss -tni and nstat "
                "(the stack publishes them on a Unix socket).")
@@ -72,8 +72,12 @@ def run(args) -> int:
             if args.json:
                 out.write(json.dumps(snap, indent=None if interval is not None else 2) + "\n")
             else:
-                text = render(snap, prev, tcp=show_tcp, udp=not (args.tcp or args.counters),
-                              counters=show_counters, everything=args.all, color=tty)
+                try:
+                    text = render(snap, prev, tcp=show_tcp, udp=not (args.tcp or args.counters),
+                                  counters=show_counters, everything=args.all, color=tty)
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+                    raise StatsError(f"the ustack at {path} sent a malformed snapshot "
+                                     f"({type(e).__name__}: {printable(str(e))})") from None
                 if interval is not None and tty:
                     text = CLEAR + text
                 elif interval is not None and rounds:
