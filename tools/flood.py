@@ -44,7 +44,7 @@ from ustack.tools.stats_client import StatsError, fetch
 ECHO_PORT = 7
 READY_TIMEOUT = 30.0
 EXCHANGE_TIMEOUT = 10.0
-ORACLE_EVERY = 128  # inject: frames between two reads of the victim connection's sequence state
+ORACLE_EVERY = 64  # inject: frames between two reads of the victim connection's sequence state
 # The counters each attack is about (prefixes); stack.internal_error and eth.frames_received always show.
 RELEVANT = {
     "arp": ("arp.", "drop.arp."),

@@ -179,8 +179,13 @@ def inject_frames(rng: random.Random, t: Target, oracle: Callable[[], Optional[C
 
     Informed guesses stay at least a quarter of the window away from the
     exact RCV.NXT so a sequence number that moved on since ``oracle()`` was
-    read cannot make one of them the exact RST that RFC 5961 3.2 honours.
+    read cannot make one of them the exact RST that RFC 5961 3.2 honours;
+    acknowledgments of unsent data and data "beyond the window" stay
+    ``FAR`` (1 MiB) beyond, so the connection's progress since the last read
+    of ``oracle()`` cannot turn them into a valid ACK or in-window data
+    (which TCP accepts from anyone who knows the window: not a defect).
     """
+    far = 1 << 20
     n = 0
     while True:
         st = oracle()
@@ -204,14 +209,14 @@ def inject_frames(rng: random.Random, t: Target, oracle: Callable[[], Optional[C
         elif kind == 2:  # an ACK for data never sent (RFC 5961 5.2) or far in the past
             flags = ACK
             if not blind:
-                ack = (st.snd_nxt + rng.randrange(1, 1 << 30)) if rng.random() < 0.5 else (st.snd_una - (1 << 30))
+                ack = (st.snd_nxt + far + rng.randrange(1 << 29)) if rng.random() < 0.5 else (st.snd_una - (1 << 30))
         elif kind == 3:  # a SYN in the window (RFC 5961 4)
             flags = SYN
         else:  # data outside or inside the window at the wrong place
             flags = PSH | ACK
             payload = rng.randbytes(rng.randrange(1, 64))
             if not blind:
-                seq = (st.rcv_nxt + wnd + rng.randrange(1, 1 << 20)) & 0xFFFFFFFF  # beyond the window
+                seq = (st.rcv_nxt + wnd + far + rng.randrange(1 << 20)) & 0xFFFFFFFF  # beyond the window
         # Informed non-RSTs carry a timestamp (a random TSval: half pass PAWS, RFC 7323 5.3) so they reach
         # the window checks; without one they stop at RFC 7323 3.2's drop of a TS-less segment.
         opts = b"" if blind or flags & RST else b"\x01\x01\x08\x0a" + rng.randbytes(4) + b"\0\0\0\0"
