@@ -138,6 +138,22 @@ PIPE = ["--backend", "pipe", "--addr", "198.18.0.2/24"]
     (["ping", *PIPE, "198.18.0.1", "-s", "70000"], "--size: 70000 is not a payload size"),
     (["serve", *PIPE, "--busy-poll", "-0.001"], "--busy-poll: -0.001 is not a number of seconds"),
     (["run", *PIPE, "--busy-poll", "nan", "x.py"], "--busy-poll: nan is not a number of seconds"),
+    (["demo", "--pcap-snaplen", "0"], "--pcap-snaplen: 0 is not a snap length"),
+    (["demo", "--bytes", "-5"], "--bytes: -5 is not a transfer size"),
+    (["demo", "--bytes", "lots"], "--bytes: 'lots' is not an integer"),
+    (["stats", "--pid", "0"], "--pid: 0 is not a process id"),
+    (["stats", "--pid", "99999999"], "--pid: 99999999 is not a process id"),
+    (["stats", "--watch", "0"], "--watch: 0 is not an interval in seconds"),
+    (["stats", "--watch", "inf"], "--watch: inf is not an interval in seconds"),
+    (["stats", "--count", "-1"], "--count: -1 is not a count"),
+    (["trace", "x.pcap", "--port", "70000"], "--port: 70000 is not a port number"),
+    (["trace", "x.pcap", "-c", "0"], "--count: 0 is not a count"),
+    (["trace", "x.pcap", "--host", "300.1.1.1"], "--host: '300.1.1.1' is not an IPv4 or IPv6 address"),
+    (["trace", "x.pcap", "--interval", "-1"], "--interval: -1 is not an interval in seconds"),
+    (["bench", "--reps", "0"], "--reps: 0 is not a count"),
+    (["bench", "--rtt-warmup", "-1"], "--rtt-warmup: -1 is not a count"),
+    (["bench", "--bulk-seconds", "nan"], "--bulk-seconds: nan is not a number of seconds"),
+    (["bench", "--bulk-bytes", "1e99"], "--bulk-bytes: '1e99' is not an integer"),
 ])
 def test_bad_values_are_refused_by_the_parser_in_one_line(argv, what, capsys):
     from ustack.tools.cli import main

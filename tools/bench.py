@@ -70,6 +70,9 @@ from typing import Optional
 from ustack.tools.bench_config import REFERENCE_KINDS, ROW_KINDS, USTACK_BACKENDS, BenchConfig
 from ustack.tools.bench_report import draw_png, format_table, latency_table, notes_for, write_json
 from ustack.tools.bench_runner import Placement, machine_info, run_ring, run_row
+from ustack.tools.cli_types import float_range, int_range
+
+MAX_TUNE = 10_000_000  # the largest count or number of seconds a size override takes
 
 
 def _selection(text: Optional[str]) -> list[str]:
@@ -110,14 +113,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _positive(kind, zero: bool = False):
-    def parse(text: str):
-        value = kind(text)
-        if value < 0 or (value == 0 and not zero):
-            raise argparse.ArgumentTypeError(f"must be {'>= 0' if zero else '> 0'}: {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
+    """A count (int) or a duration (float) > 0 (>= 0 with ``zero``), finite, at most MAX_TUNE."""
+    if kind is int:
+        return int_range(0 if zero else 1, MAX_TUNE, "a count")
+    return float_range(0.0, "a number of seconds", above=not zero, high=float(MAX_TUNE))
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

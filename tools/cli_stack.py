@@ -7,7 +7,7 @@ end of an in-memory link, the other end in ``extras["link"]``), wraps it in
 the pcap capture decorator for ``--pcap``, builds the Stack and its Driver on
 a monotonic clock, and reports a failure in one line instead of a traceback.
 
-The argument types (``port``, ``count``, ``int_range`` ...) check ranges in
+The argument types (``port``, ``int_range`` ...: ustack.tools.cli_types) check ranges in
 the parser, so a user's mistake is one line from argparse and exit status 2,
 never a traceback from deep inside the stack.
 """
@@ -23,46 +23,10 @@ from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
 from ustack.capture import PcapDevice
 from ustack.device import DeviceError
 from ustack.stack import Stack
+from ustack.tools.cli_types import byte_count, float_range, int_range, port  # noqa: F401  (re-exported)
 
 BACKENDS = ("pipe", "tap", "packet", "afxdp")
 MIN_MTU, MAX_MTU = 68, 65535  # as ustack.stack checks: RFC 791's minimum, the IPv4 total length field
-
-
-def int_range(low: int, high: Optional[int] = None, what: str = "a number"):
-    """An argparse type: an integer in [low, high] (no upper bound when ``high`` is None)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low or (high is not None and value > high):
-            bound = f"{low}..{high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"{value} is not {what} ({bound})")
-        return value
-
-    parse.__name__ = what  # argparse names the type in some messages
-    return parse
-
-
-def float_range(low: float, what: str = "a number of seconds"):
-    """An argparse type: a finite float >= low."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not (value >= low) or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{text} is not {what} (at least {low})")
-        return value
-
-    parse.__name__ = what
-    return parse
-
-
-port = int_range(1, 65535, "a port")
-byte_count = int_range(0, None, "a byte count")
 
 
 def _device_opts(args) -> dict:

@@ -379,11 +379,13 @@ def main(args) -> int:
 
 
 def add_arguments(p) -> None:
+    from ustack.tools.cli_types import int_range
+
     p.add_argument("--backend", choices=("afxdp", "packet", "tap"), help="default: the best available")
     p.add_argument("--pipe", action="store_true", help="tour over the pipe backend even as root")
     p.add_argument("--pcap", default="ustack-demo.pcap", help="capture file (default: %(default)s)")
-    p.add_argument("--pcap-snaplen", type=int, default=128, help="bytes of each frame kept (default: %(default)s)")
-    p.add_argument("--bytes", type=int, default=100_000_000, help="size of each TCP transfer (default: 100 MB)")
+    p.add_argument("--pcap-snaplen", type=int_range(1, 262144, "a snap length"), default=128, help="bytes of each frame kept (default: %(default)s)")
+    p.add_argument("--bytes", type=int_range(1, 1 << 40, "a transfer size"), default=100_000_000, help="size of each TCP transfer (default: 100 MB)")
 
 
 if __name__ == "__main__":

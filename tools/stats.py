@@ -18,8 +18,9 @@ import json
 import sys
 import time
 
+from ustack.tools.cli_types import float_range, int_range, pid
 from ustack.tools.stats_client import StatsError, fetch, find_socket
-from ustack.tools.stats_render import CLEAR, render
+from ustack.tools.stats_render import CLEAR, printable, render
 
 DESCRIPTION = ("Counters and connection table of a running ustack, like ss -tni and nstat "
                "(the stack publishes them on a Unix socket).")
@@ -27,11 +28,12 @@ DESCRIPTION = ("Counters and connection table of a running ustack, like ss -tni 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--pid", type=int, help="the stack running in process PID")
+    where.add_argument("--pid", type=pid, help="the stack running in process PID")
     where.add_argument("--socket", metavar="PATH", help="the publisher's socket (default: the only one running)")
-    p.add_argument("--watch", nargs="?", type=float, const=1.0, metavar="SECONDS",
+    p.add_argument("--watch", nargs="?", type=float_range(0.0, "an interval in seconds", above=True, high=86400.0),
+                   const=1.0, metavar="SECONDS",
                    help="refresh every SECONDS (default 1) until Ctrl-C; counters show per-interval deltas")
-    p.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N rounds")
+    p.add_argument("--count", type=int_range(1, None, "a count"), metavar="N", help="with --watch: stop after N rounds")
     p.add_argument("--json", action="store_true", help="print the raw snapshot (one JSON line per round with --watch)")
     p.add_argument("-t", "--tcp", action="store_true", help="TCP connections and listeners only")
     p.add_argument("-n", "--counters", action="store_true", help="counters and drops only")
@@ -57,9 +59,6 @@ def run(args) -> int:
     interval = args.watch
     if interval is None and args.count:
         interval = 1.0
-    if interval is not None and interval <= 0:
-        print("ustack stats: --watch needs a positive interval", file=sys.stderr)
-        return 2
     out = sys.stdout
     tty = out.isatty()
     show_tcp = args.tcp or not args.counters
@@ -73,8 +72,12 @@ def run(args) -> int:
             if args.json:
                 out.write(json.dumps(snap, indent=None if interval is not None else 2) + "\n")
             else:
-                text = render(snap, prev, tcp=show_tcp, udp=not (args.tcp or args.counters),
-                              counters=show_counters, everything=args.all, color=tty)
+                try:
+                    text = render(snap, prev, tcp=show_tcp, udp=not (args.tcp or args.counters),
+                                  counters=show_counters, everything=args.all, color=tty)
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+                    raise StatsError(f"the ustack at {path} sent a malformed snapshot "
+                                     f"({type(e).__name__}: {printable(str(e))})") from None
                 if interval is not None and tty:
                     text = CLEAR + text
                 elif interval is not None and rounds:

@@ -6,6 +6,10 @@ MAC, MTU, backend, uptime), the TCP listeners and connections with their
 or per-interval deltas and rates against ``prev``) and the drops by reason
 last. Units as in ss: rto and rtt in milliseconds, cwnd and ssthresh in
 segments of the sender MSS (the snapshot keeps bytes).
+
+Every string of the snapshot, keys included, is escaped first (``escaped``):
+the publisher is another process, and a name holding a terminal escape must
+print as the text ``\\x1b[...``, not act on the terminal.
 """
 
 from __future__ import annotations
@@ -19,6 +23,24 @@ SS_STATE = {
 }
 CLEAR = "\x1b[H\x1b[2J"
 RED, BOLD, RESET = "\x1b[1;31m", "\x1b[1m", "\x1b[0m"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control or non-printable character as a visible escape (no terminal escapes)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def escaped(value):
+    """A decoded JSON value with every string, keys included, made ``printable``."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escaped(v) for v in value]
+    return value
 
 
 def _ms(seconds: float) -> str:
@@ -166,6 +188,8 @@ def render_counters(snap: dict, prev: dict | None = None, everything: bool = Fal
 
 def render(snap: dict, prev: dict | None = None, *, tcp: bool = True, udp: bool = True, counters: bool = True,
            everything: bool = False, color: bool = False) -> str:
+    snap = escaped(snap)
+    prev = escaped(prev) if prev is not None else None
     out = [render_header(snap), ""]
     if tcp:
         out += render_tcp(snap, everything) + [""]

@@ -4,7 +4,10 @@ A publisher binds ``<dir>/<pid>.sock`` (``<pid>.<n>.sock`` for a second
 stack in the same process) in the first usable directory of
 ``runtime_dirs()``: ``/run/ustack``, then ``$XDG_RUNTIME_DIR/ustack``, then
 ``/tmp/ustack-<uid>``; ``$USTACK_STATS_DIR`` replaces the list. The
-directory is ours and 0700 (``private_dir``); the client searches them all.
+directory is ours and 0700 (``private_dir``); the client searches them all,
+but only those it can trust (``untrusted_dir``: a real directory, not a
+symlink, owned by the user or root, writable by nobody else unless sticky) and only
+sockets owned by the user or root (``untrusted_socket``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,41 @@ def private_dir(path: str) -> bool:
         return os.access(path, os.W_OK | os.X_OK)
     except OSError:
         return False
+
+
+def untrusted_dir(path: str) -> str | None:
+    """Why the client must not trust the directory ``path`` (None when it may)."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return e.strerror or str(e)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid not in (os.getuid(), 0):
+        return f"is owned by uid {st.st_uid}, not by you or root"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        # Sticky (/tmp): others may add entries but not replace ours; untrusted_socket checks the owner.
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def untrusted_socket(path: str) -> str | None:
+    """Why the client must not talk to ``path`` (None when it may): a socket of the user or root, no symlink."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None  # fetch() says "no such socket" itself
+    except OSError as e:
+        return e.strerror or str(e)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISSOCK(st.st_mode):
+        return "is not a socket"
+    if st.st_uid not in (os.getuid(), 0):
+        return f"is owned by uid {st.st_uid}, not by you or root"
+    return None
 
 
 def socket_name(pid: int, n: int = 0) -> str:

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 
+from ustack.tools.cli_types import float_range, int_range, ip_address, port_or_zero
 from ustack.tools.trace_format import Tracer
 from ustack.tools.trace_records import CaptureError, Restart, read_records
 
@@ -48,14 +49,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="pcap (or pcapng) capture file")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep reading as the file grows (a running `ustack serve --pcap FILE`), until Ctrl-C")
-    p.add_argument("-c", "--count", type=int, metavar="N", help="stop after N printed frames")
-    p.add_argument("--port", type=int, action="append", default=[], metavar="P",
+    p.add_argument("-c", "--count", type=int_range(1, None, "a count"), metavar="N", help="stop after N printed frames")
+    p.add_argument("--port", type=port_or_zero, action="append", default=[], metavar="P",
                    help="only TCP/UDP frames from or to port P (repeatable: any of them)")
-    p.add_argument("--host", action="append", default=[], metavar="A",
+    p.add_argument("--host", type=ip_address, action="append", default=[], metavar="A",
                    help="only frames from or to IPv4 or IPv6 address A (repeatable: any of them)")
     p.add_argument("-S", "--absolute", action="store_true", help="raw TCP sequence and ack numbers")
     p.add_argument("-N", "--number", action="store_true", help="start each line with the frame number")
-    p.add_argument("--interval", type=float, default=0.1, metavar="S",
+    p.add_argument("--interval", type=float_range(0.0, "an interval in seconds", above=True, high=60.0),
+                   default=0.1, metavar="S",
                    help="--follow: seconds to sleep when there is nothing new (default: %(default)s)")
 
 

@@ -97,7 +97,7 @@ class Stack:
         self.isn_secret = secret = isn_secret if isn_secret is not None else os.urandom(16)
         self.link = link = Link(device, iface.mac, iface.mtu, burst or caps.max_burst, stats)
         self.arp = ArpLayer(link, iface, timers, stats, **{"ttl": arp_ttl, **(arp or {})})
-        self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats, **(ipv4 or {}))
+        self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats, **{"id_secret": secret, **(ipv4 or {})})
         self.protocols = ProtocolTable()
         self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats, **(icmp or {}))
         self.udp = UdpLayer(ip, iface, stats, secret,

@@ -3,6 +3,13 @@
 A timer is armed with a deadline and a callback. Cancelling or re-arming
 only marks the old heap entry stale; stale entries are skipped when they
 surface. ``run(now)`` fires everything due and returns the next deadline.
+
+Stale entries are bounded: the heap counts its armed timers, and when it
+holds more than twice as many entries as that (plus ``COMPACT_SLACK``) it is
+rebuilt from the live ones. Without that, a flood that creates and discards
+timed objects quickly (fragments evicted long before their 30 s timeout)
+would keep every discarded timer, and what its callback holds, until the
+deadline surfaced: hundreds of MB under a fragment flood over veth.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from typing import Callable, Optional
+
+COMPACT_SLACK = 1024  # stale heap entries always tolerated before a rebuild is considered
 
 
 class Timer:
@@ -24,11 +33,15 @@ class Timer:
         self._gen = 0
 
     def arm(self, deadline: float) -> None:
+        if self.deadline is None:
+            self._wheel.live += 1
         self._gen += 1
         self.deadline = deadline
         self._wheel._push(deadline, self)
 
     def cancel(self) -> None:
+        if self.deadline is not None:
+            self._wheel.live -= 1
         self._gen += 1
         self.deadline = None
 
@@ -36,17 +49,27 @@ class Timer:
 class TimerHeap:
     """All of a stack's timers: one heap, lazy deletion."""
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_heap", "_seq", "live")
 
     def __init__(self):
         self._heap: list = []
         self._seq = itertools.count()
+        self.live = 0  # armed timers (each has exactly one current entry in the heap)
 
     def timer(self, callback: Callable[[float], None]) -> Timer:
         return Timer(self, callback)
 
     def _push(self, deadline: float, timer: Timer) -> None:
-        heapq.heappush(self._heap, (deadline, next(self._seq), timer._gen, timer))
+        heap = self._heap
+        heapq.heappush(heap, (deadline, next(self._seq), timer._gen, timer))
+        if len(heap) > 2 * self.live + COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap from its current entries only (amortized O(1) per push)."""
+        live = [e for e in self._heap if e[2] == e[3]._gen and e[3].deadline == e[0]]
+        heapq.heapify(live)
+        self._heap = live
 
     def next_deadline(self) -> Optional[float]:
         heap = self._heap
@@ -59,12 +82,15 @@ class TimerHeap:
 
     def run(self, now: float) -> Optional[float]:
         """Fire every timer due at ``now``; return the next deadline (or None)."""
-        heap = self._heap
-        while heap and heap[0][0] <= now:
+        while True:
+            heap = self._heap  # a callback that arms a timer may have rebuilt it (_compact)
+            if not heap or heap[0][0] > now:
+                break
             deadline, _, gen, timer = heapq.heappop(heap)
             if gen != timer._gen or timer.deadline != deadline:
                 continue
             timer.deadline = None
+            self.live -= 1
             timer.callback(now)
         return self.next_deadline()
 

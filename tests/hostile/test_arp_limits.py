@@ -13,7 +13,7 @@ from scapy.layers.l2 import ARP, Ether
 
 from ustack.net.addr import parse as ip_addr
 
-from .frames import A_IP, B_MAC, E, drops, fresh, inject
+from .frames import A_IP, B_IP, B_MAC, E, drops, fresh, inject
 
 
 def arp_to_a(psrc, hwsrc=B_MAC, op=1, pdst=A_IP):
@@ -84,6 +84,9 @@ def test_expired_entries_are_purged_by_a_timer_without_lookups():
     assert len(net.a.arp.cache) == 5
     net.clock.advance(61)
     net.a.poll(net.clock.now)
+    assert len(net.a.arp.cache) == 5  # stale (past the ttl): kept while they could be polled
+    net.clock.advance(net.a.arp.stale_time)
+    net.a.poll(net.clock.now)
     assert not net.a.arp.cache
     assert net.a.stats["arp.expired"] == 5
     assert net.a.arp._purge_timer.deadline is None  # an empty cache keeps no deadline
@@ -138,3 +141,26 @@ def test_caps_are_stack_constructor_keywords():
     s.arp.resolve_then(bytes([198, 18, 0, 9]), lambda mac: None, clock.now)
     assert s.stats["drop.arp.pending_full"] == 1
     link.close()
+
+
+def test_a_known_neighbour_stays_reachable_while_spoofed_sources_hold_every_pending_slot():
+    """The SYN flood over veth found it: once the legitimate peer's entry passed its ttl, re-resolving it
+    needed a pending slot (all held by spoofed sources) and a broadcast (the budget spent on them).
+    A stale entry is used and polled by unicast instead (RFC 1122 2.3.2.1)."""
+    from tests.stack.test_icmp_arp import ping
+
+    net, _, _ = fresh(a_addr="198.18.0.1/16", b_addr="198.18.0.2/16")
+    arp = net.a.arp
+    net.b.arp.ttl = 1000.0  # B keeps A: only A has to find B again
+    assert ping(net, net.b, ip_addr(A_IP))  # A learns B
+    net.clock.advance(arp.ttl + 0.5)  # A's entry for B is stale now
+    spoofed = [bytes(E / IP(src=f"198.18.{1 + (i >> 8)}.{i & 0xFF}", dst=A_IP) / TCP(sport=1000, dport=80, flags="S"))
+               for i in range(400)]
+    for i in range(0, len(spoofed), 32):
+        inject(net, *spoofed[i:i + 32])
+    assert len(arp.pending) == arp.max_pending and drops(net, "arp.pending_full") > 0
+    got = ping(net, net.b, ip_addr(A_IP), count=3)
+    assert [seq for seq, _, _, _ in got] == [0, 1, 2]  # B is still answered
+    assert net.a.stats["arp.unicast_polls_sent"] == 1
+    b_ip = ip_addr(B_IP)
+    assert net.run(lambda: arp.cache[b_ip][1] > net.clock.now, 1.0)  # B answered the poll: fresh again

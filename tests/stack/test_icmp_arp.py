@@ -42,10 +42,24 @@ def test_arp_cache_entry_expires_and_is_re_resolved():
     net = Net()
     ping(net, net.b, A)
     assert net.b.stats["arp.requests_sent"] == 1
-    net.clock.advance(61.0)
+    net.clock.advance(61.0 + net.b.arp.stale_time)  # past the ttl and the stale time: forgotten
     assert net.b.arp.lookup(A, net.clock.now) is None
     ping(net, net.b, A)
     assert net.b.stats["arp.requests_sent"] == 2
+
+
+def test_stale_arp_entry_is_used_and_refreshed_by_a_unicast_poll():
+    """RFC 1122 2.3.2.1: past its ttl the entry still carries traffic while a unicast request revalidates it."""
+    net = Net()
+    ping(net, net.b, A)
+    net.clock.advance(61.0)
+    ping(net, net.b, A)  # answered at once through the stale entry
+    assert net.b.stats["arp.requests_sent"] == 1  # no broadcast, no pending resolution
+    assert net.b.stats["arp.unicast_polls_sent"] == 1 and net.a.stats["arp.requests_received"] == 2
+    assert net.b.arp.cache[A][1] > net.clock.now  # A's reply made it fresh again
+    net.clock.advance(30.0)
+    ping(net, net.b, A)
+    assert net.b.stats["arp.unicast_polls_sent"] == 1  # fresh: no poll
 
 
 def test_unresolvable_next_hop_retries_then_drops_the_queue():

@@ -223,7 +223,7 @@ def test_connection_cap_refuses_syns_and_active_opens():
 # -- the layer's memory budget (Linux tcp_mem) ---------------------------------------------------
 
 def test_data_beyond_the_memory_budget_is_dropped_and_the_window_stops_opening():
-    h = Harness(delayed_ack=False, tcp_mem=3000)
+    h = Harness(delayed_ack=False, tcp_mem=3000, tcp_mem_pressure=3000)  # the hard level alone
     conn = h.open_active()
     h.peer.send(flags="PA", payload=b"a" * 2000)
     ack = h.peer.expect(flags="A", ack=3001)
@@ -245,7 +245,7 @@ def test_data_beyond_the_memory_budget_is_dropped_and_the_window_stops_opening()
 
 
 def test_memory_budget_counts_send_buffers_and_frees_with_the_connection():
-    h = Harness(delayed_ack=False, tcp_mem=5000)
+    h = Harness(delayed_ack=False, tcp_mem=5000, tcp_mem_pressure=5000)  # the hard level alone
     conn = h.open_active()
     assert conn.send(b"s" * 4000, now=h.now) == 4000
     assert h.layer.mem_used == 4000

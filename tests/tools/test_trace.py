@@ -346,9 +346,14 @@ def test_port_host_and_count_filters(tmp_path, capsys):
 
 def test_bad_filter_arguments_exit_2(tmp_path, capsys):
     path = write(tmp_path / "hs.pcap", handshake_data_fin())
-    for argv in (["--host", "nope"], ["--port", "70000"], ["-c", "0"]):
-        rc, lines, err = run(capsys, path, *argv)
-        assert rc == 2 and lines == [] and "ustack trace:" in err
+    for argv, word in ((["--host", "nope"], "--host"), (["--port", "70000"], "--port"), (["-c", "0"], "-c"),
+                       (["--port", "-1"], "--port"), (["--interval", "0"], "--interval"),
+                       (["--interval", "nan"], "--interval"), (["-c", "x"], "-c")):
+        with pytest.raises(SystemExit) as exc:  # refused by the parser: one line, status 2
+            run(capsys, path, *argv)
+        out, err = capsys.readouterr()
+        assert exc.value.code == 2 and out == "", argv
+        assert f"ustack trace: error: argument {word}" in err and "Traceback" not in err, err
 
 
 def test_add_parser_wires_a_trace_subcommand(tmp_path, capsys):

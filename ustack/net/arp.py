@@ -1,8 +1,15 @@
 """ARP (RFC 826): the neighbour cache, request/reply, and packets waiting for resolution.
 
-- Cache entries expire after ``ttl`` seconds (reachable time); a lookup of
-  an expired entry re-resolves, and a timer purges expired entries (armed
-  only while the cache holds any, so an idle stack has no deadline).
+- Cache entries are fresh for ``ttl`` seconds (reachable time). An entry
+  past its ttl is stale for ``max_retries * retry_interval`` more seconds:
+  it is still used, and each lookup polls the neighbour with a unicast ARP
+  request at most once per ``retry_interval`` (RFC 1122 2.3.2.1 "unicast
+  poll", Linux's STALE/PROBE states; ``arp.unicast_polls_sent``); its reply
+  refreshes the entry. A neighbour we are talking to is so revalidated
+  without a pending slot or the broadcast budget, which a flood from
+  spoofed sources may hold. A timer purges entries whose stale time is over
+  (armed only while the cache holds any, so an idle stack has no deadline);
+  a later lookup resolves again from scratch.
 - The cache holds at most ``max_entries`` (default 1024, Linux's
   gc_thresh3). Learning a new neighbour at the cap counts ``arp.cache_full``
   and evicts an expired entry if there is one, else the oldest (entries are
@@ -89,6 +96,8 @@ class ArpLayer:
         self.max_pending = max_pending
         # ip -> (mac, expires_at), in order of last update: the front is the oldest and the first to expire
         self.cache: dict[bytes, tuple[bytes, float]] = {}
+        self.stale_time = max_retries * retry_interval  # how long past its ttl an entry is used while polled
+        self._polled: dict[bytes, float] = {}  # stale entries: when the last unicast poll went out
         self.pending: dict[bytes, _Pending] = {}
         self.queued = 0
         self._requests = TokenBucket(request_rate, request_burst)
@@ -99,25 +108,41 @@ class ArpLayer:
         entry = self.cache.get(ip)
         if entry is None:
             return None
-        if entry[1] <= now:
-            del self.cache[ip]
-            self.stats.inc("arp.expired")
-            return None
-        return entry[0]
+        mac, expires = entry
+        if expires > now:
+            return mac
+        if now < expires + self.stale_time:
+            self._poll(ip, mac, now)  # stale: still used while the neighbour is asked again
+            return mac
+        del self.cache[ip]
+        self._polled.pop(ip, None)
+        self.stats.inc("arp.expired")
+        return None
+
+    def _poll(self, ip: bytes, mac: bytes, now: float) -> None:
+        """RFC 1122 2.3.2.1: a unicast ARP request to a stale entry's neighbour, once per retry_interval."""
+        last = self._polled.get(ip)
+        if last is not None and now - last < self.retry_interval:
+            return
+        self._polled[ip] = now
+        iface = self.iface
+        self._send(mac, ArpPacket.request(iface.mac, iface.addr, ip))
+        self.stats.inc("arp.unicast_polls_sent")
 
     def learn(self, ip: bytes, mac: bytes, now: float) -> None:
         if mac == BROADCAST_MAC or mac[0] & 1 or ip == ANY4:
             return  # never cache broadcast/multicast hardware addresses
         cache = self.cache
+        self._polled.pop(ip, None)
         if cache.pop(ip, None) is None and len(cache) >= self.max_entries:
             self.stats.inc("arp.cache_full")
-            self._purge(now)
+            self._purge(now, stale_too=True)
             if len(cache) >= self.max_entries:
                 del cache[next(iter(cache))]  # the oldest
                 self.stats.inc("arp.evicted")
         cache[ip] = (bytes(mac), now + self.ttl)
         if self._purge_timer.deadline is None:
-            self._purge_timer.arm(next(iter(cache.values()))[1])
+            self._purge_timer.arm(next(iter(cache.values()))[1] + self.stale_time)
         pending = self.pending.pop(ip, None)
         if pending is not None:
             if pending.timer is not None:
@@ -131,15 +156,20 @@ class ArpLayer:
         self._purge(now)
         return [(to_str(ip), mac.hex(":"), exp - now) for ip, (mac, exp) in self.cache.items()]
 
-    def _purge(self, now: float) -> None:
-        """Drop the expired entries: they are at the front (last-update order, one ttl)."""
+    def _purge(self, now: float, stale_too: bool = False) -> None:
+        """Drop the entries whose stale time is over (``stale_too``: every expired one, for the cap).
+
+        They are at the front: entries are in last-update order with one ttl.
+        """
         cache = self.cache
+        limit = now if stale_too else now - self.stale_time
         n = 0
         while cache:
             ip = next(iter(cache))
-            if cache[ip][1] > now:
+            if cache[ip][1] > limit:
                 break
             del cache[ip]
+            self._polled.pop(ip, None)
             n += 1
         if n:
             self.stats.inc("arp.expired", n)
@@ -148,7 +178,7 @@ class ArpLayer:
         self._purge(now)
         cache = self.cache
         if cache:
-            self._purge_timer.arm(max(now, next(iter(cache.values()))[1]))
+            self._purge_timer.arm(max(now, next(iter(cache.values()))[1] + self.stale_time))
 
     # -- resolution ----------------------------------------------------------
     def resolve_then(self, ip: bytes, send: Callable[[bytes], None], now: float) -> None:

@@ -10,6 +10,10 @@
   limits them (RFC 1812 section 4.3.2.8; Linux: ~1/s, burst 6). At most
   ``max_buckets`` destinations are tracked (default 4096); a new one past
   that evicts the least recently created bucket (``icmp.ratelimit_evicted``).
+  A host-wide bucket bounds them all together (``global_rate`` 1000/s,
+  ``global_burst`` 50, as Linux's icmp_msgs_per_sec / icmp_msgs_burst), so
+  spoofed sources, each with a fresh bucket, cannot multiply the rate
+  (``icmp.errors_global_limited``).
 - A reply or error toward a source we have no route to (no gateway, off the
   subnet) is dropped (``icmp.echo_no_route`` / ``icmp.error_no_route``),
   never raised: one packet must not stop the host.
@@ -42,7 +46,7 @@ class IcmpLayer:
 
     def __init__(self, ip: IpLayer, iface: Interface, protocols: ProtocolTable, stats: Stats, *,
                  error_rate: float = 1.0, error_burst: float = 6.0, answer_broadcast_echo: bool = False,
-                 max_buckets: int = MAX_BUCKETS):
+                 max_buckets: int = MAX_BUCKETS, global_rate: float = 1000.0, global_burst: float = 50.0):
         self.ip = ip
         self.iface = iface
         self.protocols = protocols
@@ -52,6 +56,8 @@ class IcmpLayer:
         self.answer_broadcast_echo = answer_broadcast_echo
         self.max_buckets = max_buckets
         self._buckets: dict[bytes, TokenBucket] = {}
+        self.global_rate, self.global_burst = global_rate, global_burst
+        self._global: Optional[TokenBucket] = None  # made at the first error (its clock starts there)
         # ident -> handler(seq, ident, payload, src, now, ttl)
         self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
 
@@ -147,6 +153,11 @@ class IcmpLayer:
             bucket = buckets[dst] = TokenBucket(self.error_rate, self.error_burst, now)
         if not bucket.take(now):
             stats.inc("icmp.errors_rate_limited")
+            return False
+        if self._global is None:
+            self._global = TokenBucket(self.global_rate, self.global_burst, now)
+        if not self._global.take(now):
+            stats.inc("icmp.errors_global_limited")
             return False
         msg = IcmpMessage.error(itype, code, original, rest)
         buf = bytearray(msg.length)

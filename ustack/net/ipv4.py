@@ -28,12 +28,14 @@ no address yet), when ``allow_unspecified_dhcp`` (the default).
 from __future__ import annotations
 
 import errno
+import os
 import struct
 from typing import Callable, Optional
 
 from ustack import _fastpath
 from ustack.net.addr import ANY4, BROADCAST4
 from ustack.net.arp import ArpLayer
+from ustack.net.ipid import DEFAULT_BUCKETS, IpIdents
 from ustack.net.link import BROADCAST_MAC, Link
 from ustack.net.reassembly import Reassembler
 from ustack.net.route import Interface
@@ -58,14 +60,16 @@ class Ipv4Layer:
 
     def __init__(self, link: Link, iface: Interface, arp: ArpLayer, timers: TimerHeap, stats: Stats, *,
                  ttl: int = DEFAULT_TTL, reassembly_timeout: float = 30.0, reassembly_max_bytes: int = 4 << 20,
-                 reassembly_max_datagrams: int = 64, allow_unspecified_dhcp: bool = True):
+                 reassembly_max_datagrams: int = 64, allow_unspecified_dhcp: bool = True,
+                 id_secret: Optional[bytes] = None, id_buckets: int = DEFAULT_BUCKETS):
         self.link = link
         self.allow_unspecified_dhcp = allow_unspecified_dhcp
         self.iface = iface
         self.arp = arp
         self.stats = stats
         self.ttl = ttl
-        self.ident = 0
+        # RFC 7739 5.4: IDs from per-destination counters picked by a keyed hash, not one global counter.
+        self.idents = IpIdents(id_secret if id_secret is not None else os.urandom(16), id_buckets)
         self.reassembler = Reassembler(timers, stats, timeout=reassembly_timeout,
                                        max_bytes=reassembly_max_bytes, max_datagrams=reassembly_max_datagrams,
                                        on_timeout=self._reassembly_timeout)
@@ -84,9 +88,9 @@ class Ipv4Layer:
         return self.iface.mtu
 
     # -- output ---------------------------------------------------------------------
-    def next_ident(self) -> int:
-        self.ident = (self.ident + 1) & 0xFFFF
-        return self.ident
+    def next_ident(self, src: bytes, dst: bytes, proto: int) -> int:
+        """The Identification of the next datagram from ``src`` to ``dst`` (``ustack.net.ipid``)."""
+        return self.idents.next(src, dst, proto)
 
     def template(self, dst_mac: bytes, src: bytes, dst: bytes, proto: int, ttl: int, tos: int = 0) -> bytes:
         """Ethernet + IPv4 header for a flow, per-packet fields zero (cached, bounded)."""
@@ -130,7 +134,7 @@ class Ipv4Layer:
         link = self.link
         stats = self.stats
         tmpl = self.template(dst_mac, src, dst, proto, ttl, tos)
-        ident = self.next_ident()
+        ident = self.next_ident(src, dst, proto)
         mtu = self.iface.mtu
         n = len(payload)
         if n + HEADER_LEN <= mtu:
@@ -173,7 +177,7 @@ class Ipv4Layer:
                 self._templates.clear()
             tmpl = self.template(mac, src, dst, PROTO_UDP, self.ttl) + struct.pack("!HHI", sport, dport, 0)
             self._templates[key] = tmpl
-        self.link.sent(_fastpath.emit_udp(slot, tmpl, self.next_ident(), payload))
+        self.link.sent(_fastpath.emit_udp(slot, tmpl, self.next_ident(src, dst, PROTO_UDP), payload))
         self.stats.inc("ipv4.packets_sent")
         return True
 
@@ -192,11 +196,12 @@ class Ipv4Layer:
         if slot is None:
             return False
         tmpl = self.template(mac, src, dst, PROTO_TCP, self.ttl)
+        ident = self.next_ident(src, dst, PROTO_TCP)
         if ts is None:
-            length = _fastpath.emit_tcp(slot, tmpl, self.next_ident(), sport, dport, seq, ack, flags, window,
+            length = _fastpath.emit_tcp(slot, tmpl, ident, sport, dport, seq, ack, flags, window,
                                         None, 0, payload)
         else:
-            length = _fastpath.emit_tcp(slot, tmpl, self.next_ident(), sport, dport, seq, ack, flags, window,
+            length = _fastpath.emit_tcp(slot, tmpl, ident, sport, dport, seq, ack, flags, window,
                                         ts[0], ts[1], payload)
         self.link.sent(length)
         self.stats.inc("ipv4.packets_sent")

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 from ustack.transport.tcp.congestion import ALGORITHMS
 
+# Under soft memory pressure (tcp_mem_pressure) each connection still gets this much per direction
+# beyond what it holds (Linux's tcp_rmem[0] / tcp_wmem[0]), so every connection keeps moving.
+PRESSURE_MIN = 4096
+
 
 @dataclass(slots=True)
 class TcpConfig:
@@ -53,7 +57,8 @@ class TcpConfig:
     # Layer-wide limits (read from the TcpLayer's config; see transport/tcp/layer.py):
     orphan_retries: int = 8  # timer expiries without progress before a closed (orphaned) connection is reset
     max_orphans: int = 4096  # orphans held at once; a connection closed beyond it is reset at once
-    tcp_mem: int = 64 << 20  # bytes all connections' send + receive buffers may hold together
+    tcp_mem: int = 64 << 20  # bytes all connections' send + receive buffers may hold together (the hard level)
+    tcp_mem_pressure: int | None = None  # the soft level above which buffers stop growing; None: 3/4 of tcp_mem
     max_connections: int = 65536  # TCBs of all states; SYNs beyond are dropped, connect() raises ENOBUFS
 
     def derive(self, **knobs) -> TcpConfig:
@@ -79,6 +84,8 @@ class TcpConfig:
             raise ValueError("msl must not be negative")
         if self.orphan_retries < 0 or self.max_orphans < 0 or self.max_connections <= 0 or self.tcp_mem <= 0:
             raise ValueError("orphan_retries and max_orphans must be >= 0, max_connections and tcp_mem > 0")
+        if self.tcp_mem_pressure is not None and not 0 < self.tcp_mem_pressure <= self.tcp_mem:
+            raise ValueError("tcp_mem_pressure must be in (0, tcp_mem]")
         if self.mss and self.mss < 88:
             raise ValueError("mss clamp below 88 bytes")
         if self.congestion.lower() not in ALGORITHMS:

@@ -63,7 +63,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
 from ustack.transport.tcp.info import TcpInfo
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
@@ -145,7 +145,7 @@ class Connection:
         self._orphan_probes = 0  # orphan timer expiries without progress of SND.UNA
         self._orphan_una = 0
         self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
-        self.receiver.mem_room = layer.mem_room
+        self.receiver.budget = layer
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 
@@ -481,6 +481,13 @@ class Connection:
                     self.receiver.ack_now = True
                     data = b""
                     fin = 0
+                elif self.layer.under_pressure and dseq != tcb.rcv_nxt:
+                    # Soft memory pressure: out-of-order data is not queued (Linux's TCPOFODrop when
+                    # memory cannot be scheduled); the ACK at once tells the peer where the gap is.
+                    stats.drop("tcp.mem_pressure_ooo")
+                    self.receiver.ack_now = True
+                    data = b""
+                    fin = 0
                 else:
                     self._receive_text(dseq, data, now, bool(seg.flags & PSH))
             else:
@@ -599,7 +606,7 @@ class Connection:
             return
         tcb.state = State.CLOSED
         self._uncount_orphan()
-        self.layer.mem_used -= max(self._charged, 0)  # what is left unread is the user's now
+        self.layer.charge(-max(self._charged, 0))  # what is left unread is the user's now
         self._charged = -1
         self.sender.stop()
         self.receiver.stop()
@@ -798,7 +805,16 @@ class Connection:
         st = self.tcb.state
         if self._pending_error is not None or st == State.CLOSED or self.wr_shutdown:
             return True
-        return st in (State.ESTABLISHED, State.CLOSE_WAIT) and self.sender.sndbuf.free > 0
+        return st in (State.ESTABLISHED, State.CLOSE_WAIT) and self.sender.sndbuf.free > 0 and self._send_room() > 0
+
+    def _send_room(self) -> int:
+        """Bytes the memory budget lets ``send`` queue now: what the hard level leaves, and under
+        soft pressure no more than brings the send buffer to PRESSURE_MIN (config.py)."""
+        layer = self.layer
+        room = layer.mem_room()
+        if layer.under_pressure:
+            room = min(room, PRESSURE_MIN - len(self.sender.sndbuf))
+        return room
 
     @property
     def connected(self) -> bool:
@@ -816,7 +832,7 @@ class Connection:
         st = self.tcb.state
         if self.wr_shutdown or st not in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT):
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-        room = self.layer.mem_room()
+        room = self._send_room()
         if room < len(data):
             self.host.stats.inc("tcp.mem_pressure_send")
             data = memoryview(data)[: max(room, 0)]
@@ -968,7 +984,7 @@ class Connection:
         rcvbuf = self.receiver.rcvbuf
         held = len(self.sender.sndbuf) + len(rcvbuf) + rcvbuf.ooo_bytes
         if held != self._charged:
-            self.layer.mem_used += held - self._charged
+            self.layer.charge(held - self._charged)
             self._charged = held
 
     def _uncount_orphan(self) -> None:

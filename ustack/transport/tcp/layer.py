@@ -59,6 +59,18 @@ limit reached is counted):
   would go beyond it is not received (the drop tcp.mem_pressure, an ACK
   tells the peer to send it again), windows stop opening, and ``send``
   takes only what fits (tcp.mem_pressure_send).
+- ``tcp_mem_pressure`` (3/4 of ``tcp_mem``, Linux's tcp_mem pressure
+  level): above it the layer is under memory pressure
+  (tcp.mem_pressure_entered counts each time it enters) and every
+  connection's buffers are trimmed to what they hold plus ``PRESSURE_MIN``
+  (4 KiB, Linux's tcp_rmem[0] / tcp_wmem[0]): the receive window never
+  reaches further than that (it stops growing; an advertised edge is never
+  taken back, RFC 7323 2.4), out-of-order data is not queued (the drop
+  tcp.mem_pressure_ooo, ACKed at once so SACK-less recovery goes on), and
+  ``send`` takes only what brings the send buffer to ``PRESSURE_MIN``
+  (tcp.mem_pressure_send). In-order data within the advertised window is
+  still taken up to the hard level. Below the soft level again, windows
+  open as before.
 - ``challenge_ack_limit`` (1000 per second, each second's budget drawn in
   [limit/2, 3*limit/2), ``limits.py``).
 - SYN cookies: checked only within ``COOKIE_VALID`` (128 s) after the
@@ -114,7 +126,7 @@ class TcpLayer:
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
                  "_keyed", "cookies", "orphans",
-                 "mem_used")
+                 "mem_used", "under_pressure")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None):
         self.host = host
@@ -130,6 +142,7 @@ class TcpLayer:
         self.challenge_acks = ChallengeAckBudget(self.config.challenge_ack_limit, host.isn_secret)
         self.cookies = SynCookies(host.isn_secret)  # RFC 4987 3.6 with rotating keys
         self.mem_used = 0  # bytes held in every connection's send, receive and out-of-order buffers
+        self.under_pressure = False  # mem_used is at or above the soft level (tcp_mem_pressure)
         self.orphans = 0  # connections closed by the user still delivering (kept by Connection)
 
     # -- what the stack calls --------------------------------------------
@@ -283,6 +296,20 @@ class TcpLayer:
     def mem_room(self) -> int:
         """Bytes the memory budget (``tcp_mem``) can still take."""
         return self.config.tcp_mem - self.mem_used
+
+    def pressure_level(self) -> int:
+        """The soft level of the memory budget (``tcp_mem_pressure``, by default 3/4 of ``tcp_mem``)."""
+        cfg = self.config
+        return cfg.tcp_mem_pressure if cfg.tcp_mem_pressure is not None else cfg.tcp_mem * 3 // 4
+
+    def charge(self, delta: int) -> None:
+        """Buffers grew (or shrank) by ``delta`` bytes: account them, and enter or leave memory pressure."""
+        self.mem_used = used = self.mem_used + delta
+        pressure = used >= self.pressure_level()
+        if pressure != self.under_pressure:
+            self.under_pressure = pressure
+            if pressure:
+                self.host.stats.inc("tcp.mem_pressure_entered")
 
     def at_connection_limit(self) -> bool:
         """The layer holds ``max_connections`` TCBs (every state, TIME-WAIT included)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from ustack.transport.tcp.config import PRESSURE_MIN
 from ustack.transport.tcp.delack import DelayedAck
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "delack", "rtt", "recv_high",
                  "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "mem_room")
+                 "budget")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, delack_timer, high_water: Callable[[], None]):
         self.tcb = tcb
@@ -53,7 +54,7 @@ class Receiver:
         self.unacked = 0  # in-order bytes received since our last ACK
         self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
         self.bytes_received = 0
-        self.mem_room = None  # () -> bytes left in the layer's memory budget (set by the connection)
+        self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.configure(config)
@@ -124,7 +125,7 @@ class Receiver:
         cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
         rcvbuf = self.rcvbuf
         cap = rcvbuf.capacity
-        if cur <= cap // 2 and rcvbuf.free - cur >= min(cap // 2, tcb.mss_base):
+        if cur <= cap // 2 and self.offerable() - cur >= min(cap // 2, tcb.mss_base):
             self.wnd_update = True
             return True
         delack = self.delack
@@ -141,15 +142,28 @@ class Receiver:
 
     # -- what outgoing segments carry --------------------------------------
 
+    def offerable(self) -> int:
+        """Free receive space the window may offer: the buffer's, within the layer's memory budget."""
+        rcvbuf = self.rcvbuf
+        free = rcvbuf.free
+        layer = self.budget
+        if layer is not None:
+            room = layer.mem_room()
+            if room < free:  # tcp_mem (hard): offer no more than the layer can still hold
+                free = max(room, 0)
+            if layer.under_pressure:
+                # Soft pressure: the buffer is trimmed to what it holds plus PRESSURE_MIN, so the window
+                # stops growing (what was advertised stays: ``cur`` in select_window, RFC 7323 2.4).
+                trimmed = PRESSURE_MIN - len(rcvbuf) - rcvbuf.ooo_bytes
+                if trimmed < free:
+                    free = max(trimmed, 0)
+        return free
+
     def select_window(self) -> int:
         """The window field to advertise now (scaled); updates RCV.WND and the advertised right edge."""
         tcb = self.tcb
         rcvbuf = self.rcvbuf
-        free = rcvbuf.free
-        if self.mem_room is not None:
-            room = self.mem_room()
-            if room < free:  # tcp_mem pressure: offer no more than the layer can still hold
-                free = max(room, 0)
+        free = self.offerable()
         cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
         if cur < 0:
             cur = 0
