@@ -201,3 +201,44 @@ def test_plain_listener_then_reuseport_is_refused(net):
     finally:
         plain.close()
         other.close()
+
+
+def test_several_threads_accepting_on_one_listener_all_get_connections(net):
+    """The other way to share a port: one listener, blocking accept() in several threads. A thread woken
+    for a connection another thread took waits for the next one (it used to get EBADF)."""
+    import threading
+
+    da, db = net
+    lst = usocket(da)
+    lst.bind((A, 0))
+    lst.listen(16)
+    port = lst.getsockname()[1]
+    accepted, errors = [], []
+
+    def acceptor():
+        try:
+            while True:
+                conn, _ = lst.accept()
+                accepted.append(conn)
+        except OSError as e:
+            errors.append(e.errno)
+
+    threads = [threading.Thread(target=acceptor) for _ in range(4)]
+    for t in threads:
+        t.start()
+    clients = []
+    try:
+        for _ in range(12):
+            c = usocket(db)
+            c.settimeout(5)
+            c.connect((A, port))
+            clients.append(c)
+        assert da.wait_until(lambda: len(accepted) == 12, 5), len(accepted)
+        assert errors == []
+    finally:
+        lst.close()  # the acceptors end with EBADF, as a blocked accept() ends on a closed listener
+        for t in threads:
+            t.join(5)
+        for s in clients + accepted:
+            s.close()
+    assert errors == [errno.EBADF] * 4

@@ -58,6 +58,8 @@ PAIRS = [
     Pair("threaded_chat", "threaded_chat", "threaded_chat"),
     Pair("wsgiref", "wsgiref_app", "wsgiref_app"),
     Pair("sendfile", "sendfile_app", "sendfile_app"),
+    Pair("ftplib", "ftp_app", "ftp_app"),
+    Pair("smtplib", "smtp_app", "smtp_app"),
 ]
 
 

@@ -131,7 +131,9 @@ def runs(request, lanes, certs, reference):
     jobs = [job(i, p, w) for i, p in enumerate(PAIRS) for w in WHERE]
     outcomes = _run_all(jobs, lanes)
     elapsed = time.monotonic() - start
-    print(f"\ncorpus on {backend}: {len(jobs)} runs over {len(lanes)} lanes in {elapsed:.1f} s")
+    slowest = sorted(outcomes, key=lambda o: -o.seconds)[:4]
+    print(f"\ncorpus on {backend}: {len(jobs)} runs over {len(lanes)} lanes in {elapsed:.1f} s; slowest: "
+          + ", ".join(f"{o.pair} [{o.where}] {o.seconds:.1f} s" for o in slowest))
     return {(o.pair, o.where): o for o in outcomes}
 
 
