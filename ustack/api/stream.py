@@ -286,6 +286,10 @@ class StreamSocket(SocketBase):
         if self._timeout == 0.0:
             with self._driver.lock:
                 result = self._connect_result()
+            if result == 0 and not pending:
+                # the SYN-ACK raced in (the driver thread, a fast peer): Linux never finishes a handshake
+                # inside a non-blocking connect(), it says EINPROGRESS and reports completion as writable
+                result = errno.EINPROGRESS
             if result == errno.EINPROGRESS:
                 if pending:
                     raise BlockingIOError(errno.EALREADY, "Operation already in progress")
