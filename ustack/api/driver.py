@@ -142,7 +142,6 @@ class Driver:
         that received frames; sleeps otherwise.
         """
         clock = self.clock
-        stats = self.stack.stats
         start = clock()
         end = None if timeout is None else start + timeout
         spin_end = start + self.busy_poll
