@@ -150,6 +150,8 @@ def _check(outcome, reference):
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("pair", PAIRS, ids=[p.name for p in PAIRS])
 def test_program_on_ustack_against_the_kernel(runs, reference, pair, where):
+    if pair.needs:
+        pytest.importorskip(pair.needs, reason=f"{pair.needs} is in the test extra: pip install -e '.[test]'")
     ref = reference[pair.name]
     assert ref.client_rc == 0 and not ref.problem, "the kernel-only reference run failed:\n" + ref.describe()
     _check(runs[(pair.name, where)], ref)
