@@ -93,7 +93,7 @@ def reference(lanes, certs):
 
     def job(i, pair):
         def run(topo):
-            port = PORT_BASE + 200 + i
+            port = PORT_BASE + 200 + i  # on the peer namespace's loopback
             return run_pair(pair, "kernel", topo.peer_popen, topo.peer_popen,
                             python(*pair.server_argv("127.0.0.1", port, certs)),
                             python(*pair.client_argv("127.0.0.1", port, certs)))
@@ -115,7 +115,7 @@ def runs(request, lanes, certs, reference):
 
     def job(i, pair, where):
         def run(topo):
-            port = PORT_BASE + i
+            port = PORT_BASE + 50 * BACKENDS.index(backend) + i  # a port used once per lane and session
             if where == "ustack-server":
                 host = topo.stack_addr
                 server = [*ustack_run(topo, backend), *pair.server_argv(host, port, certs)]
