@@ -34,6 +34,12 @@ CPU during push, pull and connections is reported too (% of one CPU, µs
 per 1448-byte segment, µs per connection). Figures are medians of
 ``--reps`` repetitions; each repetition's figure is in the JSON.
 
+The unmodified-program rows (off with ``--no-program``): the stdlib's
+``python -m http.server`` on the kernel and unchanged under ``ustack run`` on
+each backend, fetched back to back by a small HTTP loop in the peer
+namespace: requests per second and p50/p99 latency
+(ustack.tools.bench_program); in the JSON as ``programs``.
+
 A second table gives the per-backend ring cost: raw 60-byte (64 on a wire)
 UDP frames per second received and transmitted and this process's CPU µs
 per frame, next to a kernel UDP socket, measured by ustack.tools.bench_rings (tap,
@@ -69,6 +75,7 @@ from typing import Optional
 
 from ustack.tools.bench_config import REFERENCE_KINDS, ROW_KINDS, USTACK_BACKENDS, BenchConfig
 from ustack.tools.bench_report import draw_png, format_table, latency_table, notes_for, write_json
+from ustack.tools.bench_program import run_program_row
 from ustack.tools.bench_runner import Placement, machine_info, run_ring, run_row
 from ustack.tools.cli_types import float_range, int_range
 
@@ -98,6 +105,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), default="auto", help="afxdp attach mode")
     p.add_argument("--no-rings", action="store_true", help="skip the per-backend ring cost table")
     p.add_argument("--no-latency", action="store_true", help="skip the latency suite (sizes, ping, connect)")
+    p.add_argument("--no-program", action="store_true",
+                   help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
     tune = p.add_argument_group("sizes (override the suite's)")
     tune.add_argument("--reps", type=_positive(int), help="repetitions per metric (median reported)")
     tune.add_argument("--rtt-count", type=_positive(int), help="timed round trips per RTT repetition")
@@ -108,6 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--lat-count", type=_positive(int), help="timed round trips per message size up to 3000 B")
     tune.add_argument("--ping-count", type=_positive(int), help="pings, 10 ms apart, per repetition")
     tune.add_argument("--connect-seconds", type=_positive(float), help="seconds of connect+close per repetition")
+    tune.add_argument("--program-seconds", type=_positive(float),
+                      help="seconds of back-to-back HTTP requests per program-row repetition")
     tune.add_argument("--ring-seconds", type=_positive(float), help="seconds per ring benchmark run")
     tune.add_argument("--ring-runs", type=_positive(int), help="ring benchmark runs (median reported)")
 
@@ -153,7 +164,7 @@ def cmd_bench(args) -> int:
                                                  "client_cpus": sorted(placement.client or []),
                                                  "server_cpus": sorted(placement.server or [])},
         "config": {**asdict(cfg), "quick": args.quick, "xdp_mode": args.xdp_mode, "rows": ["kernel"] + kinds},
-        "rows": [], "rings": [], "notes": [],
+        "rows": [], "programs": [], "rings": [], "notes": [],
     }
 
     def log(text: str) -> None:
@@ -172,6 +183,10 @@ def cmd_bench(args) -> int:
         log(f"ustack bench: rows kernel, {', '.join(kinds)}; {placement.text}")
         for kind in ["kernel"] + kinds:
             result["rows"].append(run_row(kind, cfg, placement, args.xdp_mode, log))
+        if cfg.program:
+            for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
+                result["programs"].append(run_program_row(kind, cfg.program_seconds, cfg.reps, placement,
+                                                          args.xdp_mode, log))
         if cfg.rings:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["rings"].append(run_ring(kind, cfg, placement, args.xdp_mode, log))
@@ -199,7 +214,7 @@ def cmd_bench(args) -> int:
         print(f"wrote {', '.join(written)}")
     if interrupted:
         return 130
-    failed = [r for r in result["rows"] if r["status"] == "error"]
+    failed = [r for r in result["rows"] + result["programs"] if r["status"] == "error"]
     return 1 if failed else 0
 
 

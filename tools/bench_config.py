@@ -69,6 +69,8 @@ class BenchConfig:
     ping_interval: float = 0.01
     connect_seconds: float = 2.0  # connect+close for this long (or connect_max connections)
     connect_max: int = 20_000
+    program: bool = True  # the unmodified-program rows (python -m http.server, ustack.tools.bench_program)
+    program_seconds: float = 3.0  # of back-to-back HTTP requests per repetition
 
     def lat_count_for(self, size: int) -> int:
         """Round trips for one message size: fewer for the big ones (a 100 KB echo takes milliseconds)."""
@@ -81,14 +83,15 @@ class BenchConfig:
         if args.quick:
             cfg = cls(reps=1, rtt_count=300, rtt_warmup=50, bulk_bytes=4_000_000, bulk_seconds=3.0,
                       cps_seconds=1.0, ring_seconds=0.5, ring_runs=1, lat_count=60, lat_warmup=5, ping_count=40,
-                      connect_seconds=0.5)
+                      connect_seconds=0.5, program_seconds=1.0)
         else:
             cfg = cls()
         for name in ("reps", "rtt_count", "rtt_warmup", "bulk_bytes", "bulk_seconds", "cps_seconds",
-                     "ring_seconds", "ring_runs", "lat_count", "ping_count", "connect_seconds"):
+                     "ring_seconds", "ring_runs", "lat_count", "ping_count", "connect_seconds", "program_seconds"):
             value = getattr(args, name, None)
             if value is not None:
                 setattr(cfg, name, value)
         cfg.rings = not args.no_rings
         cfg.latency = not getattr(args, "no_latency", False)
+        cfg.program = not getattr(args, "no_program", False)
         return cfg

@@ -16,6 +16,7 @@ import json
 from typing import Optional
 
 from ustack.tools.bench_config import LATENCY_SIZES, MESSAGE, METRICS, RING_METRICS, SERVER_CPU_METRICS
+from ustack.tools.bench_program import format_programs
 
 
 def _fmt(value, unit: str) -> str:
@@ -134,6 +135,7 @@ def format_table(result: dict) -> str:
         out.append(f"{row['name']:{width}}  {cells}  {row['mode']}" + (f" ({row['note']})" if row["note"] else ""))
     out += format_server_cpu(result)
     out += format_latency(result)
+    out += format_programs(result)
     if result.get("rings"):
         out += ["", "ring cost, 60-byte UDP frames (64 on a wire); CPU of the stack-side thread per frame:"]
         width = max([len("path")] + [len(r["name"]) for r in result["rings"]])

@@ -1,8 +1,10 @@
-"""The Driver's wait policy: busy-poll budget re-armed by rounds that did work; the thread survives poll errors."""
+"""The Driver's wait policy: busy-poll budget re-armed by rounds that did work; every sleeper woken by a kick;
+the thread survives poll errors."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -52,7 +54,7 @@ def sleeps_during(stack, busy_poll, rounds=60):
     """Drive wait_until for ``rounds`` rounds; the rounds after which it went to sleep."""
     driver = Driver(stack, StepClock(), busy_poll=busy_poll, auto_start=False)
     slept = []
-    driver._sleep = lambda timeout: slept.append(stack.rounds)
+    driver._sleep = lambda timeout, kicks=None: slept.append(stack.rounds)
     driver.wait_until(lambda: stack.rounds >= rounds, None)
     driver.close()
     return slept
@@ -94,3 +96,60 @@ def test_the_thread_counts_an_exception_from_stack_poll_and_keeps_polling():
         driver.close()
     assert stack.stats["driver.poll_error.ZeroDivisionError"] == 2
     assert isinstance(driver.last_error, ZeroDivisionError)
+
+
+def test_one_kick_wakes_every_sleeping_thread(monkeypatch):
+    """Found by the corpus (http.server under ustack run, pinned to one CPU): with one shared wake-up pipe
+    the first thread to wake drained it and poll(2) put the others back to sleep for MAX_SLEEP (0.5 s),
+    a request's data waiting meanwhile. Each sleeper now has its own pipe."""
+    from ustack.api import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "MAX_SLEEP", 60.0)  # a lost wake-up would be a 60 s sleep
+    driver = Driver(ScriptedStack(), busy_poll=0.0, auto_start=False)
+    sleepers = [threading.Thread(target=driver._sleep, args=(None,)) for _ in range(3)]
+    try:
+        for t in sleepers:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(driver._sleeping) < 3 and time.monotonic() < deadline:  # until all three are asleep
+            time.sleep(0.001)
+        assert len(driver._sleeping) == 3
+        driver.kick()
+        for t in sleepers:
+            t.join(10)
+        assert not any(t.is_alive() for t in sleepers), "a kick did not wake every sleeper"
+        assert len(driver._free) == 3 and not driver._sleeping  # the pipes go back to the free list
+    finally:
+        driver.kick()
+        for t in sleepers:
+            t.join(1)
+        driver.close()
+
+
+def test_a_kick_after_the_last_look_cancels_the_sleep(monkeypatch):
+    from ustack.api import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "MAX_SLEEP", 60.0)
+    driver = Driver(ScriptedStack(), busy_poll=0.0, auto_start=False)
+    seen = driver._kicks
+    driver.kick()  # nobody asleep yet: nothing to write to, only the sequence moves
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (driver._sleep(None, seen), done.set()))
+    t.start()
+    try:
+        assert done.wait(10), "slept although a kick came after the caller's last look"
+    finally:
+        driver.kick()
+        t.join(1)
+        driver.close()
+
+
+def test_a_round_that_received_frames_kicks_the_sleepers():
+    stack = ScriptedStack(busy_rounds={1})
+    driver = Driver(stack, busy_poll=0.0, auto_start=False)
+    before = driver._kicks
+    driver.poll()  # round 1 received a frame
+    assert driver._kicks == before + 1
+    driver.poll()  # round 2 did not
+    assert driver._kicks == before + 1
+    driver.close()

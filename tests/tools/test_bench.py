@@ -38,6 +38,9 @@ def test_quick_suite_and_overrides():
     cfg = bench_config.BenchConfig.for_args(args)
     assert (cfg.latency, cfg.lat_count, cfg.ping_count, cfg.connect_seconds, cfg.reps) == (True, 7, 9, 0.25, 3)
     assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--no-latency"])).latency is False
+    cfg = bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--no-program", "--program-seconds", "2"]))
+    assert (cfg.program, cfg.program_seconds) == (False, 2.0)
+    assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--quick"])).program_seconds == 1.0
 
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--rtt-count", "-3"], ["--bulk-seconds", "0"],
@@ -83,7 +86,7 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
     argv = [sys.executable, "-m", "ustack.tools.bench", "--quick", "--backends", "packet", "--rtt-count", "100",
             "--rtt-warmup", "20", "--bulk-bytes", "1000000", "--bulk-seconds", "3", "--cps-seconds", "0.5",
             "--ring-seconds", "0.3", "--ring-runs", "1", "--lat-count", "20", "--ping-count", "10",
-            "--connect-seconds", "0.3", "--json", str(out_json), "--png", str(out_png)]
+            "--connect-seconds", "0.3", "--program-seconds", "0.3", "--json", str(out_json), "--png", str(out_png)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         table, log = proc.communicate(timeout=120)
@@ -109,6 +112,13 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
     assert [e["key"] for e in result["latency_table"]][-3:] == ["ping", "connect", "connect_close"]
     assert result["latency_table"][0]["rows"]["ustack/packet"]["ratio"] > 0
     assert rows["ustack/packet"]["mode"].startswith("packet")
+    programs = {r["name"]: r for r in result["programs"]}  # python -m http.server, unmodified, on each stack
+    assert list(programs) == ["kernel", "ustack/packet"]
+    for name, row in programs.items():
+        assert row["status"] == "ok", row
+        assert row["metrics"]["rps"] > 0 and 0 < row["metrics"]["p50_us"] <= row["metrics"]["p99_us"], row
+        assert all(s["requests"] > 0 for s in row["samples"])
+    assert "\nunmodified program: python -m http.server" in table
     rings = {r["name"]: r for r in result["rings"]}
     assert set(rings) == {"kernel UDP socket", "packet"}
     for ring in rings.values():

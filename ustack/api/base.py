@@ -277,7 +277,7 @@ class SocketBase:
             with driver.lock:
                 if predicate():
                     return
-                driver.stack.poll(driver.clock())
+                driver.poll()  # (wakes the threads asleep on the device fd if it received frames)
                 if predicate():
                     return
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")

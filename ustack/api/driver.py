@@ -63,10 +63,13 @@ class Driver:
         self.clock = clock or MonotonicClock()
         self.busy_poll = busy_poll
         self.lock = threading.RLock()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._sleepers = 0
+        # each sleeping thread waits on a wake-up pipe of its own (taken from a free list): with one
+        # shared pipe, the first thread to wake drains it and poll(2) puts the others back to sleep
+        self._sleeping: set[_Waker] = set()
+        self._free: list[_Waker] = []
+        self._sleepers_lock = threading.Lock()
+        self._closed = False
+        self._kicks = 0  # bumped by every kick(): a waiter that saw an older value does not go to sleep
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self.deadline: Optional[float] = None
@@ -80,46 +83,56 @@ class Driver:
 
     # -- one round ------------------------------------------------------------
     def poll(self) -> Optional[float]:
+        """One round of the stack (under the lock); returns its next deadline."""
+        return self._round()[0]
+
+    def _round(self) -> tuple[Optional[float], bool]:
+        """One round: (next deadline, whether it received frames); a round that did wakes the sleepers."""
         with self.lock:
+            stats = self.stack.stats
+            received = stats[_RX_COUNTER]
             self.deadline = self.stack.poll(self.clock())
-            return self.deadline
+            worked = stats[_RX_COUNTER] != received
+            if worked:
+                self.kick()  # what it received may be what another thread waits for, asleep on the device fd
+            return self.deadline, worked
 
     def kick(self) -> None:
         """Tell sleeping pollers that the stack's state changed (a new deadline, new data)."""
-        if self._sleepers:
-            try:
-                os.write(self._wake_w, b"\0")
-            except BlockingIOError:
-                pass
+        self._kicks += 1
+        if self._sleeping:
+            with self._sleepers_lock:
+                wakers = list(self._sleeping)
+            for waker in wakers:
+                waker.wake()
 
-    def _poller(self):
-        """A poll object on the wake-up pipe and the device fd (poll(2): no FD_SETSIZE limit).
+    def _sleep(self, timeout: Optional[float], kicks: Optional[int] = None) -> None:
+        """Sleep in poll(2) on the device fd and this sleep's wake-up pipe, at most MAX_SLEEP.
 
-        One per sleep: several threads may sleep at once, and a poll object
-        refuses concurrent use.
+        Back at once if a kick came since ``kicks`` was read (the caller's last look at the stack).
         """
-        p = select.poll()
-        p.register(self._wake_r, select.POLLIN)
-        fd = self.stack.device.fileno()
-        if fd >= 0:
-            p.register(fd, select.POLLIN)
-        return p
-
-    def _sleep(self, timeout: Optional[float]) -> None:
         if timeout is None or timeout > MAX_SLEEP:
             timeout = MAX_SLEEP
-        poller = self._poller()
-        self._sleepers += 1
+        with self._sleepers_lock:
+            waker = self._free.pop() if self._free else _Waker()
+            self._sleeping.add(waker)
         try:
-            ready = [fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)]
+            if kicks is not None and self._kicks != kicks:
+                return  # kicked after our last look at the stack: look again instead of sleeping
+            p = select.poll()  # poll(2), not select(2): no FD_SETSIZE limit
+            p.register(waker.r, select.POLLIN)
+            fd = self.stack.device.fileno()
+            if fd >= 0:
+                p.register(fd, select.POLLIN)
+            if any(fd == waker.r for fd, _ in p.poll(max(timeout, 0.0) * 1000.0)):
+                waker.drain()
         finally:
-            self._sleepers -= 1
-        if self._wake_r in ready:
-            try:
-                while os.read(self._wake_r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
+            with self._sleepers_lock:
+                self._sleeping.discard(waker)
+                if self._closed:
+                    waker.close()
+                else:
+                    self._free.append(waker)
 
     # -- blocking waits ---------------------------------------------------------
     def wait_until(self, predicate: Callable[[], bool], timeout: Optional[float]) -> bool:
@@ -129,7 +142,6 @@ class Driver:
         that received frames; sleeps otherwise.
         """
         clock = self.clock
-        stats = self.stack.stats
         start = clock()
         end = None if timeout is None else start + timeout
         spin_end = start + self.busy_poll
@@ -137,12 +149,10 @@ class Driver:
             with self.lock:
                 if predicate():
                     return True
-                received = stats[_RX_COUNTER]
-                now = clock()
-                deadline = self.deadline = self.stack.poll(now)
+                deadline, worked = self._round()
+                kicks = self._kicks
                 if predicate():
                     return True
-                worked = stats[_RX_COUNTER] != received
             now = clock()
             if end is not None and now >= end:
                 return False
@@ -156,7 +166,7 @@ class Driver:
             if end is not None:
                 wait = end - now if wait is None else min(wait, end - now)
             if wait is None or wait > 0:
-                self._sleep(wait)
+                self._sleep(wait, kicks)
 
     def run_for(self, seconds: float) -> None:
         """Drive the stack for ``seconds`` (tools, demos)."""
@@ -188,42 +198,67 @@ class Driver:
         stats = self.stack.stats
         spin_end = clock() + self.busy_poll
         while not self._stop.is_set():
-            received = stats[_RX_COUNTER]
             try:
-                deadline = self.poll()
+                with self.lock:
+                    deadline, worked = self._round()
+                    kicks = self._kicks
             except Exception as e:  # a bug in the stack must not silently stop all networking
                 self.last_error = e
                 stats.inc(f"driver.poll_error.{type(e).__name__}")
                 self._sleep(ERROR_BACKOFF)
                 continue
             now = clock()
-            if stats[_RX_COUNTER] != received:
+            if worked:
                 spin_end = now + self.busy_poll
             if now < spin_end:
                 continue
             wait = None if deadline is None else deadline - now
             if wait is None or wait > 0:
-                self._sleep(wait)
+                self._sleep(wait, kicks)
 
     def stop(self) -> None:
         if self._thread is None:
             return
         self._stop.set()
-        self._sleepers += 1
-        try:
-            os.write(self._wake_w, b"\0")
-        except BlockingIOError:
-            pass
-        finally:
-            self._sleepers -= 1
+        self.kick()
         self._thread.join(5)
         self._thread = None
 
     def close(self) -> None:
         self.stop()
-        for fd in (self._wake_r, self._wake_w):
+        with self._sleepers_lock:
+            self._closed = True
+            free, self._free = self._free, []
+        for waker in free:
+            waker.close()
+
+
+class _Waker:
+    """A non-blocking pipe one sleeping thread waits on; ``wake()`` makes its read end readable."""
+
+    __slots__ = ("r", "w")
+
+    def __init__(self):
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(self.w, False)
+
+    def wake(self) -> None:
+        try:
+            os.write(self.w, b"\0")
+        except (BlockingIOError, OSError):
+            pass  # full (a wake-up is pending anyway) or closed
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        for fd in (self.r, self.w):
             try:
                 os.close(fd)
             except OSError:
                 pass
-
