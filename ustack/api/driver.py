@@ -73,7 +73,7 @@ class Driver:
         self.auto_start = not isinstance(clock, ManualClock) if auto_start is None else auto_start
         self.clock = clock or MonotonicClock()
         self.busy_poll = busy_poll
-        self.lock = threading.RLock()
+        self.lock = StackLock()
         # each sleeping thread waits on a wake-up pipe of its own (taken from a free list): with one
         # shared pipe, the first thread to wake drains it and poll(2) puts the others back to sleep
         self._sleeping: set[_Waker] = set()
@@ -242,7 +242,7 @@ class Driver:
                 kicks = self._kicks
                 if predicate():
                     return True
-                others = bool(self._followers)
+                others = bool(self._followers) or self.lock.waiting
             now = clock()
             if end is not None and now >= end:
                 return False
@@ -250,7 +250,7 @@ class Driver:
                 spin_end = now + self.busy_poll
             if now < spin_end:
                 if others:
-                    os.sched_yield()  # releases the GIL: a follower just woken runs now
+                    os.sched_yield()  # releases the GIL: a woken follower or a thread after the lock runs now
                 continue
             wait = None
             if deadline is not None:
@@ -307,7 +307,7 @@ class Driver:
                     with self.lock:
                         deadline, worked = self._round()
                         kicks = self._kicks
-                        others = bool(self._followers)
+                        others = bool(self._followers) or self.lock.waiting
                 except Exception as e:  # a bug in the stack must not silently stop all networking
                     self.last_error = e
                     stats.inc(f"driver.poll_error.{type(e).__name__}")
@@ -346,6 +346,40 @@ class Driver:
             free, self._free = self._free, []
         for waker in free:
             waker.close()
+
+
+class StackLock:
+    """The driver's re-entrant lock, counting the threads blocked on it: a leader spinning on the
+    RX ring yields the CPU (and so the GIL) while someone waits, instead of taking the lock back
+    at once round after round (CPython's locks are not fair) and starving a sender for the whole
+    busy-poll budget."""
+
+    __slots__ = ("_lock", "waiting")
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self.waiting = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(False):
+            return True
+        if not blocking:
+            return False
+        self.waiting += 1
+        try:
+            return self._lock.acquire(True, timeout)
+        finally:
+            self.waiting -= 1
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> "StackLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
 
 
 class _Follower:
