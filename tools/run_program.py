@@ -12,8 +12,10 @@ then death by SIGINT as python does). Before it starts, the stack is opened
 as the other subcommands open theirs (ustack.tools.cli_stack), its Driver
 thread started (ARP, ping, timers go on while the program computes) and
 ``ustack.patch(driver)`` installed; after it ends, non-daemon threads are
-joined (as the interpreter does at exit), the patch removed and the stack
-closed.
+joined (as the interpreter does at exit), its connections closed and their
+closing handshakes given up to EXIT_LINGER seconds to finish (the kernel
+finishes them after a process exits; ``finish_connections``), the patch
+removed and the stack closed.
 
 ``--backend pipe`` needs no privileges: a peer stack on the other end of the
 in-memory link (the next address, as ``ustack serve --backend pipe`` makes
@@ -35,6 +37,7 @@ import zipfile
 from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
 
 ECHO_PORT = 7  # RFC 862
+EXIT_LINGER = 1.0  # seconds the stack outlives the program for closing handshakes (finish_connections)
 
 
 def add_parser(subparsers):
@@ -74,6 +77,7 @@ def cmd_run(args) -> int:
         driver.start()
         patch(driver)
         status, interrupted = run_program(module, program)
+        finish_connections(driver)
     finally:
         unpatch()
         driver.close()
@@ -86,6 +90,36 @@ def cmd_run(args) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return status
+
+
+def finish_connections(driver, timeout: float = EXIT_LINGER) -> bool:
+    """At exit, what the kernel does for a process's sockets, within ``timeout`` seconds.
+
+    The kernel closes an exiting process's sockets and lets the closing
+    handshakes finish after it is gone (orphans); our stack goes with the
+    process. So: listeners close (connections waiting to be accepted are
+    reset), connections the program left open close (FIN, or RST with unread
+    data), and the stack keeps running until no connection is still
+    exchanging FINs and ACKs (FIN-WAIT-1/2, CLOSING, LAST-ACK) or the time is
+    up. Without this, a peer whose FIN arrives just after we exit stays in
+    LAST-ACK, and its port cannot be bound again for a while. TIME-WAIT is not
+    waited for. Returns whether every closing handshake finished.
+    """
+    from ustack.transport.tcp.tcb import State
+
+    closing = (State.FIN_WAIT_1, State.FIN_WAIT_2, State.CLOSING, State.LAST_ACK)
+    stack = driver.stack
+    tcp = stack.tcp
+    with driver.lock, stack.tx_batch():
+        now = driver.clock()
+        for entry in list(tcp.listeners.values()):
+            for lst in getattr(entry, "members", (entry,)):  # a SO_REUSEPORT group: each member
+                lst.close(now)
+        for conn in list(tcp.connections.values()):
+            if not conn.orphaned:
+                conn.close(now)
+        tcp.flush(now)
+    return driver.wait_until(lambda: not any(c.state in closing for c in tcp.connections.values()), timeout)
 
 
 def run_program(module, program) -> tuple[int, bool]:

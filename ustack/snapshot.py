@@ -51,7 +51,8 @@ def snapshot(stack, now: float) -> dict:
         "counters": stats.snapshot(),
         "drops": stats.drops(),
         "tcp": [_connection(conn.info()) for conn in tcp.connections.values()],
-        "listeners": [_listener(lst) for lst in tcp.listeners.values()],
+        "listeners": [_listener(lst) for entry in tcp.listeners.values()
+                      for lst in getattr(entry, "members", (entry,))],  # a SO_REUSEPORT group: each member
         "udp": [_udp_endpoint(ep) for ep in endpoints.values()],
         "arp": [{"ip": ip, "mac": mac, "expires": round(left, 3)} for ip, mac, left in stack.arp.entries(now)],
     }

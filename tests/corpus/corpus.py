@@ -32,6 +32,7 @@ class Pair:
     client: str
     tls: bool = False
     echo: bool = False  # the client speaks plain echo (RFC 862): it also runs against the pipe peer's echo
+    needs: str = ""  # a library from the test extra the programs import
 
     def server_argv(self, host, port, certs):
         extra = [certs.cert, certs.key] if self.tls else []
@@ -45,7 +46,7 @@ class Pair:
 PAIRS = [
     Pair("http_server+urllib", "http_server", "http_server"),
     Pair("http_keepalive+http.client", "http_keepalive", "http_keepalive"),
-    Pair("http_server+requests", "http_server", "requests_client"),
+    Pair("http_server+requests", "http_server", "requests_client", needs="requests"),
     Pair("socketserver_tcp", "socketserver_tcp", "socketserver_tcp", echo=True),
     Pair("socketserver_udp", "socketserver_udp", "socketserver_udp", echo=True),
     Pair("xmlrpc", "xmlrpc_app", "xmlrpc_app"),
@@ -54,10 +55,12 @@ PAIRS = [
     Pair("asyncio_datagram", "asyncio_datagram", "asyncio_datagram", echo=True),
     Pair("asyncio_sock", "asyncio_sock", "asyncio_sock"),
     Pair("tls", "tls_echo", "tls_echo", tls=True),
-    Pair("aiohttp", "aiohttp_app", "aiohttp_app"),
+    Pair("aiohttp", "aiohttp_app", "aiohttp_app", needs="aiohttp"),
     Pair("threaded_chat", "threaded_chat", "threaded_chat"),
     Pair("wsgiref", "wsgiref_app", "wsgiref_app"),
     Pair("sendfile", "sendfile_app", "sendfile_app"),
+    Pair("ftplib", "ftp_app", "ftp_app"),
+    Pair("smtplib", "smtp_app", "smtp_app"),
 ]
 
 

@@ -93,7 +93,7 @@ def reference(lanes, certs):
 
     def job(i, pair):
         def run(topo):
-            port = PORT_BASE + 200 + i
+            port = PORT_BASE + 200 + i  # on the peer namespace's loopback
             return run_pair(pair, "kernel", topo.peer_popen, topo.peer_popen,
                             python(*pair.server_argv("127.0.0.1", port, certs)),
                             python(*pair.client_argv("127.0.0.1", port, certs)))
@@ -115,7 +115,7 @@ def runs(request, lanes, certs, reference):
 
     def job(i, pair, where):
         def run(topo):
-            port = PORT_BASE + i
+            port = PORT_BASE + 50 * BACKENDS.index(backend) + i  # a port used once per lane and session
             if where == "ustack-server":
                 host = topo.stack_addr
                 server = [*ustack_run(topo, backend), *pair.server_argv(host, port, certs)]
@@ -131,7 +131,9 @@ def runs(request, lanes, certs, reference):
     jobs = [job(i, p, w) for i, p in enumerate(PAIRS) for w in WHERE]
     outcomes = _run_all(jobs, lanes)
     elapsed = time.monotonic() - start
-    print(f"\ncorpus on {backend}: {len(jobs)} runs over {len(lanes)} lanes in {elapsed:.1f} s")
+    slowest = sorted(outcomes, key=lambda o: -o.seconds)[:4]
+    print(f"\ncorpus on {backend}: {len(jobs)} runs over {len(lanes)} lanes in {elapsed:.1f} s; slowest: "
+          + ", ".join(f"{o.pair} [{o.where}] {o.seconds:.1f} s" for o in slowest))
     return {(o.pair, o.where): o for o in outcomes}
 
 
@@ -148,6 +150,8 @@ def _check(outcome, reference):
 @pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("pair", PAIRS, ids=[p.name for p in PAIRS])
 def test_program_on_ustack_against_the_kernel(runs, reference, pair, where):
+    if pair.needs:
+        pytest.importorskip(pair.needs, reason=f"{pair.needs} is in the test extra: pip install -e '.[test]'")
     ref = reference[pair.name]
     assert ref.client_rc == 0 and not ref.problem, "the kernel-only reference run failed:\n" + ref.describe()
     _check(runs[(pair.name, where)], ref)

@@ -7,8 +7,13 @@ sendto, sendmsg, sendfile (a copy loop), recv, recv_into, recvfrom,
 recvfrom_into, recvmsg, recvmsg_into (no ancillary data), shutdown, close,
 dup, detach, makefile, settimeout, setblocking, getsockname, getpeername,
 setsockopt/getsockopt (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_RCVBUF,
-SO_SNDBUF, SO_KEEPALIVE, SO_REUSEADDR, SO_LINGER, SO_RCVTIMEO, SO_SNDTIMEO,
-TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG, SO_ERROR). recv flags: MSG_PEEK,
+SO_SNDBUF, SO_KEEPALIVE, SO_REUSEADDR, SO_REUSEPORT, SO_LINGER, SO_RCVTIMEO,
+SO_SNDTIMEO, TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG, SO_ERROR). SO_REUSEPORT has
+Linux's meaning: listening sockets that all set it before bind share one
+(address, port), each with its own accept queue, new connections spread
+over them by a keyed hash of the 4-tuple (ustack.transport.tcp.reuseport);
+one stack belongs to one process, so the sharers are threads (or event
+loops) of one program. recv flags: MSG_PEEK,
 MSG_DONTWAIT, MSG_WAITALL (MSG_OOB is EINVAL, other flags EOPNOTSUPP); send
 flags: MSG_DONTWAIT, MSG_NOSIGNAL (MSG_OOB and others EOPNOTSUPP: no urgent
 data). Failures raise the stdlib's exceptions: ConnectionRefusedError,
@@ -173,10 +178,17 @@ class StreamSocket(SocketBase):
         with self._driver.lock:
             if port == 0:
                 port = tcp.pick_port(addr, ANY4, 0)
-            elif conflicts(addr, port, tcp.listeners) or (
+            elif (conflicts(addr, port, tcp.listeners) and not self._joins_group(tcp, addr, port)) or (
                     not self._reuseaddr and conflicts(addr, port, tcp.connections)):
                 raise OSError(errno.EADDRINUSE, "Address already in use")
         self._local = (addr, port)
+
+    def _joins_group(self, tcp, addr: bytes, port: int) -> bool:
+        """SO_REUSEPORT: every listener overlapping (addr, port) is the reuseport group on exactly it."""
+        if not self._reuseport:
+            return False
+        overlapping = [k for k in tcp.listeners if conflicts(addr, port, [k])]
+        return overlapping == [(addr, port)] and hasattr(tcp.listeners[(addr, port)], "members")
 
     def getsockname(self) -> tuple[str, int]:
         self._check()
@@ -204,7 +216,8 @@ class StreamSocket(SocketBase):
             self.bind(("0.0.0.0", 0))
         addr, port = self._local
         with self._driver.lock:
-            self._listener = self.stack.tcp.listen((addr, port), max(1, backlog), **self._knobs)
+            self._listener = self.stack.tcp.listen((addr, port), max(1, backlog), reuseport=self._reuseport,
+                                                   **self._knobs)
             self._watch()
 
     def accept(self):
@@ -212,12 +225,17 @@ class StreamSocket(SocketBase):
         lst = self._listener
         if lst is None:
             raise OSError(errno.EINVAL, "Invalid argument (not listening)")
-        self._wait(lambda: lst.readable, 0, "rcvtimeo")  # Linux bounds accept() by SO_RCVTIMEO too
-        with self._driver.lock:
-            conn = lst.accept()
-            self._refresh()
-        if conn is None:
-            raise OSError(errno.EBADF, "Bad file descriptor (listener closed)")
+        while True:
+            self._wait(lambda: lst.readable, 0, "rcvtimeo")  # Linux bounds accept() by SO_RCVTIMEO too
+            with self._driver.lock:
+                conn = lst.accept()
+                self._refresh()
+            if conn is not None:
+                break
+            if lst.closed:
+                raise OSError(errno.EBADF, "Bad file descriptor (listener closed)")
+            # another thread accepting on this listener took the connection first: wait for the next
+            # (a non-blocking socket gets EAGAIN from _wait, as on Linux)
         child = StreamSocket(self._driver, self.family, self.type, self.proto, _conn=conn)
         child._timeout = _std.getdefaulttimeout()  # like the stdlib: accepted sockets start blocking
         return child, child._peer()
@@ -268,6 +286,10 @@ class StreamSocket(SocketBase):
         if self._timeout == 0.0:
             with self._driver.lock:
                 result = self._connect_result()
+            if result == 0 and not pending:
+                # the SYN-ACK raced in (the driver thread, a fast peer): Linux never finishes a handshake
+                # inside a non-blocking connect(), it says EINPROGRESS and reports completion as writable
+                result = errno.EINPROGRESS
             if result == errno.EINPROGRESS:
                 if pending:
                     raise BlockingIOError(errno.EALREADY, "Operation already in progress")
@@ -518,8 +540,8 @@ class StreamSocket(SocketBase):
             self._reuseaddr = bool(value)
             return
         if level == SOL_SOCKET and optname == _std.SO_REUSEPORT:
-            # recorded and reported; port sharing between listeners (Linux's reuseport groups) is not
-            # implemented: a second bind to a listening port still fails with EADDRINUSE
+            # set before bind and listen on every socket that shares the port, as on Linux
+            # (ustack.transport.tcp.reuseport: each listener its own queue, connections spread by 4-tuple)
             self._reuseport = bool(int.from_bytes(value, "little") if isinstance(value, (bytes, bytearray))
                                    else value)
             return

@@ -77,6 +77,7 @@ from ustack.transport.tcp.isn import KeyedHash
 from ustack.transport.tcp.limits import ChallengeAckBudget
 from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
+from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
 from ustack.transport.tcp.tcb import State
@@ -244,16 +245,27 @@ class TcpLayer:
         conn.open_active(now)
         return conn
 
-    def listen(self, local: tuple, backlog: int, **opts) -> Listener:
-        """Passive open on ``local`` = (addr, port); addr 0.0.0.0 listens on every address, port 0 picks one."""
+    def listen(self, local: tuple, backlog: int, reuseport: bool = False, **opts) -> Listener:
+        """Passive open on ``local`` = (addr, port); addr 0.0.0.0 listens on every address, port 0 picks one.
+
+        ``reuseport``: join (or start) the SO_REUSEPORT group on ``local``
+        (ustack.transport.tcp.reuseport); without it an existing listener
+        there is EADDRINUSE.
+        """
         laddr, lport = bytes(local[0]), int(local[1])
         if lport == 0:
             lport = self.pick_port(laddr, ANY, 0)
         key = (laddr, lport)
-        if key in self.listeners:
+        existing = self.listeners.get(key)
+        if existing is not None and not (reuseport and isinstance(existing, ReuseportGroup)):
             raise OSError(errno.EADDRINUSE, "Address already in use")
         lst = Listener(self, key, backlog, self.config.derive(**opts))
-        self.listeners[key] = lst
+        if reuseport:
+            group = existing if existing is not None else ReuseportGroup(self, key)
+            group.members.append(lst)
+            self.listeners[key] = group
+        else:
+            self.listeners[key] = lst
         return lst
 
     @property
@@ -299,8 +311,13 @@ class TcpLayer:
 
     def forget_listener(self, lst: Listener) -> None:
         """``lst`` closed."""
-        if self.listeners.get(lst.key) is lst:
+        entry = self.listeners.get(lst.key)
+        if entry is lst:
             del self.listeners[lst.key]
+        elif isinstance(entry, ReuseportGroup) and lst in entry.members:
+            entry.members.remove(lst)
+            if not entry.members:
+                del self.listeners[lst.key]
 
     def mark_dirty(self, conn: Connection) -> None:
         """``conn`` has something to send at the next ``flush``."""
