@@ -1,5 +1,6 @@
 """The Driver's wait policy: busy-poll budget re-armed by rounds that did work; every sleeper woken by a kick;
-the thread survives poll errors."""
+one leader polls while followers sleep until their condition holds or the lead passes to them; the thread
+survives poll errors."""
 
 from __future__ import annotations
 
@@ -144,12 +145,98 @@ def test_a_kick_after_the_last_look_cancels_the_sleep(monkeypatch):
         driver.close()
 
 
-def test_a_round_that_received_frames_kicks_the_sleepers():
-    stack = ScriptedStack(busy_rounds={1})
+class TickingStack(ScriptedStack):
+    """Rounds 0.5 ms apart (each returns a deadline); records which thread ran each round; ``fire_at``
+    is the round that 'receives the frame' a follower waits for (``arrived`` becomes True)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pollers: list[int] = []
+        self.fire_at = None
+        self.arrived = False
+
+    def poll(self, now):
+        self.rounds += 1
+        self.pollers.append(threading.get_ident())
+        if self.rounds == self.fire_at:
+            self.arrived = True
+            self.stats.inc("eth.frames_received")
+        return now + 0.0005
+
+
+def until(cond, seconds=10.0):
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.0005)
+    return True
+
+
+@pytest.fixture
+def no_long_sleeps(monkeypatch):
+    """A lost wake-up or a missed hand-off would now be a 60 s sleep: the joins below catch it."""
+    from ustack.api import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "MAX_SLEEP", 60.0)
+
+
+def test_a_follower_is_woken_by_the_leaders_round_that_makes_its_condition_true(no_long_sleeps):
+    stack = TickingStack()
     driver = Driver(stack, busy_poll=0.0, auto_start=False)
-    before = driver._kicks
-    driver.poll()  # round 1 received a frame
-    assert driver._kicks == before + 1
-    driver.poll()  # round 2 did not
-    assert driver._kicks == before + 1
-    driver.close()
+    stop_leader = threading.Event()
+    leader = threading.Thread(target=driver.wait_until, args=(stop_leader.is_set, 30))
+    got = []
+    follower = threading.Thread(target=lambda: got.append(driver.wait_until(lambda: stack.arrived, 30)))
+    try:
+        leader.start()
+        assert until(lambda: driver._leader == leader.ident)
+        follower.start()
+        assert until(lambda: follower.ident in driver._followers)
+        stack.fire_at = stack.rounds + 10
+        follower.join(10)
+        assert got == [True], "the follower was not woken when its condition came true"
+        assert follower.ident not in stack.pollers  # it never polled: the leader's round woke it
+        assert driver._leader == leader.ident and not driver._followers
+    finally:
+        stop_leader.set()
+        leader.join(10)
+        follower.join(1)
+        driver.close()
+    assert not leader.is_alive()
+
+
+def test_the_lead_passes_to_a_follower_when_the_leader_is_done(no_long_sleeps):
+    stack = TickingStack()
+    driver = Driver(stack, busy_poll=0.0, auto_start=False)
+    stop_leader = threading.Event()
+    leader = threading.Thread(target=driver.wait_until, args=(stop_leader.is_set, 30))
+    follower = threading.Thread(target=driver.wait_until, args=(lambda: stack.rounds >= 400, 30))
+    try:
+        leader.start()
+        assert until(lambda: driver._leader == leader.ident)
+        follower.start()
+        assert until(lambda: follower.ident in driver._followers)
+        stop_leader.set()
+        leader.join(10)
+        follower.join(10)  # it must lead to see round 400 come
+        assert not follower.is_alive(), "the lead was not handed to the waiting follower"
+        assert follower.ident in stack.pollers and driver._leader is None
+    finally:
+        stop_leader.set()
+        driver.close()
+
+
+def test_a_blocking_caller_takes_the_lead_from_the_background_thread_and_gives_it_back(no_long_sleeps):
+    stack = TickingStack()
+    driver = Driver(stack, busy_poll=0.0)
+    driver.start()
+    try:
+        assert until(lambda: driver._leader == driver._bg_ident is not None)
+        me = threading.get_ident()
+        target = stack.rounds + 20
+        assert driver.wait_until(lambda: stack.rounds >= target, 10)
+        assert stack.pollers[-20:].count(me) >= 15  # this thread polled (the thread may finish a round)
+        assert until(lambda: driver._leader == driver._bg_ident), "the background thread did not lead again"
+    finally:
+        driver.close()

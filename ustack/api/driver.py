@@ -18,6 +18,17 @@ start a thread. The wait policy (DESIGN.md "How the stack runs"):
 - one lock makes sure one thread touches the stack at a time; sleeping
   happens outside the lock, so other threads can send meanwhile, and they
   write to the wake-up pipe when they may have moved a deadline earlier;
+- leader and followers: of the threads waiting at one time, one polls
+  (the leader) and the others (followers) each sleep on an Event of their
+  own. After every round that received frames or ran timers, the leader
+  checks each follower's condition and wakes only those whose condition
+  now holds (no herd, no second poller racing for the same frames); when
+  the leader's own wait ends it hands the role to a follower (or to the
+  background thread). An application thread takes the role from the
+  background thread, so a lone blocking caller polls for itself and pays
+  no thread hand-off. While it spins, a leader with followers yields the
+  CPU between rounds so a woken follower gets the GIL at once instead of
+  after the interpreter's 5 ms switch interval;
 - ``start()`` runs a background thread that keeps timers, ACKs and
   retransmissions going for programs that do not call into their sockets;
   the first socket that hands out its ``fileno()`` (a readiness fd, see
@@ -62,7 +73,7 @@ class Driver:
         self.auto_start = not isinstance(clock, ManualClock) if auto_start is None else auto_start
         self.clock = clock or MonotonicClock()
         self.busy_poll = busy_poll
-        self.lock = threading.RLock()
+        self.lock = StackLock()
         # each sleeping thread waits on a wake-up pipe of its own (taken from a free list): with one
         # shared pipe, the first thread to wake drains it and poll(2) puts the others back to sleep
         self._sleeping: set[_Waker] = set()
@@ -72,6 +83,11 @@ class Driver:
         self._kicks = 0  # bumped by every kick(): a waiter that saw an older value does not go to sleep
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        # leader and followers (guarded by self.lock): the thread polling now, the others waiting
+        self._leader: Optional[int] = None
+        self._followers: dict[int, _Follower] = {}
+        self._bg_ident: Optional[int] = None
+        self._bg_event = threading.Event()  # the background thread's turn to lead
         self.deadline: Optional[float] = None
         self.last_error: Optional[BaseException] = None  # the last exception the background thread survived
 
@@ -87,24 +103,56 @@ class Driver:
         return self._round()[0]
 
     def _round(self) -> tuple[Optional[float], bool]:
-        """One round: (next deadline, whether it received frames); a round that did wakes the sleepers."""
+        """One round: (next deadline, whether it received frames).
+
+        A round that received frames or ran timers wakes the followers whose condition now holds.
+        """
         with self.lock:
             stats = self.stack.stats
             received = stats[_RX_COUNTER]
-            self.deadline = self.stack.poll(self.clock())
+            now = self.clock()
+            due = self.deadline is not None and now >= self.deadline
+            self.deadline = self.stack.poll(now)
             worked = stats[_RX_COUNTER] != received
-            if worked:
-                self.kick()  # what it received may be what another thread waits for, asleep on the device fd
+            if (worked or due) and self._followers:
+                self._wake_followers()
             return self.deadline, worked
 
     def kick(self) -> None:
-        """Tell sleeping pollers that the stack's state changed (a new deadline, new data)."""
+        """The stack's state changed outside a round (a user call): wake sleeping pollers (a new
+        deadline) and the followers whose condition now holds."""
         self._kicks += 1
+        self._wake_sleepers()
+        if self._followers:
+            with self.lock:
+                self._wake_followers()
+
+    def _wake_sleepers(self) -> None:
         if self._sleeping:
             with self._sleepers_lock:
                 wakers = list(self._sleeping)
             for waker in wakers:
                 waker.wake()
+
+    def _wake_followers(self) -> None:
+        """Under the lock: set the Event of every follower whose condition holds."""
+        for follower in list(self._followers.values()):
+            try:
+                ready = follower.predicate()
+            except Exception:  # let the follower run it and meet the exception in its own thread
+                ready = True
+            if ready:
+                follower.event.set()
+
+    def _hand_off(self) -> None:
+        """Under the lock, with no leader: wake a follower to lead (else the background thread)."""
+        for ident, follower in self._followers.items():
+            if ident != self._bg_ident:
+                follower.event.set()
+                return
+        if self._thread is not None:
+            self._bg_event.set()
+            self._wake_sleepers()  # it may still be asleep on the device fd from when it last led
 
     def _sleep(self, timeout: Optional[float], kicks: Optional[int] = None) -> None:
         """Sleep in poll(2) on the device fd and this sleep's wake-up pipe, at most MAX_SLEEP.
@@ -136,15 +184,56 @@ class Driver:
 
     # -- blocking waits ---------------------------------------------------------
     def wait_until(self, predicate: Callable[[], bool], timeout: Optional[float]) -> bool:
-        """Poll until ``predicate()`` holds (True) or ``timeout`` seconds pass (False).
+        """Until ``predicate()`` holds (True) or ``timeout`` seconds pass (False): lead or follow.
 
-        Spins for ``busy_poll`` at the start and again after every round
-        that received frames; sleeps otherwise.
+        With no other thread polling, this thread leads: it polls the stack,
+        spinning for ``busy_poll`` at the start and after every round that
+        received frames, sleeping otherwise. With another thread leading, it
+        sleeps on its own Event until the leader finds its condition true or
+        hands it the lead.
         """
         clock = self.clock
-        start = clock()
-        end = None if timeout is None else start + timeout
-        spin_end = start + self.busy_poll
+        me = threading.get_ident()
+        end = None if timeout is None else clock() + timeout
+        follower: Optional[_Follower] = None
+        try:
+            while True:
+                with self.lock:
+                    if predicate():
+                        return True
+                    leader = self._leader
+                    nested = leader == me  # a wait inside our own lead (a predicate that waits): keep it
+                    if leader is None or leader == self._bg_ident:
+                        self._leader = me
+                    elif not nested:
+                        if follower is None:
+                            follower = self._followers[me] = _Follower(predicate)
+                        follower.event.clear()
+                if nested:
+                    return self._lead(predicate, end)
+                if self._leader == me:
+                    try:
+                        return self._lead(predicate, end)
+                    finally:
+                        with self.lock:
+                            if self._leader == me:
+                                self._leader = None
+                                self._hand_off()
+                now = clock()
+                if end is not None and now >= end:
+                    return False
+                follower.event.wait(MAX_SLEEP if end is None else min(MAX_SLEEP, end - now))
+        finally:
+            if follower is not None:
+                with self.lock:
+                    self._followers.pop(me, None)
+                    if self._leader is None:
+                        self._hand_off()  # we may have been woken to lead and are leaving instead
+
+    def _lead(self, predicate: Callable[[], bool], end: Optional[float]) -> bool:
+        """The leader's loop: rounds, the busy-poll budget, sleeps until the stack's next deadline."""
+        clock = self.clock
+        spin_end = clock() + self.busy_poll
         while True:
             with self.lock:
                 if predicate():
@@ -153,12 +242,15 @@ class Driver:
                 kicks = self._kicks
                 if predicate():
                     return True
+                others = bool(self._followers) or self.lock.waiting
             now = clock()
             if end is not None and now >= end:
                 return False
             if worked:
                 spin_end = now + self.busy_poll
             if now < spin_end:
+                if others:
+                    os.sched_yield()  # releases the GIL: a woken follower or a thread after the lock runs now
                 continue
             wait = None
             if deadline is not None:
@@ -196,33 +288,56 @@ class Driver:
     def _run(self) -> None:
         clock = self.clock
         stats = self.stack.stats
+        me = self._bg_ident = threading.get_ident()
         spin_end = clock() + self.busy_poll
-        while not self._stop.is_set():
-            try:
+        try:
+            while not self._stop.is_set():
                 with self.lock:
-                    deadline, worked = self._round()
-                    kicks = self._kicks
-            except Exception as e:  # a bug in the stack must not silently stop all networking
-                self.last_error = e
-                stats.inc(f"driver.poll_error.{type(e).__name__}")
-                self._sleep(ERROR_BACKOFF)
-                continue
-            now = clock()
-            if worked:
-                spin_end = now + self.busy_poll
-            if now < spin_end:
-                continue
-            wait = None if deadline is None else deadline - now
-            if wait is None or wait > 0:
-                self._sleep(wait, kicks)
+                    if self._leader is not None and self._leader != me:
+                        self._bg_event.clear()  # an application thread leads; ours when it hands off
+                        follow = True
+                    else:
+                        self._leader = me
+                        follow = False
+                if follow:
+                    self._bg_event.wait(MAX_SLEEP)
+                    spin_end = clock() + self.busy_poll
+                    continue
+                try:
+                    with self.lock:
+                        deadline, worked = self._round()
+                        kicks = self._kicks
+                        others = bool(self._followers) or self.lock.waiting
+                except Exception as e:  # a bug in the stack must not silently stop all networking
+                    self.last_error = e
+                    stats.inc(f"driver.poll_error.{type(e).__name__}")
+                    self._sleep(ERROR_BACKOFF)
+                    continue
+                now = clock()
+                if worked:
+                    spin_end = now + self.busy_poll
+                if now < spin_end:
+                    if others:
+                        os.sched_yield()
+                    continue
+                wait = None if deadline is None else deadline - now
+                if wait is None or wait > 0:
+                    self._sleep(wait, kicks)
+        finally:
+            with self.lock:
+                if self._leader == me:
+                    self._leader = None
+                    self._hand_off()
 
     def stop(self) -> None:
         if self._thread is None:
             return
         self._stop.set()
+        self._bg_event.set()
         self.kick()
         self._thread.join(5)
         self._thread = None
+        self._bg_ident = None
 
     def close(self) -> None:
         self.stop()
@@ -231,6 +346,50 @@ class Driver:
             free, self._free = self._free, []
         for waker in free:
             waker.close()
+
+
+class StackLock:
+    """The driver's re-entrant lock, counting the threads blocked on it: a leader spinning on the
+    RX ring yields the CPU (and so the GIL) while someone waits, instead of taking the lock back
+    at once round after round (CPython's locks are not fair) and starving a sender for the whole
+    busy-poll budget."""
+
+    __slots__ = ("_lock", "waiting")
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self.waiting = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(False):
+            return True
+        if not blocking:
+            return False
+        self.waiting += 1
+        try:
+            return self._lock.acquire(True, timeout)
+        finally:
+            self.waiting -= 1
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> "StackLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+class _Follower:
+    """A thread waiting while another leads: its condition and the Event the leader sets."""
+
+    __slots__ = ("predicate", "event")
+
+    def __init__(self, predicate: Callable[[], bool]):
+        self.predicate = predicate
+        self.event = threading.Event()
 
 
 class _Waker:
