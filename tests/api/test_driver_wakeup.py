@@ -240,3 +240,20 @@ def test_a_blocking_caller_takes_the_lead_from_the_background_thread_and_gives_i
         assert until(lambda: driver._leader == driver._bg_ident), "the background thread did not lead again"
     finally:
         driver.close()
+
+
+def test_a_wake_fd_is_made_readable_by_every_kick_until_released():
+    import select
+
+    driver = Driver(ScriptedStack(), busy_poll=0.0, auto_start=False)
+    waker = driver.wake_fd()
+    try:
+        assert select.select([waker.r], [], [], 0)[0] == []
+        driver.kick()
+        assert select.select([waker.r], [], [], 1)[0] == [waker.r]
+        waker.drain()
+        assert select.select([waker.r], [], [], 0)[0] == []
+    finally:
+        driver.release_wake_fd(waker)
+        driver.close()
+    assert waker not in driver._sleeping

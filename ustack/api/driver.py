@@ -127,6 +127,21 @@ class Driver:
             with self.lock:
                 self._wake_followers()
 
+    def wake_fd(self) -> "_Waker":
+        """A wake-up pipe of one's own that every ``kick()`` makes readable, for a poller that sleeps
+        in a selector of its own (an event loop): watch ``.r``, call ``.drain()`` when it is readable,
+        give it back with ``release_wake_fd``. Registered for good, so no kick can slip in between
+        the caller's last look at the stack and its sleep."""
+        waker = _Waker()
+        with self._sleepers_lock:
+            self._sleeping.add(waker)
+        return waker
+
+    def release_wake_fd(self, waker: "_Waker") -> None:
+        with self._sleepers_lock:
+            self._sleeping.discard(waker)
+        waker.close()
+
     def _wake_sleepers(self) -> None:
         if self._sleeping:
             with self._sleepers_lock:
