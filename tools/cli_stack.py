@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
 
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import DEFAULT_BUSY_POLL, Driver

@@ -17,7 +17,8 @@ their fate:
 - ``inject``: RST, ACK, SYN and data segments against one established
   connection, half blind (random sequence and acknowledgment numbers), half
   informed (in the receive window but never at its exact left edge, acks
-  beyond what was sent, SYNs in window): an on-path attacker's best guesses
+  beyond what was sent, also at the exact left edge with a TSval from far
+  ahead, SYNs in window): an on-path attacker's best guesses
   short of the exact RST that RFC 5961 must honour. ``oracle()`` gives the
   connection's current sequence state.
 """
@@ -196,7 +197,7 @@ def inject_frames(rng: random.Random, t: Target, oracle: Callable[[], Optional[C
         sport, dport = st.remote_port, st.local_port
         wnd = max(st.rcv_wnd, 4)
         in_window = (st.rcv_nxt + rng.randrange(wnd // 4, wnd)) & 0xFFFFFFFF
-        kind = rng.randrange(5)
+        kind = rng.randrange(6)
         if blind:
             seq, ack = rng.getrandbits(32), rng.getrandbits(32)
         else:
@@ -212,6 +213,10 @@ def inject_frames(rng: random.Random, t: Target, oracle: Callable[[], Optional[C
                 ack = (st.snd_nxt + far + rng.randrange(1 << 29)) if rng.random() < 0.5 else (st.snd_una - (1 << 30))
         elif kind == 3:  # a SYN in the window (RFC 5961 4)
             flags = SYN
+        elif kind == 5:  # an ACK at the exact left edge acking unsent data: must not plant its TSval
+            flags = ACK
+            if not blind:
+                seq, ack = st.rcv_nxt, st.snd_nxt + far + rng.randrange(1 << 29)
         else:  # data outside or inside the window at the wrong place
             flags = PSH | ACK
             payload = rng.randbytes(rng.randrange(1, 64))

@@ -261,3 +261,26 @@ def test_bare_ack_in_time_wait_draws_nothing():
     h.peer.send(flags="A", seq=1002, ack=fin.seq + 1, advance=False)
     h.peer.expect_nothing()
     assert conn.state == State.TIME_WAIT and h.stats["drop.tcp.time_wait_unacceptable"] == 0
+
+
+# -- TS.Recent is not planted by a segment whose ACK is refused -----------------------------------
+
+def test_forged_ack_at_the_left_edge_does_not_plant_its_timestamp():
+    """The inject flood's informed ACKs: seq = RCV.NXT (in window), ack beyond SND.NXT, a huge TSval.
+    RFC 5961 5.2 drops the segment; TS.Recent must not take its TSval either, or every later
+    segment of the real peer fails PAWS (RFC 7323 5.3) and the connection stalls."""
+    from tests.tcp.test_tcp_acceptability import ts_established
+
+    h, conn = ts_established()
+    h.peer.ts_clock = 6000
+    h.peer.send(flags="PA", payload=b"real")
+    h.peer.expect(flags="A", ack=1005)
+    assert conn.tcb.ts_recent == 6000
+    h.peer.send(flags="A", ack=conn.tcb.snd_nxt + 100_000, ts=(0x7FFF0000, 0), advance=False)
+    h.peer.expect(flags="A", ack=1005)  # RFC 5961 5.2: drop it, ACK what we have
+    assert h.stats["drop.tcp.ack_unsent"] == 1
+    assert conn.tcb.ts_recent == 6000
+    h.peer.ts_clock = 6001
+    h.peer.send(flags="PA", payload=b"still")
+    h.peer.expect(flags="A", ack=1010)
+    assert conn.recv(100, now=h.now) == b"realstill" and h.stats["drop.tcp.paws"] == 0

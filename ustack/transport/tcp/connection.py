@@ -428,10 +428,6 @@ class Connection:
             self.receiver.ack_now = True
             stats.inc("tcp.rcv_beyond_window")
 
-        if tcb.ts_ok and ts is not None and seq_le(seq, tcb.last_ack_sent) and seq_ge(ts[0], tcb.ts_recent):
-            tcb.ts_recent = ts[0]  # RFC 7323 4.3 (2)
-            tcb.ts_recent_age = now
-
         # Second: RST (RFC 5961 3.2).
         if flags & RST:
             if seq == rcv_nxt:
@@ -464,6 +460,11 @@ class Connection:
         elif not self._process_ack(seg, dlen, now):
             return
         st = tcb.state
+        # RFC 7323 4.3 (2), only once the ACK was found acceptable (as Linux since 2013): an in-window
+        # segment with a forged ACK, dropped above, must not plant its TSval and PAWS-block the peer.
+        if tcb.ts_ok and ts is not None and seq_le(seq, tcb.last_ack_sent) and seq_ge(ts[0], tcb.ts_recent):
+            tcb.ts_recent = ts[0]
+            tcb.ts_recent_age = now
 
         # Seventh: text.
         if data:
