@@ -34,6 +34,11 @@ SEGMENT ARRIVES for a synchronized connection (and SYN-RECEIVED), in order:
 7. Text: to the receiver (in order, or kept for reassembly).
 8. FIN: in sequence only (an early FIN waits for the gap to fill).
 Then the output loop runs, and an ACK goes out if one is still owed.
+Before all this, an in-order segment of an ESTABLISHED connection that the
+fast path predicts (``_fastpath.tcp_established_input``: data in order and
+in the window, or a pure ACK of new data, timestamps the only option) is
+handled in C with the same effect; the layer's ``fastpath`` switch
+(``USTACK_FASTPATH=0``) turns it off.
 
 User calls that produce segments (``send``, ``shutdown``, ``close``, a read
 that opens the window) do not need the time: they mark the connection
@@ -62,6 +67,8 @@ from __future__ import annotations
 
 import errno
 import socket
+
+from ustack._fastpath import tcp_established_input
 
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.info import TcpInfo
@@ -96,7 +103,7 @@ class Connection:
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
         "segs_in", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
-        "_charged",
+        "_charged", "_fast",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -146,6 +153,8 @@ class Connection:
         self._orphan_una = 0
         self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
         self.receiver.mem_room = layer.mem_room
+        # Receive header prediction in C (``_fastpath.tcp_established_input``), or None: Python only.
+        self._fast = tcp_established_input if layer.fastpath else None
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 
@@ -281,7 +290,9 @@ class Connection:
         if st == State.SYN_SENT:
             self._syn_sent_arrives(seg, payload, now)
         elif st != State.CLOSED:
-            self._synchronized_arrives(seg, payload, now)
+            fast = self._fast
+            if fast is None or not fast(self, seg, payload, now):
+                self._synchronized_arrives(seg, payload, now)
         self._recharge()
         self._notify()
 

@@ -68,6 +68,7 @@ limit reached is counted):
 from __future__ import annotations
 
 import errno
+import os
 from typing import Protocol
 
 from ustack.transport.ports import EphemeralPorts
@@ -113,11 +114,14 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies", "orphans",
+                 "_keyed", "cookies", "orphans", "fastpath",
                  "mem_used")
 
-    def __init__(self, host: TcpHost, config: TcpConfig | None = None):
+    def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
         self.host = host
+        # Receive header prediction in C for established flows (Connection.segment_arrives);
+        # None: on unless the environment says USTACK_FASTPATH=0 (debugging, the suite's second run).
+        self.fastpath = fastpath if fastpath is not None else os.environ.get("USTACK_FASTPATH", "1") != "0"
         self.config = config if config is not None else TcpConfig()
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
