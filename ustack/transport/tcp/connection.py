@@ -102,7 +102,7 @@ class Connection:
         "error", "_pending_error", "wr_shutdown", "orphaned", "on_event", "on_send_low_water", "on_recv_high_water",
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
-        "segs_in", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
+        "segs_in", "segs_fast", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
         "_charged", "_fast",
     )
 
@@ -148,6 +148,7 @@ class Connection:
         self._dirty = False
         self._soft_error = None
         self.segs_in = self.challenge_acks = 0
+        self.segs_fast = 0  # segments the fast path took (of segs_in)
         self._orphan_counted = False  # counted in layer.orphans (closed by the user, not yet CLOSED/TIME-WAIT)
         self._orphan_probes = 0  # orphan timer expiries without progress of SND.UNA
         self._orphan_una = 0
@@ -291,7 +292,9 @@ class Connection:
             self._syn_sent_arrives(seg, payload, now)
         elif st != State.CLOSED:
             fast = self._fast
-            if fast is None or not fast(self, seg, payload, now):
+            if fast is not None and fast(self, seg, payload, now):
+                self.segs_fast += 1
+            else:
                 self._synchronized_arrives(seg, payload, now)
         self._recharge()
         self._notify()
