@@ -24,8 +24,14 @@
 #
 # Then: TS.Recent (RFC 7323 4.3), the payload appended to the receive
 # buffer in C, RCV.NXT and the ACK policy by ``Receiver.in_order`` (the one
-# implementation of ``delack``'s rules), the output loop, and the ACK if the
-# policy says it is owed now.
+# implementation of ``delack``'s rules), the output loop (skipped when it has
+# nothing to send and no timer to touch: an empty send buffer, nothing
+# outstanding, no FIN, no cork timer), and the ACK if the policy says it is
+# owed now. Python code this file relies on by name: ``Connection`` (tcb,
+# receiver, sender, out, layer.mem_room, orphaned, segment_arrives),
+# ``Receiver`` (rcvbuf._data, rcvbuf.ooo_bytes, in_order, ack_now),
+# ``Sender`` (on_ack, output, recovery.after_ack, sndbuf._data, force, push,
+# cork_timer), ``Output.send_ack``.
 
 from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.stdint cimport int32_t
@@ -137,7 +143,10 @@ def tcp_established_input(conn, seg, payload, double now):
             PyBuffer_Release(&view)
         receiver.in_order(dlen, dlen, False, before, now, bool(flags & TH_PSH))
     if tcb.st != TCPS_CLOSED:
-        sender.output(now)
+        if (tcb.snd_max != tcb.snd_una or tcb.snd_nxt != tcb.snd_una or tcb.fin_queued
+                or PyByteArray_GET_SIZE(sender.sndbuf._data) or sender.force or sender.push
+                or sender.cork_timer.deadline is not None):
+            sender.output(now)  # (otherwise it has nothing to send and no timer to change)
         if receiver.ack_now:
             conn.out.send_ack(now)
     return True
@@ -148,3 +157,188 @@ cdef inline void _ts_recent(TcbRecord tcb, Packet p, double now):
     if tcb.ts_ok and _seq_le(p.seq, <uint32_t>tcb.last_ack_sent) and not _seq_lt(p._tsval, <uint32_t>tcb.ts_recent):
         tcb.ts_recent = p._tsval
         tcb.ts_recent_age = now
+
+
+# -- demux in C: the 4-tuple of a connection to the connection ------------------
+#
+# ``FlowTable`` indexes ``TcpLayer.connections`` (IPv4 keys; the layer adds and
+# removes entries where it adds and removes connections) with open addressing
+# over C keys, so that ``input`` finds the connection of a classified segment
+# without building a Python object for the key. The table keeps the
+# connections in a Python list (``_conns``, seen by the garbage collector) and
+# the slots hold indexes into it.
+
+from cpython.list cimport PyList_GET_ITEM
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.sequence cimport PySequence_GetSlice
+from libc.stdint cimport uint64_t
+from libc.string cimport memcpy, memset
+
+cdef struct FlowSlot:
+    uint32_t laddr       # addresses as loaded from the packed 4 bytes (memcpy)
+    uint32_t raddr
+    uint16_t lport
+    uint16_t rport
+    uint8_t used         # 0 empty, 1 in use, 2 deleted (a tombstone)
+    Py_ssize_t index     # into FlowTable._conns
+
+
+cdef inline uint64_t _flow_hash(uint32_t la, uint32_t ra, uint16_t lp, uint16_t rp) noexcept nogil:
+    cdef uint64_t h = ((<uint64_t>la << 32) | ra) * <uint64_t>0x9E3779B97F4A7C15ULL
+    h ^= ((<uint64_t>lp << 16) | rp) * <uint64_t>0xC2B2AE3D27D4EB4FULL
+    return h ^ (h >> 29)
+
+
+cdef class FlowTable:
+    """Established-flow demux in C: (local addr, local port, remote addr, remote port) -> connection."""
+
+    cdef FlowSlot *_slots
+    cdef Py_ssize_t _mask
+    cdef Py_ssize_t _count       # entries in use
+    cdef Py_ssize_t _filled      # in use + tombstones
+    cdef list _conns
+    cdef list _free              # free indexes of _conns
+    cdef object counters         # the stack's Stats counters (collections.Counter)
+
+    def __cinit__(self, counters):
+        self._slots = <FlowSlot *>PyMem_Malloc(64 * sizeof(FlowSlot))
+        if self._slots == NULL:
+            raise MemoryError()
+        memset(self._slots, 0, 64 * sizeof(FlowSlot))
+        self._mask = 63
+        self._conns = []
+        self._free = []
+        self.counters = counters
+
+    def __dealloc__(self):
+        PyMem_Free(self._slots)
+
+    def __len__(self):
+        return self._count
+
+    cdef Py_ssize_t _find(self, uint32_t la, uint16_t lp, uint32_t ra, uint16_t rp) noexcept:
+        """The slot holding the key, or -1."""
+        cdef Py_ssize_t i = <Py_ssize_t>(_flow_hash(la, ra, lp, rp) & <uint64_t>self._mask)
+        cdef FlowSlot *s
+        while True:
+            s = &self._slots[i]
+            if s.used == 0:
+                return -1
+            if s.used == 1 and s.laddr == la and s.raddr == ra and s.lport == lp and s.rport == rp:
+                return i
+            i = (i + 1) & self._mask
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t n = (self._mask + 1) * 2 if self._count * 2 >= self._mask else self._mask + 1
+        cdef FlowSlot *old = self._slots
+        cdef Py_ssize_t old_n = self._mask + 1, k, i
+        cdef FlowSlot *new = <FlowSlot *>PyMem_Malloc(n * sizeof(FlowSlot))
+        if new == NULL:
+            raise MemoryError()
+        memset(new, 0, n * sizeof(FlowSlot))
+        for k in range(old_n):
+            if old[k].used == 1:
+                i = <Py_ssize_t>(_flow_hash(old[k].laddr, old[k].raddr, old[k].lport, old[k].rport) & <uint64_t>(n - 1))
+                while new[i].used:
+                    i = (i + 1) & (n - 1)
+                new[i] = old[k]
+        self._slots = new
+        self._mask = n - 1
+        self._filled = self._count
+        PyMem_Free(old)
+        return 0
+
+    def add(self, bytes laddr, int lport, bytes raddr, int rport, conn):
+        """Index ``conn`` under its key (replacing what the key held); IPv4 keys only, others are ignored."""
+        cdef uint32_t la, ra
+        cdef Py_ssize_t i, idx
+        cdef FlowSlot *s
+        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+            return
+        memcpy(&la, <const char *>laddr, 4)
+        memcpy(&ra, <const char *>raddr, 4)
+        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        if i >= 0:
+            self._conns[self._slots[i].index] = conn
+            return
+        if (self._filled + 1) * 2 > self._mask + 1:
+            self._grow()
+        if self._free:
+            idx = self._free.pop()
+            self._conns[idx] = conn
+        else:
+            idx = len(self._conns)
+            self._conns.append(conn)
+        i = <Py_ssize_t>(_flow_hash(la, ra, <uint16_t>lport, <uint16_t>rport) & <uint64_t>self._mask)
+        while self._slots[i].used == 1:
+            i = (i + 1) & self._mask
+        s = &self._slots[i]
+        if s.used == 0:
+            self._filled += 1
+        s.laddr = la
+        s.raddr = ra
+        s.lport = <uint16_t>lport
+        s.rport = <uint16_t>rport
+        s.index = idx
+        s.used = 1
+        self._count += 1
+
+    def remove(self, bytes laddr, int lport, bytes raddr, int rport, conn):
+        """Drop the key's entry if it is ``conn``'s."""
+        cdef uint32_t la, ra
+        cdef Py_ssize_t i, idx
+        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+            return
+        memcpy(&la, <const char *>laddr, 4)
+        memcpy(&ra, <const char *>raddr, 4)
+        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        if i < 0:
+            return
+        idx = self._slots[i].index
+        if self._conns[idx] is not conn:
+            return
+        self._conns[idx] = None
+        self._free.append(idx)
+        self._slots[i].used = 2
+        self._count -= 1
+
+    def lookup(self, bytes laddr, int lport, bytes raddr, int rport):
+        """The connection under the key, or None (for tests and tools)."""
+        cdef uint32_t la, ra
+        cdef Py_ssize_t i
+        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+            return None
+        memcpy(&la, <const char *>laddr, 4)
+        memcpy(&ra, <const char *>raddr, 4)
+        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        return None if i < 0 else self._conns[self._slots[i].index]
+
+    def input(self, seg, frame, double now):
+        """Deliver a classified TCP segment of an ESTABLISHED connection; False: not one (the caller demuxes).
+
+        ``seg`` is the frame's ``Packet`` (IPv4, checksum verified); the
+        connection gets it as ``TcpLayer.segment_arrives`` would hand it on,
+        counted under ``tcp.in_segs``.
+        """
+        cdef Packet p
+        cdef uint32_t la, ra
+        cdef Py_ssize_t i
+        cdef TcbRecord tcb
+        if type(seg) is not Packet:
+            return False
+        p = <Packet>seg
+        if p._alen != 4 or p.kind != CK_TCP:
+            return False
+        memcpy(&la, p._dst, 4)
+        memcpy(&ra, p._src, 4)
+        i = self._find(la, <uint16_t>p.dst_port, ra, <uint16_t>p.src_port)
+        if i < 0:
+            return False
+        conn = <object>PyList_GET_ITEM(self._conns, self._slots[i].index)
+        tcb = <TcbRecord>conn.tcb
+        if tcb.st != TCPS_ESTABLISHED:
+            return False
+        counters = self.counters
+        counters["tcp.in_segs"] += 1
+        conn.segment_arrives(seg, PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len), now)
+        return True

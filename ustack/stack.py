@@ -106,6 +106,7 @@ class Stack:
                             **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
+        self._tcp_flows = self.tcp.flows.input if self.tcp.fastpath else None
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
         ip.redeliver = self._deliver
@@ -202,6 +203,8 @@ class Stack:
         self._handlers[kind](frame, pkt, now)
 
     def _tcp_input(self, frame: memoryview, pkt, now: float) -> None:
+        if self._tcp_flows is not None and self._tcp_flows(pkt, frame, now):
+            return  # an ESTABLISHED connection's segment, demuxed in C (its local address is ours)
         iface = self.iface
         if pkt.dst != iface.addr:
             self.stats.drop("ipv4.not_for_us" if not iface.is_local_dest(pkt.dst) else "tcp.broadcast")

@@ -71,6 +71,7 @@ import errno
 import os
 from typing import Protocol
 
+from ustack._fastpath import FlowTable
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
@@ -114,7 +115,7 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies", "orphans", "fastpath",
+                 "_keyed", "cookies", "orphans", "fastpath", "flows",
                  "mem_used")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
@@ -125,6 +126,8 @@ class TcpLayer:
         self.config = config if config is not None else TcpConfig()
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
+        # The same connections indexed in C, for the stack's fast demux of established flows (IPv4).
+        self.flows = FlowTable(host.stats.counters)
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
@@ -295,11 +298,13 @@ class TcpLayer:
     def register(self, conn: Connection) -> None:
         """Demux segments for ``conn.key`` to ``conn`` from now on."""
         self.connections[conn.key] = conn
+        self.flows.add(*conn.key, conn)
 
     def forget(self, conn: Connection) -> None:
         """``conn`` is CLOSED: its TCB is deleted."""
         if self.connections.get(conn.key) is conn:
             del self.connections[conn.key]
+            self.flows.remove(*conn.key, conn)
 
     def forget_listener(self, lst: Listener) -> None:
         """``lst`` closed."""
