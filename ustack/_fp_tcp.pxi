@@ -2,7 +2,7 @@
 # as in RFC 9293 3.10.7.4 with RFC 7323 and RFC 5961 applied to the one case
 # that matters for bulk transfer).
 #
-# ``tcp_established_input(conn, seg, payload, now)`` is called by
+# ``EstablishedPath(layout).input(conn, seg, payload, now)`` is called by
 # ``Connection.segment_arrives`` for each segment of a synchronized
 # connection. It takes a segment only when the general path would do
 # exactly what it does here, and returns False before touching anything
@@ -52,111 +52,126 @@ cdef inline bint _seq_le(uint32_t a, uint32_t b) noexcept nogil:
     return <int32_t>(a - b) <= 0
 
 
-def tcp_established_input(conn, seg, payload, double now):
-    """Receive header prediction for one segment of ``conn``; True when it was handled here.
+cdef class EstablishedPath:
+    """Receive header prediction over the TCBs of one layout (``TcbLayout(Tcb)``); see the top of the file."""
 
-    False means nothing was changed: the caller runs the general path.
-    ``payload`` is the segment's data (a buffer of exactly its length).
-    """
-    cdef Packet p
-    cdef TcbRecord tcb
-    cdef uint32_t seq, ack, una, snd_max, wl1
-    cdef int64_t rcv_wnd, seg_wnd, old_wnd
-    cdef Py_ssize_t dlen, before
-    cdef Py_buffer view
-    cdef int flags
-    cdef bint wnd_update
-    if type(seg) is not Packet:
-        return False
-    p = <Packet>seg
-    tcb = <TcbRecord>conn.tcb
-    if tcb.st != TCPS_ESTABLISHED:
-        return False
-    flags = p.flags
-    if (flags & ~TH_PSH) != TH_ACK:
-        return False
-    if p._nsack or p._unklen or p.sack_permitted:
-        return False
-    if tcb.ts_ok:
-        if p._opts != OPTF_TIMESTAMPS or _seq_lt(p._tsval, <uint32_t>tcb.ts_recent):
+    cdef readonly TcbLayout layout
+
+    def __cinit__(self, TcbLayout layout):
+        self.layout = layout
+
+    def input(self, conn, seg, payload, now):
+        """Receive header prediction for one segment of ``conn``; True when it was handled here.
+
+        False means nothing was changed: the caller runs the general path.
+        ``payload`` is the segment's data (a buffer of exactly its length).
+        """
+        cdef Packet p
+        cdef Py_ssize_t *off = self.layout._off
+        cdef uint32_t seq, ack, una, snd_max, wl1, rcv_nxt
+        cdef int64_t rcv_wnd, seg_wnd, old_wnd
+        cdef Py_ssize_t dlen, before
+        cdef Py_buffer view
+        cdef int flags
+        cdef bint wnd_update = False, ts_ok
+        if type(seg) is not Packet:
             return False
-    elif p._opts:
-        return False
-    seq = p.seq
-    if seq != <uint32_t>tcb.rcv_nxt:
-        return False
-    ack = p.ack
-    una = <uint32_t>tcb.snd_una
-    snd_max = <uint32_t>tcb.snd_max
-    dlen = len(payload)
-    receiver = conn.receiver
-    sender = conn.sender
-    if dlen == 0:
-        # A pure ACK for new data.
-        if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or tcb.fin_queued:
+        p = <Packet>seg
+        tcb = conn.tcb
+        self.layout._check(tcb)
+        if _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED:
             return False
-        _ts_recent(tcb, p, now)
-        sender.on_ack(seg, 0, now)
-    else:
-        rcv_wnd = <int32_t>(<uint32_t>tcb.rcv_adv - seq)
-        if dlen > rcv_wnd:
+        flags = p.flags
+        if (flags & ~TH_PSH) != TH_ACK:
             return False
-        if ack != una:
-            if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or tcb.fin_queued:
+        if p._nsack or p._unklen or p.sack_permitted:
+            return False
+        ts_ok = _bget(tcb, off[T_TS_OK])
+        if ts_ok:
+            if p._opts != OPTF_TIMESTAMPS or _seq_lt(p._tsval, <uint32_t>_iget(tcb, off[T_TS_RECENT])):
                 return False
-        rcvbuf = receiver.rcvbuf
-        if rcvbuf.ooo_bytes or tcb.fin_rcvd_seq is not None or conn.orphaned:
+        elif p._opts:
             return False
-        if conn.layer.mem_room() < dlen:
+        seq = p.seq
+        rcv_nxt = <uint32_t>_iget(tcb, off[T_RCV_NXT])
+        if seq != rcv_nxt:
             return False
-        seg_wnd = (<int64_t>p.window) << tcb.snd_wscale
-        old_wnd = tcb.snd_wnd
-        if ack == una:
-            wl1 = <uint32_t>tcb.snd_wl1
-            wnd_update = _seq_lt(wl1, seq) or (wl1 == seq and _seq_le(<uint32_t>tcb.snd_wl2, ack))
-            if wnd_update and old_wnd == 0 and seg_wnd:
-                return False  # the window opens: persist timer work, the Python way
-        # Committed from here on.
-        _ts_recent(tcb, p, now)
-        if ack == una:
-            # Sender.on_ack without SND.UNA moving and with data (never a duplicate ACK).
-            if wnd_update:
-                tcb.snd_wnd = seg_wnd
-                tcb.snd_wl1 = seq
-                tcb.snd_wl2 = ack
-                if seg_wnd > tcb.max_snd_wnd:
-                    tcb.max_snd_wnd = seg_wnd
-            if snd_max != una:
-                sender.recovery.after_ack(ack, (), now)
+        ack = p.ack
+        una = <uint32_t>_iget(tcb, off[T_SND_UNA])
+        snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
+        dlen = len(payload)
+        receiver = conn.receiver
+        sender = conn.sender
+        if dlen == 0:
+            # A pure ACK for new data.
+            if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
+                return False
+            _ts_recent(tcb, off, ts_ok, p, now)
+            sender.on_ack(seg, 0, now)
         else:
-            sender.on_ack(seg, dlen, now)
-        # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
-        buf = rcvbuf._data
-        before = PyByteArray_GET_SIZE(buf)
-        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
-        try:
-            if view.len != dlen:
-                raise ValueError("payload changed length")
-            PyByteArray_Resize(buf, before + dlen)
-            memcpy(PyByteArray_AS_STRING(buf) + before, view.buf, dlen)
-        finally:
-            PyBuffer_Release(&view)
-        receiver.in_order(dlen, dlen, False, before, now, bool(flags & TH_PSH))
-    if tcb.st != TCPS_CLOSED:
-        if (tcb.snd_max != tcb.snd_una or tcb.snd_nxt != tcb.snd_una or tcb.fin_queued
-                or PyByteArray_GET_SIZE(sender.sndbuf._data) or sender.force or sender.push
-                or sender.cork_timer.deadline is not None):
-            sender.output(now)  # (otherwise it has nothing to send and no timer to change)
-        if receiver.ack_now:
-            conn.out.send_ack(now)
-    return True
+            rcv_wnd = <int32_t>(<uint32_t>_iget(tcb, off[T_RCV_ADV]) - seq)
+            if dlen > rcv_wnd:
+                return False
+            if ack != una:
+                if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
+                    return False
+            rcvbuf = receiver.rcvbuf
+            if rcvbuf.ooo_bytes or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
+                return False
+            if conn.layer.mem_room() < dlen:
+                return False
+            seg_wnd = (<int64_t>p.window) << _iget(tcb, off[T_SND_WSCALE])
+            old_wnd = _iget(tcb, off[T_SND_WND])
+            if ack == una:
+                wl1 = <uint32_t>_iget(tcb, off[T_SND_WL1])
+                wnd_update = _seq_lt(wl1, seq) or (wl1 == seq and _seq_le(<uint32_t>_iget(tcb, off[T_SND_WL2]), ack))
+                if wnd_update and old_wnd == 0 and seg_wnd:
+                    return False  # the window opens: persist timer work, the Python way
+            # Committed from here on.
+            _ts_recent(tcb, off, ts_ok, p, now)
+            if ack == una:
+                # Sender.on_ack without SND.UNA moving and with data (never a duplicate ACK).
+                if wnd_update:
+                    if seg_wnd != old_wnd:
+                        _fset(tcb, off[T_SND_WND], seg_wnd)
+                    _fset(tcb, off[T_SND_WL1], seq)
+                    _fset(tcb, off[T_SND_WL2], ack)
+                    if seg_wnd > _iget(tcb, off[T_MAX_SND_WND]):
+                        _fset(tcb, off[T_MAX_SND_WND], seg_wnd)
+                if snd_max != una:
+                    sender.recovery.after_ack(ack, (), now)
+            else:
+                sender.on_ack(seg, dlen, now)
+            # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
+            buf = rcvbuf._data
+            before = PyByteArray_GET_SIZE(buf)
+            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+            try:
+                if view.len != dlen:
+                    raise ValueError("payload changed length")
+                PyByteArray_Resize(buf, before + dlen)
+                memcpy(PyByteArray_AS_STRING(buf) + before, view.buf, dlen)
+            finally:
+                PyBuffer_Release(&view)
+            receiver.in_order(dlen, dlen, False, before, now, bool(flags & TH_PSH))
+        if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
+            if (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
+                    or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
+                    or PyByteArray_GET_SIZE(sender.sndbuf._data) or sender.force or sender.push
+                    or sender.cork_timer.deadline is not None):
+                sender.output(now)  # (otherwise it has nothing to send and no timer to change)
+            if receiver.ack_now:
+                conn.out.send_ack(now)
+        return True
 
 
-cdef inline void _ts_recent(TcbRecord tcb, Packet p, double now):
+cdef inline int _ts_recent(object tcb, Py_ssize_t *off, bint ts_ok, Packet p, object now) except -1:
     """RFC 7323 4.3 (2): TS.Recent from a segment at or before the last ACK sent."""
-    if tcb.ts_ok and _seq_le(p.seq, <uint32_t>tcb.last_ack_sent) and not _seq_lt(p._tsval, <uint32_t>tcb.ts_recent):
-        tcb.ts_recent = p._tsval
-        tcb.ts_recent_age = now
+    if (ts_ok and _seq_le(p.seq, <uint32_t>_iget(tcb, off[T_LAST_ACK_SENT]))
+            and not _seq_lt(p._tsval, <uint32_t>_iget(tcb, off[T_TS_RECENT]))):
+        _fset(tcb, off[T_TS_RECENT], PyLong_FromUnsignedLong(p._tsval))
+        _fset(tcb, off[T_TS_RECENT_AGE], now)
+    return 0
 
 
 # -- demux in C: the 4-tuple of a connection to the connection ------------------
@@ -199,8 +214,10 @@ cdef class FlowTable:
     cdef list _conns
     cdef list _free              # free indexes of _conns
     cdef object counters         # the stack's Stats counters (collections.Counter)
+    cdef TcbLayout layout
 
-    def __cinit__(self, counters):
+    def __cinit__(self, counters, TcbLayout layout):
+        self.layout = layout
         self._slots = <FlowSlot *>PyMem_Malloc(64 * sizeof(FlowSlot))
         if self._slots == NULL:
             raise MemoryError()
@@ -323,7 +340,6 @@ cdef class FlowTable:
         cdef Packet p
         cdef uint32_t la, ra
         cdef Py_ssize_t i
-        cdef TcbRecord tcb
         if type(seg) is not Packet:
             return False
         p = <Packet>seg
@@ -335,8 +351,9 @@ cdef class FlowTable:
         if i < 0:
             return False
         conn = <object>PyList_GET_ITEM(self._conns, self._slots[i].index)
-        tcb = <TcbRecord>conn.tcb
-        if tcb.st != TCPS_ESTABLISHED:
+        tcb = conn.tcb
+        self.layout._check(tcb)
+        if _iget(tcb, self.layout._off[T_STATE]) != TCPS_ESTABLISHED:
             return False
         counters = self.counters
         counters["tcp.in_segs"] += 1

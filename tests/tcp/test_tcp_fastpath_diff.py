@@ -1,6 +1,6 @@
 """Differential test of the TCP fast path (issue 11, item 8): C header prediction against the Python path.
 
-Two identical connections, one with the fast path (``_fastpath.tcp_established_input``)
+Two identical connections, one with the fast path (``_fastpath.EstablishedPath``)
 and one without, get the same random and adversarial segments (in order, old, ahead,
 beyond the window, stale and missing timestamps, ACKs of unsent data, FIN/RST/SYN/URG,
 zero windows), the same clock steps, reads and writes. After every step both must have

@@ -9,12 +9,12 @@ from ustack.api.clock import ManualClock
 from ustack.backends.pipe import PipeLink
 from ustack.net.addr import ANY4, parse
 from ustack.stack import Stack
-from ustack.transport.tcp.tcb import State
+from ustack.transport.tcp.tcb import TCB_LAYOUT, State
 
 
 def test_flow_table_follows_a_dict_through_adds_replacements_and_removals():
     rng = random.Random(7)
-    table = FlowTable({})
+    table = FlowTable({}, TCB_LAYOUT)
     model = {}
     keys = [(bytes([198, 18, 0, rng.randrange(4)]), rng.randrange(1, 5), bytes([198, 18, 1, rng.randrange(4)]),
              rng.randrange(1, 5)) for _ in range(400)]
@@ -37,7 +37,7 @@ def test_flow_table_follows_a_dict_through_adds_replacements_and_removals():
 
 
 def test_flow_table_ignores_keys_it_cannot_hold():
-    table = FlowTable({})
+    table = FlowTable({}, TCB_LAYOUT)
     table.add(bytes(16), 80, bytes(16), 5000, object())  # IPv6 keys go the Python way
     assert len(table) == 0 and table.lookup(bytes(16), 80, bytes(16), 5000) is None
     assert table.input(object(), b"", 0.0) is False  # not a classify record

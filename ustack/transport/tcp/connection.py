@@ -35,7 +35,7 @@ SEGMENT ARRIVES for a synchronized connection (and SYN-RECEIVED), in order:
 8. FIN: in sequence only (an early FIN waits for the gap to fill).
 Then the output loop runs, and an ACK goes out if one is still owed.
 Before all this, an in-order segment of an ESTABLISHED connection that the
-fast path predicts (``_fastpath.tcp_established_input``: data in order and
+fast path predicts (``_fastpath.EstablishedPath.input``: data in order and
 in the window, or a pure ACK of new data, timestamps the only option) is
 handled in C with the same effect; the layer's ``fastpath`` switch
 (``USTACK_FASTPATH=0``) turns it off.
@@ -68,7 +68,6 @@ from __future__ import annotations
 import errno
 import socket
 
-from ustack._fastpath import tcp_established_input
 
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.info import TcpInfo
@@ -154,8 +153,8 @@ class Connection:
         self._orphan_una = 0
         self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
         self.receiver.mem_room = layer.mem_room
-        # Receive header prediction in C (``_fastpath.tcp_established_input``), or None: Python only.
-        self._fast = tcp_established_input if layer.fastpath else None
+        # Receive header prediction in C (``_fastpath.EstablishedPath.input``), or None: Python only.
+        self._fast = layer.established.input if layer.fastpath else None
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 

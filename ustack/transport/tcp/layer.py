@@ -71,7 +71,7 @@ import errno
 import os
 from typing import Protocol
 
-from ustack._fastpath import FlowTable
+from ustack._fastpath import EstablishedPath, FlowTable
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
@@ -81,7 +81,7 @@ from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
-from ustack.transport.tcp.tcb import State
+from ustack.transport.tcp.tcb import TCB_LAYOUT, State
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
 
@@ -115,7 +115,7 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies", "orphans", "fastpath", "flows",
+                 "_keyed", "cookies", "orphans", "fastpath", "flows", "established",
                  "mem_used")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
@@ -127,7 +127,8 @@ class TcpLayer:
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
         # The same connections indexed in C, for the stack's fast demux of established flows (IPv4).
-        self.flows = FlowTable(host.stats.counters)
+        self.flows = FlowTable(host.stats.counters, TCB_LAYOUT)
+        self.established = EstablishedPath(TCB_LAYOUT)  # receive header prediction (Connection._fast)
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush

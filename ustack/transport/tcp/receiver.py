@@ -91,7 +91,7 @@ class Receiver:
         ``before`` readable bytes: RCV.NXT moves, the ACK policy decides, high water is checked.
 
         ``had_gap``: out-of-order data was held before the segment. The fast path
-        (``_fastpath.tcp_established_input``) appends a predicted segment itself and calls this.
+        (``_fastpath.EstablishedPath``) appends a predicted segment itself and calls this.
         """
         tcb = self.tcb
         rcvbuf = self.rcvbuf

@@ -1,12 +1,15 @@
-"""The transmission control block: one C record per connection (RFC 9293 3.3.1).
+"""The transmission control block: one slotted object per connection (RFC 9293 3.3.1).
 
 It holds the per-connection sequence state in the RFC's names, plus what
 RFC 7323 (window scale, timestamps) and RFC 2018 (SACK) add: the one record
-the connection's ``Sender``, ``Receiver`` and ``Output`` share. Its fields
-are C fields of ``_fastpath.TcbRecord``: the Cython fast path (receive
-header prediction for established flows, ``_fp_tcp.pxi``) reads and
-updates the same memory the Python parts use as attributes; timers,
+the connection's ``Sender``, ``Receiver`` and ``Output`` share; timers,
 buffers and policy live in those parts and in ``Connection``.
+
+The same record is the fast path's typed connection state:
+``TCB_LAYOUT`` (``_fastpath.TcbLayout``) holds where each slot lives in a
+``Tcb`` instance, and the C code (receive header prediction for established
+flows, ``_fp_tcp.pxi``) reads and writes the fields there. Nothing is
+mirrored, and Python keeps the speed of plain slots.
 
 All sequence values are 32-bit and compared with ``ustack.transport.tcp.seq``.
 ``snd_nxt`` is the next sequence number to send: it is pulled back to
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from ustack._fastpath import TcbRecord
+from ustack._fastpath import TcbLayout
 
 
 class State(IntEnum):
@@ -49,33 +52,53 @@ RECEIVING = frozenset({State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2})
 SENDING = frozenset({State.ESTABLISHED, State.CLOSE_WAIT, State.FIN_WAIT_1, State.CLOSING, State.LAST_ACK})
 
 
-class Tcb(TcbRecord):
-    """Per-connection protocol state (sequence space, windows, negotiated options).
+class Tcb:
+    """Per-connection protocol state (sequence space, windows, negotiated options)."""
 
-    The fields are C fields of ``_fastpath.TcbRecord`` (shared with the
-    established-path code in C), read and written as plain attributes:
-
-    - ``state`` (a ``State``);
-    - send sequence space: ``iss``, ``snd_una``, ``snd_nxt``, ``snd_max``,
-      ``snd_sml`` (end of the last sub-MSS segment sent: Minshall's Nagle,
-      Linux snd_sml), ``snd_wnd`` (the peer's window, already scaled),
-      ``max_snd_wnd`` (the largest window the peer ever offered: RFC 5961
-      5.2, SWS), ``snd_wl1``, ``snd_wl2``;
-    - receive sequence space: ``irs``, ``rcv_nxt``, ``rcv_wnd`` (window last
-      advertised), ``rcv_adv`` (right edge last advertised);
-    - negotiated options: ``snd_wscale`` (shift applied to the peer's window
-      field, RFC 7323 2.3), ``rcv_wscale`` (ours), ``snd_mss`` (RFC 9293
-      3.7.1 Eff.snd.MSS, 536 at first), ``rcv_mss`` (estimate of the peer's
-      segment size: delayed ACK every second full segment), ``mss_base``
-      (min(peer's MSS option, our route MTU - 40)), ``ts_ok``,
-      ``ts_recent``, ``ts_recent_age``, ``ts_offset``, ``last_ack_sent``,
-      ``sack_ok``;
-    - FIN bookkeeping: ``fin_queued`` (the user shut down the sending side),
-      ``fin_acked``, ``fin_rcvd`` (the peer's FIN is processed),
-      ``fin_rcvd_seq`` (a FIN seen beyond RCV.NXT, or None).
-    """
-
-    __slots__ = ()
+    __slots__ = (
+        "state",
+        # send sequence space
+        "iss", "snd_una", "snd_nxt", "snd_max", "snd_sml", "snd_wnd", "max_snd_wnd", "snd_wl1", "snd_wl2",
+        # receive sequence space
+        "irs", "rcv_nxt", "rcv_wnd", "rcv_adv",
+        # negotiated options
+        "snd_wscale", "rcv_wscale", "snd_mss", "rcv_mss", "mss_base",
+        "ts_ok", "ts_recent", "ts_recent_age", "ts_offset", "last_ack_sent", "sack_ok",
+        # FIN bookkeeping
+        "fin_queued", "fin_acked", "fin_rcvd", "fin_rcvd_seq",
+    )
 
     def __init__(self):
-        TcbRecord.__init__(self, State.CLOSED)
+        self.state = State.CLOSED
+        self.iss = 0
+        self.snd_una = 0
+        self.snd_nxt = 0
+        self.snd_max = 0
+        self.snd_sml = 0  # end of the last sub-MSS segment sent (Minshall's Nagle, Linux snd_sml)
+        self.snd_wnd = 0  # peer's window, already scaled (bytes)
+        self.max_snd_wnd = 0  # largest window the peer ever offered (RFC 5961 5.2, SWS)
+        self.snd_wl1 = 0
+        self.snd_wl2 = 0
+        self.irs = 0
+        self.rcv_nxt = 0
+        self.rcv_wnd = 0  # window last advertised (bytes)
+        self.rcv_adv = 0  # right edge last advertised: rcv_nxt + rcv_wnd at that time
+        self.snd_wscale = 0  # shift applied to the peer's window field (RFC 7323 2.3)
+        self.rcv_wscale = 0  # shift applied to ours
+        self.snd_mss = 536  # payload bytes per segment we send (RFC 9293 3.7.1 Eff.snd.MSS)
+        self.rcv_mss = 536  # estimate of the peer's segment size (delayed ACK every 2nd full segment)
+        self.mss_base = 536  # min(peer's MSS option, our route MTU - 40), before option overhead
+        self.ts_ok = False
+        self.ts_recent = 0
+        self.ts_recent_age = 0.0
+        self.ts_offset = 0
+        self.last_ack_sent = 0
+        self.sack_ok = False
+        self.fin_queued = False  # the user shut down the sending side; FIN follows the data
+        self.fin_acked = False
+        self.fin_rcvd = False  # the peer's FIN has been processed (rcv_nxt is past it)
+        self.fin_rcvd_seq = None  # sequence number of a FIN seen beyond rcv_nxt (out of order)
+
+
+# Where the fast path finds the fields of a Tcb (offsets of its slots, read once).
+TCB_LAYOUT = TcbLayout(Tcb)
