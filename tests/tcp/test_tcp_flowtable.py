@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from ustack._fastpath import FlowTable
 from ustack.api.clock import ManualClock
 from ustack.backends.pipe import PipeLink
@@ -87,3 +89,26 @@ def test_a_transfer_between_stacks_runs_through_the_c_demux_and_fast_path_with_t
     # The same run, segment for segment: every counter of both stacks agrees.
     assert a.stats.snapshot() == a_off.stats.snapshot() and b.stats.snapshot() == b_off.stats.snapshot()
     assert server.info() == server_off.info() and client.info() == client_off.info()
+
+
+def test_tcb_layout_reads_the_fields_python_wrote_and_refuses_other_classes():
+    from ustack._fastpath import TCB_FIELDS, TcbLayout
+    from ustack.transport.tcp.tcb import Tcb
+
+    tcb = Tcb()
+    tcb.state = State.ESTABLISHED
+    tcb.rcv_nxt = 0xFFFFFFFF
+    tcb.ts_recent_age = 12.5
+    tcb.fin_rcvd_seq = 7
+    assert TCB_LAYOUT.read(tcb) == {name: getattr(tcb, name) for name in TCB_FIELDS}
+
+    class Sub(Tcb):
+        __slots__ = ()
+
+    class Plain:
+        pass
+
+    with pytest.raises(TypeError):
+        TCB_LAYOUT.read(Sub())  # the offsets are the class's own: any other type is refused
+    with pytest.raises(TypeError):
+        TcbLayout(Plain)  # no slots to read
