@@ -112,3 +112,24 @@ def test_tcb_layout_reads_the_fields_python_wrote_and_refuses_other_classes():
         TCB_LAYOUT.read(Sub())  # the offsets are the class's own: any other type is refused
     with pytest.raises(TypeError):
         TcbLayout(Plain)  # no slots to read
+
+
+def test_the_application_hears_of_a_fast_path_burst_once_per_poll_round():
+    clock, a, b = _pair(True)
+    lst = a.tcp.listen((ANY4, 80), 4)
+    client = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
+    server = None
+    for _ in range(50):
+        a.poll(clock.now)
+        b.poll(clock.now)
+        server = server or lst.accept()
+        if server is not None and client.state == State.ESTABLISHED:
+            break
+        clock.set(clock.now + 0.001)
+    events = []
+    server.on_event = lambda conn: events.append((conn.segs_fast, len(conn.receiver.rcvbuf)))
+    client.send(bytes(20 * 1448), clock.now)  # the initial window (RFC 3390: 3 segments of 1448) leaves at once
+    clock.set(clock.now + 0.01)  # all of them arrive before the server's next round
+    a.poll(clock.now)
+    assert server.segs_fast == 3 and len(server.receiver.rcvbuf) == 3 * 1448  # one burst, taken in C
+    assert events == [(server.segs_fast, len(server.receiver.rcvbuf))]  # one event, after the whole burst

@@ -115,7 +115,7 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies", "orphans", "fastpath", "flows", "established",
+                 "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "_notify_due",
                  "mem_used")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
@@ -131,6 +131,7 @@ class TcpLayer:
         self.established = EstablishedPath(TCB_LAYOUT)  # receive header prediction (Connection._fast)
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
+        self._notify_due: list = []  # connections whose on_event waits for the end of the round
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
         self.ports = EphemeralPorts(host.isn_secret, b"tcp")
         self._keyed = KeyedHash(host.isn_secret)
@@ -218,7 +219,13 @@ class TcpLayer:
         conn.icmp_error(itype, code, extra, now)
 
     def flush(self, now: float) -> None:
-        """Send what user calls left pending. Call once per poll round."""
+        """Tell the application of the round's fast-path bursts, then send what user calls left
+        pending. Call once per poll round."""
+        due = self._notify_due
+        if due:
+            self._notify_due = []
+            for conn in due:
+                conn.notify_due()
         resets = self._resets
         while resets:
             src, dst, sport, dport, seq, ack = resets.pop(0)
@@ -311,6 +318,10 @@ class TcpLayer:
         """``lst`` closed."""
         if self.listeners.get(lst.key) is lst:
             del self.listeners[lst.key]
+
+    def notify_later(self, conn: Connection) -> None:
+        """``conn`` took a segment on the fast path: its ``on_event`` runs at the next ``flush``."""
+        self._notify_due.append(conn)
 
     def mark_dirty(self, conn: Connection) -> None:
         """``conn`` has something to send at the next ``flush``."""
