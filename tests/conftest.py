@@ -47,6 +47,17 @@ def privileged():
     require_privileged()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fastpath", choices=("on", "off"), default=None,
+                     help="TCP fast path in C on or off for every stack the tests build (sets USTACK_FASTPATH)")
+
+
+def pytest_configure(config):
+    choice = config.getoption("--fastpath")
+    if choice is not None:
+        os.environ["USTACK_FASTPATH"] = "1" if choice == "on" else "0"
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("privileged") is not None:
         require_privileged()

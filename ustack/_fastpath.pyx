@@ -8,6 +8,9 @@ Pieces (each in its own include file, one concern each):
 - _fp_emit.pxi: header emit into a TX slot from a per-flow template
 - _fp_ring.pxi: AF_PACKET ring walking (TPACKET_V2 and V3 RX, V3 TX)
 - _fp_xsk.pxi: AF_XDP ring producer/consumer operations
+- _fp_tcb.pxi: the TCP control block as C sees it (TcbLayout: the slots of tcb.Tcb)
+- _fp_tcp.pxi: the established-TCP fast path (receive header prediction, EstablishedPath)
+  and the C demux of established flows (FlowTable)
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -18,3 +21,5 @@ include "_fp_classify.pxi"
 include "_fp_emit.pxi"
 include "_fp_ring.pxi"
 include "_fp_xsk.pxi"
+include "_fp_tcb.pxi"
+include "_fp_tcp.pxi"

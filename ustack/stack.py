@@ -76,14 +76,15 @@ class Stack:
     keywords for those layers (their caps and rates: ``ArpLayer``'s
     ``max_entries``, ``max_pending``, ``request_rate``...; ``IcmpLayer``'s
     ``max_buckets``; ``UdpLayer``'s ``datagram_overhead``...), documented
-    with each layer.
+    with each layer. ``fastpath=False`` turns off TCP receive header
+    prediction in C (default: on unless ``USTACK_FASTPATH=0``).
     """
 
     def __init__(self, device: Device, addr: str, *, gateway: Optional[str] = None, mac: Optional[bytes] = None,
                  mtu: Optional[int] = None, burst: Optional[int] = None, arp_ttl: float = 60.0,
                  isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
                  arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
-                 udp: Optional[dict] = None):
+                 udp: Optional[dict] = None, fastpath: Optional[bool] = None):
         caps = device.capabilities
         self.device = device
         self.stats = stats = Stats()
@@ -104,7 +105,8 @@ class Stack:
                             lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now),
                             **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
-        self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config)
+        self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
+        self._tcp_flows = self.tcp.flows.input if self.tcp.fastpath else None
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
         ip.redeliver = self._deliver
@@ -201,6 +203,8 @@ class Stack:
         self._handlers[kind](frame, pkt, now)
 
     def _tcp_input(self, frame: memoryview, pkt, now: float) -> None:
+        if self._tcp_flows is not None and self._tcp_flows(pkt, frame, now):
+            return  # an ESTABLISHED connection's segment, demuxed in C (its local address is ours)
         iface = self.iface
         if pkt.dst != iface.addr:
             self.stats.drop("ipv4.not_for_us" if not iface.is_local_dest(pkt.dst) else "tcp.broadcast")

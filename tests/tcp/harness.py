@@ -18,17 +18,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import struct
+
 from scapy.compat import raw
 from scapy.layers.inet import IP, TCP
 
+from ustack import _fastpath
 from ustack.api.clock import ManualClock
 from ustack.stats import Stats
 from ustack.transport.tcp import TcpConfig, TcpLayer
 from ustack.transport.tcp.seq import seq_add, seq_gt, seq_le
 from ustack.timers import TimerHeap
+from ustack.wire.checksum import ones_sum
 from ustack.wire.ipv4 import bytes_to_ip, ip_to_bytes
 from ustack.wire.tcp import ACK, FIN, PSH, SYN, TcpHeader, flags_from_str, flags_to_str
 
+MAC = bytes.fromhex("020000000001")
 LOCAL = ip_to_bytes("198.18.0.1")
 PEER = ip_to_bytes("198.18.0.2")
 SECRET = bytes(range(16))
@@ -36,6 +41,13 @@ SECRET = bytes(range(16))
 # A test configuration with round numbers: no window scaling, timestamps or SACK
 # unless a test asks, buffers that fit an unscaled window.
 TEST_DEFAULTS = dict(window_scaling=False, timestamps=False, sack=False, rcvbuf=64000, sndbuf=64000)
+
+
+def ipv4_frame(src: bytes, dst: bytes, segment: bytes) -> bytes:
+    """``segment`` in an Ethernet frame to ``MAC`` and a 20-byte IPv4 header (DF, TTL 64, protocol 6)."""
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(segment), 0, 0x4000, 64, 6, 0, src, dst))
+    struct.pack_into("!H", ip, 10, ~ones_sum(ip) & 0xFFFF)
+    return MAC + bytes(6) + b"\x08\x00" + bytes(ip) + segment
 
 
 class FakeHost:
@@ -150,8 +162,7 @@ class Peer:
             end = seq_add(seq, len(payload) + (1 if fl & SYN else 0) + (1 if fl & FIN else 0))
             if (end - self.snd_nxt) & 0xFFFFFFFF < 0x80000000:
                 self.snd_nxt = end
-        self.h.layer.input(self.addr, LOCAL, memoryview(bytes(seg)), self.h.now)
-        self.h.layer.flush(self.h.now)
+        self.h.deliver(self.addr, LOCAL, bytes(seg))
         return bytes(seg)
 
     # -- checking --------------------------------------------------------
@@ -207,6 +218,19 @@ class Harness:
     @property
     def now(self) -> float:
         return self.clock.now
+
+    def deliver(self, src: bytes, dst: bytes, segment: bytes) -> None:
+        """One segment in, as the stack delivers it: classified in C into a ``Packet`` record (so the
+        fast path sees what it sees on a device); what classify drops goes through ``TcpLayer.input``
+        so that the wire parser's drop reasons stay the ones tests assert."""
+        frame = ipv4_frame(src, dst, segment)
+        pkt = _fastpath.classify_one(frame, MAC, True)
+        if pkt.kind == _fastpath.K_TCP:
+            off = pkt.payload_off
+            self.layer.segment_arrives(src, dst, pkt, memoryview(frame)[off:off + pkt.payload_len], self.now)
+        else:
+            self.layer.input(src, dst, memoryview(segment), self.now)
+        self.layer.flush(self.now)
 
     @property
     def stats(self):

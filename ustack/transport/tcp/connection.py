@@ -34,6 +34,13 @@ SEGMENT ARRIVES for a synchronized connection (and SYN-RECEIVED), in order:
 7. Text: to the receiver (in order, or kept for reassembly).
 8. FIN: in sequence only (an early FIN waits for the gap to fill).
 Then the output loop runs, and an ACK goes out if one is still owed.
+Before all this, an in-order segment of an ESTABLISHED connection that the
+fast path predicts (``_fastpath.EstablishedPath.input``: data in order and
+in the window, or a pure ACK of new data, timestamps the only option) is
+handled in C with the same effect; the layer's ``fastpath`` switch
+(``USTACK_FASTPATH=0``) turns it off. The application's ``on_event`` for
+such segments is called once per burst, by the layer's next ``flush``
+(once per poll round), not once per segment.
 
 User calls that produce segments (``send``, ``shutdown``, ``close``, a read
 that opens the window) do not need the time: they mark the connection
@@ -95,8 +102,8 @@ class Connection:
         "error", "_pending_error", "wr_shutdown", "orphaned", "on_event", "on_send_low_water", "on_recv_high_water",
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
-        "segs_in", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
-        "_charged",
+        "segs_in", "segs_fast", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
+        "_charged", "_fast", "_notify_due",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -141,11 +148,15 @@ class Connection:
         self._dirty = False
         self._soft_error = None
         self.segs_in = self.challenge_acks = 0
+        self.segs_fast = 0  # segments the fast path took (of segs_in)
         self._orphan_counted = False  # counted in layer.orphans (closed by the user, not yet CLOSED/TIME-WAIT)
         self._orphan_probes = 0  # orphan timer expiries without progress of SND.UNA
         self._orphan_una = 0
         self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
         self.receiver.budget = layer
+        # Receive header prediction in C (``_fastpath.EstablishedPath.input``), or None: Python only.
+        self._fast = layer.established.input if layer.fastpath else None
+        self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         tcb.ts_offset = layer.keyed.ts_offset(*self.key)
 
@@ -281,8 +292,21 @@ class Connection:
         if st == State.SYN_SENT:
             self._syn_sent_arrives(seg, payload, now)
         elif st != State.CLOSED:
+            fast = self._fast
+            if fast is not None and fast(self, seg, payload, now):
+                self.segs_fast += 1
+                self._recharge()
+                if self.on_event is not None and not self._notify_due:
+                    self._notify_due = True  # the application hears of the burst once (TcpLayer.flush)
+                    self.layer.notify_later(self)
+                return
             self._synchronized_arrives(seg, payload, now)
         self._recharge()
+        self._notify()
+
+    def notify_due(self) -> None:
+        """The end of a burst the fast path took (``TcpLayer.flush``): tell the application once."""
+        self._notify_due = False
         self._notify()
 
     def _syn_sent_arrives(self, seg, payload, now: float) -> None:

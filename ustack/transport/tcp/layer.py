@@ -80,8 +80,10 @@ limit reached is counted):
 from __future__ import annotations
 
 import errno
+import os
 from typing import Protocol
 
+from ustack._fastpath import EstablishedPath, FlowTable
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
@@ -92,7 +94,7 @@ from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
-from ustack.transport.tcp.tcb import State
+from ustack.transport.tcp.tcb import TCB_LAYOUT, State
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
 
@@ -126,16 +128,23 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies", "orphans",
+                 "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "_notify_due",
                  "mem_used", "under_pressure")
 
-    def __init__(self, host: TcpHost, config: TcpConfig | None = None):
+    def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
         self.host = host
+        # Receive header prediction in C for established flows (Connection.segment_arrives);
+        # None: on unless the environment says USTACK_FASTPATH=0 (debugging, the suite's second run).
+        self.fastpath = fastpath if fastpath is not None else os.environ.get("USTACK_FASTPATH", "1") != "0"
         self.config = config if config is not None else TcpConfig()
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
+        # The same connections indexed in C, for the stack's fast demux of established flows (IPv4).
+        self.flows = FlowTable(host.stats.counters, TCB_LAYOUT)
+        self.established = EstablishedPath(TCB_LAYOUT)  # receive header prediction (Connection._fast)
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
+        self._notify_due: list = []  # connections whose on_event waits for the end of the round
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
         self.ports = EphemeralPorts(host.isn_secret, b"tcp")
         self._keyed = KeyedHash(host.isn_secret)
@@ -224,7 +233,13 @@ class TcpLayer:
         conn.icmp_error(itype, code, extra, now)
 
     def flush(self, now: float) -> None:
-        """Send what user calls left pending. Call once per poll round."""
+        """Tell the application of the round's fast-path bursts, then send what user calls left
+        pending. Call once per poll round."""
+        due = self._notify_due
+        if due:
+            self._notify_due = []
+            for conn in due:
+                conn.notify_due()
         resets = self._resets
         while resets:
             src, dst, sport, dport, seq, ack = resets.pop(0)
@@ -330,11 +345,13 @@ class TcpLayer:
     def register(self, conn: Connection) -> None:
         """Demux segments for ``conn.key`` to ``conn`` from now on."""
         self.connections[conn.key] = conn
+        self.flows.add(*conn.key, conn)
 
     def forget(self, conn: Connection) -> None:
         """``conn`` is CLOSED: its TCB is deleted."""
         if self.connections.get(conn.key) is conn:
             del self.connections[conn.key]
+            self.flows.remove(*conn.key, conn)
 
     def forget_listener(self, lst: Listener) -> None:
         """``lst`` closed."""
@@ -345,6 +362,10 @@ class TcpLayer:
             entry.members.remove(lst)
             if not entry.members:
                 del self.listeners[lst.key]
+
+    def notify_later(self, conn: Connection) -> None:
+        """``conn`` took a segment on the fast path: its ``on_event`` runs at the next ``flush``."""
+        self._notify_due.append(conn)
 
     def mark_dirty(self, conn: Connection) -> None:
         """``conn`` has something to send at the next ``flush``."""

@@ -85,10 +85,21 @@ class Receiver:
             return
         if adv == 0:
             return
+        self.in_order(adv, len(data), had_gap, before, now, push)
+
+    def in_order(self, adv: int, dlen: int, had_gap: bool, before: int, now: float, push: bool) -> None:
+        """``adv`` new in-order bytes (from a segment of ``dlen`` bytes) are in the buffer, which held
+        ``before`` readable bytes: RCV.NXT moves, the ACK policy decides, high water is checked.
+
+        ``had_gap``: out-of-order data was held before the segment. The fast path
+        (``_fastpath.EstablishedPath``) appends a predicted segment itself and calls this.
+        """
+        tcb = self.tcb
+        rcvbuf = self.rcvbuf
         tcb.rcv_nxt = seq_add(tcb.rcv_nxt, adv)
         self.bytes_received += adv
-        if len(data) > tcb.rcv_mss:
-            tcb.rcv_mss = min(len(data), tcb.mss_base)
+        if dlen > tcb.rcv_mss:
+            tcb.rcv_mss = min(dlen, tcb.mss_base)
         delack = self.delack
         rtt = self.rtt
         rto = rtt.rto if rtt is not None else 1.0

@@ -2,10 +2,14 @@
 
 It holds the per-connection sequence state in the RFC's names, plus what
 RFC 7323 (window scale, timestamps) and RFC 2018 (SACK) add: the one record
-the connection's ``Sender``, ``Receiver`` and ``Output`` share. The future
-Cython fast path (header prediction for established flows) reads and
-updates exactly these fields plus the sender's and receiver's own; timers,
+the connection's ``Sender``, ``Receiver`` and ``Output`` share; timers,
 buffers and policy live in those parts and in ``Connection``.
+
+The same record is the fast path's typed connection state:
+``TCB_LAYOUT`` (``_fastpath.TcbLayout``) holds where each slot lives in a
+``Tcb`` instance, and the C code (receive header prediction for established
+flows, ``_fp_tcp.pxi``) reads and writes the fields there. Nothing is
+mirrored, and Python keeps the speed of plain slots.
 
 All sequence values are 32-bit and compared with ``ustack.transport.tcp.seq``.
 ``snd_nxt`` is the next sequence number to send: it is pulled back to
@@ -17,6 +21,8 @@ far + 1 (the RFC's SND.NXT for acceptability checks, as in BSD).
 from __future__ import annotations
 
 from enum import IntEnum
+
+from ustack._fastpath import TcbLayout
 
 
 class State(IntEnum):
@@ -92,3 +98,7 @@ class Tcb:
         self.fin_acked = False
         self.fin_rcvd = False  # the peer's FIN has been processed (rcv_nxt is past it)
         self.fin_rcvd_seq = None  # sequence number of a FIN seen beyond rcv_nxt (out of order)
+
+
+# Where the fast path finds the fields of a Tcb (offsets of its slots, read once).
+TCB_LAYOUT = TcbLayout(Tcb)

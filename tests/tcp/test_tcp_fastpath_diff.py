@@ -1,0 +1,216 @@
+"""Differential test of the TCP fast path (issue 11, item 8): C header prediction against the Python path.
+
+Two identical connections, one with the fast path (``_fastpath.EstablishedPath``)
+and one without, get the same random and adversarial segments (in order, old, ahead,
+beyond the window, stale and missing timestamps, ACKs of unsent data, FIN/RST/SYN/URG,
+zero windows), the same clock steps, reads and writes. After every step both must have
+emitted the same bytes and be in the same state: TCB, receiver, delayed-ACK and sender
+fields, buffers, timers, counters.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.tcp.harness import LOCAL, Harness
+
+_TCB_FIELDS = ("state", "iss", "snd_una", "snd_nxt", "snd_max", "snd_sml", "snd_wnd", "max_snd_wnd", "snd_wl1",
+               "snd_wl2", "irs", "rcv_nxt", "rcv_wnd", "rcv_adv", "snd_wscale", "rcv_wscale", "snd_mss", "rcv_mss",
+               "mss_base", "ts_ok", "ts_recent", "ts_recent_age", "ts_offset", "last_ack_sent", "sack_ok",
+               "fin_queued", "fin_acked", "fin_rcvd", "fin_rcvd_seq")
+
+
+def _state(h: Harness, conn) -> dict:
+    tcb, rcv, snd = conn.tcb, conn.receiver, conn.sender
+    d = rcv.delack
+    rtt = snd.rtt
+    return {
+        "tcb": tuple(getattr(tcb, f) for f in _TCB_FIELDS),
+        "rcv": (rcv.ack_now, rcv.wnd_update, rcv.unacked, rcv.bytes_received, bytes(rcv.rcvbuf._data),
+                rcv.rcvbuf.runs(), rcv.rcvbuf.ooo_bytes, rcv.delack_timer.deadline),
+        "delack": (d.ato, d.quick, d.pingpong, d.lrcvtime, d.pushed, d.reader_waiting),
+        "snd": (len(snd.sndbuf), snd.rtx_timer.deadline, snd.persist_timer.deadline, snd.rtx_count, snd.rtt_seq,
+                snd.dup_acks, snd.bytes_acked, snd.retransmits, rtt.srtt, rtt.rttvar, rtt.rto, snd.cc.window,
+                snd.cc.ssthresh),
+        "conn": (conn.error.__class__.__name__, conn.segs_in, h.layer.mem_used),
+        "stats": h.stats.snapshot(),
+    }
+
+
+def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str):
+    h = Harness(timestamps=ts, window_scaling=wscale, sack=sack, congestion=cc, rcvbuf=64000 if not wscale else 200000)
+    h.layer.fastpath = fast
+    peer = h.peer
+    lst = h.layer.listen((LOCAL, peer.local_port), 5)
+    peer.snd_nxt = 1000
+    opts = {}
+    if ts:
+        opts["ts"] = (peer.ts_clock, 0)
+    if wscale:
+        opts["wscale"] = 2
+    peer.send(flags="S", win=65535, mss=1460, sack_perm=sack, **opts)
+    synack = peer.expect(flags="SA", ack=1001)
+    peer.use_ts = ts
+    peer.send(flags="A", ack=synack.seq + 1, win=65535)
+    conn = lst.accept()
+    assert conn is not None
+    return h, conn
+
+
+_step = st.one_of(
+    # a plausible burst: in-order segments acknowledging what we sent (the fast path's case)
+    st.tuples(st.just("burst"), st.integers(1, 8), st.sampled_from([1448, 1448, 1000, 1, 3000]),
+              st.sampled_from(["A", "PA"]), st.sampled_from(["all", 0])),
+    # a peer segment: (kind, seq offset, length, flags, ack offset, window, timestamp mode)
+    st.tuples(st.just("seg"),
+              st.sampled_from([0, 0, 0, 0, -1448, -1, 1, 1448, 70000]),
+              st.sampled_from([0, 0, 1, 100, 1448, 1448, 1448, 3000]),
+              st.sampled_from(["A", "A", "A", "PA", "PA", "FA", "R", "RA", "SA", "UA", "EA", ""]),
+              st.sampled_from([0, 0, 0, "all", "all", "half", -1, 1, 100000]),
+              st.sampled_from([65535, 65535, 65535, 0, 1000, 30000]),
+              st.sampled_from(["now", "now", "now", "same", "old", "none", "jump"])),
+    st.tuples(st.just("time"), st.sampled_from([0.0, 0.001, 0.03, 0.05, 0.25, 1.5])),
+    st.tuples(st.just("read"), st.sampled_from([1, 500, 5000, 100000])),
+    st.tuples(st.just("send"), st.sampled_from([1, 100, 1448, 5000, 40000])),
+    st.tuples(st.just("wait"), st.booleans()),
+)
+
+
+def _apply(h: Harness, conn, step, unacked_out: list) -> None:
+    kind = step[0]
+    peer = h.peer
+    if kind == "time":
+        h.advance(step[1])
+    elif kind in ("read", "send"):
+        try:
+            if kind == "read":
+                unacked_out.append(conn.recv(step[1], h.now))
+            else:
+                unacked_out.append(conn.send(b"x" * step[1], h.now))
+        except OSError as e:
+            unacked_out.append(type(e).__name__)
+    elif kind == "wait":
+        conn.reader_waiting = step[1]
+    elif kind == "burst":
+        _, count, n, flags, dack = step
+        for _ in range(count):
+            if peer.use_ts:
+                peer.ts_clock += 1
+            ack = conn.tcb.snd_max if dack == "all" else peer.rcv_nxt
+            peer.send(flags=flags, ack=ack, payload=bytes(n))
+    else:
+        _, dseq, n, flags, dack, win, tsmode = step
+        seq = (peer.snd_nxt + dseq) & 0xFFFFFFFF
+        tcb = conn.tcb
+        if dack == "all":
+            ack = tcb.snd_max
+        elif dack == "half":
+            ack = (tcb.snd_una + (tcb.snd_max - tcb.snd_una) // 2) & 0xFFFFFFFF
+        else:
+            ack = (peer.rcv_nxt + dack) & 0xFFFFFFFF
+        ts = None
+        if peer.use_ts:
+            peer.ts_clock = (peer.ts_clock + {"now": 1, "same": 0, "old": 0, "none": 0, "jump": 1 << 30}[tsmode])
+            tsval = peer.ts_clock - (100 if tsmode == "old" else 0)
+            ts = False if tsmode == "none" else (tsval & 0xFFFFFFFF, peer.ts_recent)
+        elif tsmode == "jump":
+            ts = (5, 0)  # a timestamps option on a connection that did not negotiate them
+        payload = bytes((seq + i) & 0xFF for i in range(n))
+        peer.send(flags=flags or 0, seq=seq, ack=ack, win=win, payload=payload, ts=ts, advance=dseq == 0)
+    h.layer.flush(h.now)
+    out = [seg for _, _, seg in h.host.out]
+    for seg in h.drain():  # the peer observes what we sent (its RCV.NXT, TS.Recent)
+        pass
+    unacked_out.append(out)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.booleans(), st.booleans(), st.booleans(), st.sampled_from(["newreno", "cubic"]),
+       st.lists(_step, min_size=3, max_size=40))
+def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, steps):
+    fast_h, fast_conn = _open(True, ts, wscale, sack, cc)
+    slow_h, slow_conn = _open(False, ts, wscale, sack, cc)
+    assert fast_conn._fast is not None and slow_conn._fast is None
+    assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn)
+    for i, step in enumerate(steps):
+        fast_out, slow_out = [], []
+        _apply(fast_h, fast_conn, step, fast_out)
+        _apply(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
+        assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn), f"step {i} {step}: state differs"
+    assert slow_conn.segs_fast == 0
+
+
+def test_bulk_transfer_runs_on_the_fast_path():
+    """In-order data with timestamps and window scaling is taken in C, and the same bytes come out."""
+    runs = []
+    for fast in (True, False):
+        h, conn = _open(fast, True, True, True, "cubic")
+        emitted = []
+        data = bytes(range(256)) * 200
+        for off in range(0, len(data), 1448):
+            h.peer.send(flags="PA" if off + 1448 >= len(data) else "A", payload=data[off:off + 1448])
+            emitted += [seg for _, _, seg in h.host.out]
+            h.drain()
+        h.advance(0.2)
+        emitted += [seg for _, _, seg in h.host.out]
+        assert conn.recv(1 << 20, h.now) == data
+        runs.append((emitted, conn.segs_fast, _state(h, conn)))
+    (fast_out, fast_segs, fast_state), (slow_out, slow_segs, slow_state) = runs
+    assert fast_out == slow_out and fast_state == slow_state
+    assert slow_segs == 0
+    assert fast_segs == 36  # every data segment of the transfer (51,200 bytes in 1448-byte segments)
+
+
+def test_sender_pure_acks_run_on_the_fast_path():
+    """Pure ACKs of new data on the sending side are taken in C, with the same cwnd, RTT and output."""
+    runs = []
+    for fast in (True, False):
+        h, conn = _open(fast, True, False, False, "newreno")
+        conn.send(b"y" * 60000, h.now)
+        h.layer.flush(h.now)
+        for _ in range(30):
+            h.advance(0.01)
+            if not h.host.out:
+                break
+            h.drain()
+            h.peer.ack()
+        runs.append(([seg for _, _, seg in h.host.out], conn.segs_fast, _state(h, conn)))
+        assert conn.tcb.snd_una == conn.tcb.snd_max
+    assert runs[0][0] == runs[1][0] and runs[0][2] == runs[1][2]
+    assert runs[0][1] > 5 and runs[1][1] == 0
+
+
+def _run_both(steps, ts=True, wscale=False, sack=False, cc="newreno"):
+    fast_h, fast_conn = _open(True, ts, wscale, sack, cc)
+    slow_h, slow_conn = _open(False, ts, wscale, sack, cc)
+    for i, step in enumerate(steps):
+        fast_out, slow_out = [], []
+        _apply(fast_h, fast_conn, step, fast_out)
+        _apply(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
+        assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn), f"step {i} {step}: state differs"
+    return fast_conn, slow_conn
+
+
+def test_data_that_opens_a_zero_window_cancels_persist_as_the_python_path_does():
+    fast_conn, _ = _run_both([
+        ("seg", 0, 0, "A", 0, 0, "now"),  # the peer closes its window
+        ("send", 5000),  # our data waits: the persist timer runs
+        ("seg", 0, 100, "A", 0, 65535, "now"),  # in-order data that reopens the window
+        ("time", 0.25),
+    ])
+    assert fast_conn.sender.persist_timer.deadline is None and fast_conn.tcb.snd_max != fast_conn.tcb.iss + 1
+
+
+def test_stale_timestamp_and_old_segment_fall_through_to_paws_and_acceptability():
+    fast_conn, _ = _run_both([
+        ("burst", 3, 1448, "A", 0),
+        ("seg", 0, 1448, "A", 0, 65535, "old"),  # PAWS: dropped with an ACK (the Python path)
+        ("seg", -1448, 1448, "A", 0, 65535, "now"),  # the same data, a fresh timestamp: in order, in C
+        ("seg", -1448, 1448, "A", 0, 65535, "now"),  # again: a duplicate, unacceptable, ACKed (Python)
+        ("burst", 2, 1448, "PA", 0),
+    ])
+    stats = fast_conn.host.stats
+    assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 and fast_conn.segs_fast == 6

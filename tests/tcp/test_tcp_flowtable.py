@@ -1,0 +1,135 @@
+"""The C demux of established flows (``_fastpath.FlowTable``, issue 11 item 5) against a dict, and in a stack."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ustack._fastpath import FlowTable
+from ustack.api.clock import ManualClock
+from ustack.backends.pipe import PipeLink
+from ustack.net.addr import ANY4, parse
+from ustack.stack import Stack
+from ustack.transport.tcp.tcb import TCB_LAYOUT, State
+
+
+def test_flow_table_follows_a_dict_through_adds_replacements_and_removals():
+    rng = random.Random(7)
+    table = FlowTable({}, TCB_LAYOUT)
+    model = {}
+    keys = [(bytes([198, 18, 0, rng.randrange(4)]), rng.randrange(1, 5), bytes([198, 18, 1, rng.randrange(4)]),
+             rng.randrange(1, 5)) for _ in range(400)]
+    for step in range(6000):  # enough churn to grow the table and to rehash it over tombstones
+        key = rng.choice(keys)
+        if rng.random() < 0.55:
+            conn = object()
+            table.add(*key, conn)
+            model[key] = conn
+        else:
+            other = model.get(key) if rng.random() < 0.8 else object()
+            table.remove(*key, other)
+            if key in model and model[key] is other:
+                del model[key]
+        assert len(table) == len(model)
+        probe = rng.choice(keys)
+        assert table.lookup(*probe) is model.get(probe)
+    for key in keys:
+        assert table.lookup(*key) is model.get(key)
+
+
+def test_flow_table_ignores_keys_it_cannot_hold():
+    table = FlowTable({}, TCB_LAYOUT)
+    table.add(bytes(16), 80, bytes(16), 5000, object())  # IPv6 keys go the Python way
+    assert len(table) == 0 and table.lookup(bytes(16), 80, bytes(16), 5000) is None
+    assert table.input(object(), b"", 0.0) is False  # not a classify record
+
+
+def _pair(fastpath: bool):
+    clock = ManualClock(1000.0)
+    link = PipeLink(clock, seed=3, delay=0.0005)
+    a = Stack(link.a, "198.18.0.1/24", fastpath=fastpath, isn_secret=bytes(16))
+    b = Stack(link.b, "198.18.0.2/24", fastpath=fastpath, isn_secret=bytes(range(16)))
+    return clock, a, b
+
+
+def _transfer(fastpath: bool, size: int = 300_000):
+    clock, a, b = _pair(fastpath)
+    lst = a.tcp.listen((ANY4, 80), 4)
+    conn = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
+    data = bytes(random.Random(1).randbytes(size))
+    sent, got, server = 0, bytearray(), None
+    for _ in range(20000):
+        now = clock.now
+        deadlines = [d for d in (a.poll(now), b.poll(now)) if d is not None]
+        server = server or lst.accept()
+        if sent < size and conn.state == State.ESTABLISHED:
+            sent += conn.send(data[sent:sent + 65536], now)
+        if server is not None:
+            got += server.recv(1 << 20, now)
+        if len(got) == size:
+            break
+        nxt = min(deadlines) if deadlines else now
+        clock.set(nxt if nxt > now else now + 1e-6)
+    return bytes(got) == data, server, conn, a, b
+
+
+def test_a_transfer_between_stacks_runs_through_the_c_demux_and_fast_path_with_the_same_result():
+    ok, server, client, a, b = _transfer(True)
+    assert ok
+    assert len(a.tcp.flows) == len(a.tcp.connections) == 1
+    assert a.tcp.flows.lookup(*server.key) is server
+    # Most segments were predicted; the rest (the handshake, the retransmissions this run has after
+    # its first burst outruns ARP resolution, the duplicates they cause) took the Python path.
+    assert server.segs_fast > 0.6 * server.segs_in and client.segs_fast > 0.6 * client.segs_in
+    assert a.stats["tcp.in_segs"] == server.segs_in + 1  # + the SYN (a listener's)
+    ok_off, server_off, client_off, a_off, b_off = _transfer(False)
+    assert ok_off
+    assert server_off.segs_fast == client_off.segs_fast == 0 and a_off._tcp_flows is None
+    # The same run, segment for segment: every counter of both stacks agrees.
+    assert a.stats.snapshot() == a_off.stats.snapshot() and b.stats.snapshot() == b_off.stats.snapshot()
+    assert server.info() == server_off.info() and client.info() == client_off.info()
+
+
+def test_tcb_layout_reads_the_fields_python_wrote_and_refuses_other_classes():
+    from ustack._fastpath import TCB_FIELDS, TcbLayout
+    from ustack.transport.tcp.tcb import Tcb
+
+    tcb = Tcb()
+    tcb.state = State.ESTABLISHED
+    tcb.rcv_nxt = 0xFFFFFFFF
+    tcb.ts_recent_age = 12.5
+    tcb.fin_rcvd_seq = 7
+    assert TCB_LAYOUT.read(tcb) == {name: getattr(tcb, name) for name in TCB_FIELDS}
+
+    class Sub(Tcb):
+        __slots__ = ()
+
+    class Plain:
+        pass
+
+    with pytest.raises(TypeError):
+        TCB_LAYOUT.read(Sub())  # the offsets are the class's own: any other type is refused
+    with pytest.raises(TypeError):
+        TcbLayout(Plain)  # no slots to read
+
+
+def test_the_application_hears_of_a_fast_path_burst_once_per_poll_round():
+    clock, a, b = _pair(True)
+    lst = a.tcp.listen((ANY4, 80), 4)
+    client = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
+    server = None
+    for _ in range(50):
+        a.poll(clock.now)
+        b.poll(clock.now)
+        server = server or lst.accept()
+        if server is not None and client.state == State.ESTABLISHED:
+            break
+        clock.set(clock.now + 0.001)
+    events = []
+    server.on_event = lambda conn: events.append((conn.segs_fast, len(conn.receiver.rcvbuf)))
+    client.send(bytes(20 * 1448), clock.now)  # the initial window (RFC 3390: 3 segments of 1448) leaves at once
+    clock.set(clock.now + 0.01)  # all of them arrive before the server's next round
+    a.poll(clock.now)
+    assert server.segs_fast == 3 and len(server.receiver.rcvbuf) == 3 * 1448  # one burst, taken in C
+    assert events == [(server.segs_fast, len(server.receiver.rcvbuf))]  # one event, after the whole burst
