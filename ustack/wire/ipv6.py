@@ -265,6 +265,7 @@ class Chain:
     next_header: int
     offset: int
     fragment: FragmentHeader | None = None
+    nh_pointer: int = 6  # offset of the Next Header field that named next_header (code-1 Parameter Problem pointer)
 
 
 def walk(buf, offset: int, next_header: int, max_headers: int = MAX_EXTENSION_HEADERS) -> Chain:
@@ -297,9 +298,9 @@ def walk(buf, offset: int, next_header: int, max_headers: int = MAX_EXTENSION_HE
         else:
             hdr = FragmentHeader.parse(buf, offset)
             headers.append(hdr)
-            return Chain(tuple(headers), hdr.next_header, offset + 8, hdr)
+            return Chain(tuple(headers), hdr.next_header, offset + 8, hdr, offset)
         headers.append(hdr)
         nh_field = offset
         next_header = hdr.next_header
         offset += size
-    return Chain(tuple(headers), next_header, offset, None)
+    return Chain(tuple(headers), next_header, offset, None, nh_field)

@@ -29,7 +29,7 @@ from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add
 from ustack.transport.tcp.syncookies import COOKIE_VALID
 from ustack.transport.tcp.tcb import State
-from ustack.wire.tcp import ACK, RST, SYN, TcpHeader
+from ustack.wire.tcp import ACK, RST, SYN, TcpHeader, headers_len
 
 _WS_NONE = 0xF
 
@@ -160,7 +160,7 @@ class Listener:
     def _send_cookie(self, src: bytes, dst: bytes, hdr, now: float) -> None:
         layer = self.layer
         cfg = self.config
-        own_mss = layer.host.route_mtu(src) - 40
+        own_mss = layer.host.route_mtu(src) - headers_len(src)
         if cfg.mss:
             own_mss = min(own_mss, cfg.mss)
         peer_mss = min(hdr.mss or 536, own_mss)
