@@ -55,7 +55,7 @@ class UdpEndpoint:
     """The protocol side of one UDP socket (no blocking here; see ustack.api)."""
 
     __slots__ = ("layer", "local_addr", "local_port", "remote", "rcvbuf", "queue", "queued_bytes", "rmem", "drops",
-                 "error", "closed", "on_readable", "broadcast", "ckey")
+                 "error", "closed", "on_readable", "broadcast", "ckey", "v6only")
 
     def __init__(self, layer: "UdpLayer", rcvbuf: int):
         self.layer = layer
@@ -72,6 +72,7 @@ class UdpEndpoint:
         self.on_readable: Optional[Callable[[], None]] = None
         self.broadcast = False
         self.ckey: Optional[tuple] = None  # (laddr, lport, raddr, rport) in UdpLayer.connected once connected
+        self.v6only = False  # bound to ::, hear IPv6 only (IPV6_V6ONLY)
 
     @property
     def bound(self) -> bool:
@@ -205,7 +206,11 @@ class UdpLayer:
         ep = self.connected.get((iface.addr, dport, src, sport))
         if ep is None:
             bound = self.bound
-            ep = bound.get((dst, dport)) or bound.get((ANY4, dport)) or bound.get((ANY6, dport))
+            ep = bound.get((dst, dport)) or bound.get((ANY4, dport))
+            if ep is None:
+                ep = bound.get((ANY6, dport))
+                if ep is not None and ep.v6only:
+                    ep = None
             if ep is None and dst != iface.addr:
                 ep = bound.get((iface.addr, dport))
             if ep is not None and ep.remote is not None and ep.remote != (src, sport):

@@ -177,6 +177,8 @@ class TcpLayer:
         lst = listeners.get((dst, dport)) or listeners.get((ANY6 if len(dst) == 16 else ANY, dport))
         if lst is None and len(dst) == 4:
             lst = listeners.get((ANY6, dport))  # a dual-stack listener on :: hears IPv4 too (as Linux)
+            if lst is not None and lst.v6only:
+                lst = None
         if lst is not None:
             lst.segment_arrives(src, dst, seg, payload, now)
             return

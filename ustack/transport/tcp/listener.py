@@ -36,7 +36,7 @@ _WS_NONE = 0xF
 
 class Listener:
     __slots__ = ("layer", "local", "key", "backlog", "config", "_accept", "_syn_queue", "closed", "on_event",
-                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows", "last_cookie_sent")
+                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows", "last_cookie_sent", "v6only")
 
     def __init__(self, layer, local: tuple, backlog: int, config):
         self.layer = layer
@@ -50,6 +50,7 @@ class Listener:
         self.on_event = None
         self.cookies_sent = self.cookies_accepted = self.cookies_rejected = self.overflows = 0
         self.last_cookie_sent = float("-inf")
+        self.v6only = False  # on ::, hear IPv6 only (IPV6_V6ONLY); else IPv4 too, as Linux's default
 
     def __repr__(self) -> str:
         return f"<Listener {'.'.join(map(str, self.local[0]))}:{self.local[1]} backlog={self.backlog}>"
