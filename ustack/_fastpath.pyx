@@ -7,6 +7,7 @@ Pieces (each in its own include file, one concern each):
   records (Packet; the TCP header and its options parsed once); K_* and REASONS
 - _fp_classify6.pxi: the IPv6 part of classify (fixed header; UDP/TCP/ICMPv6)
 - _fp_emit.pxi: header emit into a TX slot from a per-flow template
+- _fp_emit6.pxi: the same for IPv6 (emit_ipv6, emit_udp6, emit_tcp6)
 - _fp_ring.pxi: AF_PACKET ring walking (TPACKET_V2 and V3 RX, V3 TX)
 - _fp_xsk.pxi: AF_XDP ring producer/consumer operations
 
@@ -18,5 +19,6 @@ include "_fp_checksum.pxi"
 include "_fp_classify.pxi"
 include "_fp_classify6.pxi"
 include "_fp_emit.pxi"
+include "_fp_emit6.pxi"
 include "_fp_ring.pxi"
 include "_fp_xsk.pxi"

@@ -13,8 +13,8 @@ raises EMSGSIZE. The path MTU per destination (RFC 8201) comes from Packet
 Too Big (``pmtu_update``), never below 1280, and is forgotten after
 ``pmtu_timeout`` seconds (10 minutes, RFC 8201 5.3); the table holds at
 most ``max_pmtu_entries`` (the oldest goes first). The fast emits
-(``emit_udp``/``emit_tcp``) are not in C for IPv6 yet: they return False
-and the transports take the general path.
+(``emit_udp``/``emit_tcp``) write established flows' datagrams and
+segments from the same templates in one C call (``_fp_emit6.pxi``).
 
 Input: UDP, TCP and ICMPv6 right after the fixed header are parsed by the
 fast path's classify (K_UDP6/K_TCP6/K_ICMP6) and go straight to the
@@ -196,10 +196,7 @@ class Ipv6Layer:
             slot = link.slot()
             if slot is None:
                 return
-            slot[0:54] = tmpl
-            slot[18:20] = n.to_bytes(2, "big")
-            slot[54:54 + n] = payload
-            link.sent(54 + n)
+            link.sent(_fastpath.emit_ipv6(slot, tmpl, payload))
             self.stats.inc("ipv6.packets_sent")
             return
         # RFC 8200 4.5: the fragmentable part in pieces of a multiple of 8 bytes, each behind a Fragment header.
@@ -231,12 +228,52 @@ class Ipv6Layer:
         body = msg.to_bytes(src, dst)
         self._emit(dst_mac, src, dst, PROTO_ICMPV6, 255, 0, body, self.iface.mtu)
 
+    def _resolved(self, dst: bytes, now: float) -> Optional[bytes]:
+        """The next hop's MAC when NDP has it (None otherwise, or without a route)."""
+        if dst[0] == 0xFF:
+            return None
+        try:
+            hop = self.iface.next_hop(dst, now)
+        except OSError:
+            return None
+        return self.ndp.lookup(hop, now)
+
     def emit_udp(self, src: bytes, dst: bytes, sport: int, dport: int, payload, now: float) -> bool:
-        return False  # no C emit for IPv6 yet: the general path builds the datagram
+        """Fast emit of one UDP datagram (see ``IpLayer.emit_udp``); a full TX ring is ENOBUFS."""
+        if 48 + len(payload) > self.mtu(dst):
+            return False
+        mac = self._resolved(dst, now)
+        if mac is None:
+            return False
+        slot = self.link.slot()
+        if slot is None:
+            raise BlockingIOError(errno.ENOBUFS, "No buffer space available (TX ring full)")
+        tmpl = self._template(mac, src, dst, PROTO_UDP, self.ndp.cur_hop_limit or self.hop_limit, 0,
+                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+        self.link.sent(_fastpath.emit_udp6(slot, tmpl, sport, dport, payload))
+        self.stats.inc("ipv6.packets_sent")
+        return True
 
     def emit_tcp(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
                  window: int, ts, payload, now: float) -> bool:
-        return False
+        """Fast emit of one established TCP segment (see ``IpLayer.emit_tcp``)."""
+        if HEADER_LEN + (32 if ts is not None else 20) + len(payload) > self.mtu(dst):
+            return False
+        mac = self._resolved(dst, now)
+        if mac is None:
+            return False
+        slot = self.link.slot()
+        if slot is None:
+            return False
+        tmpl = self._template(mac, src, dst, PROTO_TCP, self.ndp.cur_hop_limit or self.hop_limit, 0,
+                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+        if ts is None:
+            length = _fastpath.emit_tcp6(slot, tmpl, sport, dport, seq, ack, flags, window, None, 0, payload)
+        else:
+            length = _fastpath.emit_tcp6(slot, tmpl, sport, dport, seq, ack, flags, window, ts[0], ts[1], payload)
+        self.link.sent(length)
+        self.stats.inc("ipv6.packets_sent")
+        return True
 
     # -- input -----------------------------------------------------------------------
     def martian_source(self, src: bytes, proto: int) -> Optional[str]:
