@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         for _ in range(args.runs):
             runs.append(transfer_cpu_seconds(args.bytes, ipv6=family))
         med = meds[family] = statistics.median(runs)
-        print(f"TCP over {'IPv6' if family else 'IPv4'} over the pipe, {args.bytes} bytes: median {med:.3f} s CPU "
+        print(f"TCP over {'IPv6 over ' if family else ''}the pipe, {args.bytes} bytes: median {med:.3f} s CPU "
               f"({args.bytes / med / 1e6:.1f} MB/s of CPU), runs {', '.join(f'{r:.3f}' for r in runs)}")
     if args.ipv6:
         print(f"IPv6 / IPv4 CPU: {meds[True] / meds[False]:.2f}")
