@@ -119,3 +119,16 @@ def test_tcp_over_ipv6_exact_both_ways(direction):
             assert _pump(net, conn_a, conn_b, data) == data
         else:
             assert _pump(net, conn_b, conn_a, data) == data
+
+
+def test_snapshot_and_stats_show_addresses_and_the_neighbour_cache():
+    from ustack.tools.stats_render import render
+
+    with net6() as net:
+        assert ping(net, net.a, B6)
+        snap = net.a.snapshot(net.clock.now)
+        assert {"addr": "fd00::1/64", "state": "preferred", "origin": "static"} in snap["ipv6"]["addresses"]
+        assert {"ip": "fd00::2", "mac": net.b.iface.mac.hex(":"), "state": "REACHABLE"} in snap["ndp"]
+        snap["stack"].update(uptime=1.0, pid=1)
+        text = render(snap)
+        assert "IPv6 fd00::1/64 fe80::" in text and "NDP" in text and "fd00::2" in text and "REACHABLE" in text
