@@ -13,6 +13,13 @@ precision), then numbers, never names::
     0.000030 IP 198.18.0.2:5000 > 198.18.0.1:7 frag id 9 offset 0 MF proto udp len 1480
     0.000040 TCP 198.18.0.2:40000 > 198.18.0.1:80 [S] seq 0 win 64240 len 0 options [mss 1460,nop,wscale 7]
     0.000050 TCP 198.18.0.1:80 > 198.18.0.2:40000 [P.] seq 1:101 ack 1 win 512 (x128=65536) len 100 [retransmission]
+    0.000060 ICMP6 fe80::1 > ff02::1:ff00:2 neighbor solicitation who-has fd00::2 hlim 255 len 24
+    0.000070 TCP [fd00::2]:40000 > [fd00::1]:80 [S] seq 0 win 64800 len 0 options [mss 1440]
+    0.000080 IP6 fd00::2 > fd00::1 frag id 77 offset 1448 proto udp len 600
+
+IPv6 addresses are written as they are, with brackets around them when a
+port follows; extension headers are walked (``ustack.wire.ipv6``) and named
+after ``IP6`` when present (``ext [hbh,dst]``).
 
 ``len`` is always the payload length (UDP: the datagram's data, from the UDP
 length field; TCP: IP total length minus both headers; IP fragment: the
@@ -57,7 +64,10 @@ _TS = struct.Struct("!II")
 # tcpdump's flag letters, in its order (F S R P . U E W in the output).
 _TCP_FLAGS = ((0x01, "F"), (0x02, "S"), (0x04, "R"), (0x08, "P"), (0x10, "."), (0x20, "U"), (0x40, "E"),
               (0x80, "W"))
-_PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp"}
+_PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmp6"}
+_ICMP6_TYPES = {1: "unreachable", 2: "packet too big", 3: "time exceeded", 4: "parameter problem",
+                128: "echo request", 129: "echo reply", 133: "router solicitation", 134: "router advertisement",
+                135: "neighbor solicitation", 136: "neighbor advertisement", 137: "redirect"}
 
 # ICMP names (RFC 792, RFC 1812 for the newer unreachable codes).
 _ICMP_TYPES = {0: "echo reply", 3: "unreachable", 4: "source quench", 5: "redirect", 8: "echo request",
@@ -229,20 +239,84 @@ class Tracer:
             layer = nxt
         if isinstance(layer, self._IP):
             return self._ipv4(layer)
+        under = layer.underlayer if layer is not pkt else None
+        if getattr(under, "type", None) == 0x86DD:
+            raw = bytes(layer.original or b"") if hasattr(layer, "original") and layer.original else bytes(layer)
+            return self._ipv6(raw)
         if isinstance(layer, self._ARP):
             return self._arp(layer)
         if self.hosts or self.ports:
             return None
         return self._other(pkt, layer, data)
 
+    def _ipv6(self, raw: bytes) -> str | None:
+        """An IPv6 packet from its header: extension headers, fragments, UDP/TCP/ICMPv6 (with NDP names)."""
+        from ustack.wire import WireError
+        from ustack.wire.ipv6 import Ipv6Header, walk
+
+        if len(raw) < 40:
+            return None if self.hosts or self.ports else f"IP6? len {len(raw)} truncated header"
+        src, dst = str(ipaddress.IPv6Address(raw[8:24])), str(ipaddress.IPv6Address(raw[24:40]))
+        if not self._want_hosts(src, dst):
+            return None
+        try:
+            ip = Ipv6Header.parse(raw)
+            chain = walk(raw, 40, raw[6], 16)
+        except WireError as e:
+            return None if self.ports else f"IP6 {src} > {dst} bad header ({e.reason})"
+        names = {0: "hbh", 43: "rt", 44: "frag", 60: "dst"}
+        ext = (" ext [" + ",".join(names.get(getattr(h, "kind", 44 if hasattr(h, "ident") else 43), "?")
+                                   for h in chain.headers) + "]") if chain.headers else ""
+        end = 40 + ip.payload_len
+        body = raw[chain.offset:end]
+        nh = chain.next_header
+        frag = chain.fragment
+        if frag is not None and not frag.atomic:
+            if self.ports:
+                return None
+            return (f"IP6 {src} > {dst} frag id {frag.ident} offset {frag.offset}{' MF' if frag.more else ''} "
+                    f"proto {_PROTO_NAMES.get(nh, nh)} len {len(body)}")
+        a, b = f"[{src}]", f"[{dst}]"
+        if nh == 17 and len(body) >= 8:
+            from scapy.layers.inet import UDP
+            text = self._udp(UDP(body), a, b, len(body))
+            return text and text + ext
+        if nh == 6 and len(body) >= 20:
+            from scapy.layers.inet import TCP
+            text = self._tcp(TCP(body), a, b, len(body))
+            return text and text + ext
+        if self.ports:
+            return None
+        if nh == 58 and len(body) >= 8:
+            return self._icmp6(body, src, dst, ip.hop_limit) + ext
+        return f"IP6 {src} > {dst} nh {_PROTO_NAMES.get(nh, nh)}{ext} len {len(body)}"
+
+    def _icmp6(self, body: bytes, src: str, dst: str, hlim: int) -> str:
+        itype, code = body[0], body[1]
+        name = _ICMP6_TYPES.get(itype, f"type {itype}")
+        text = f"ICMP6 {src} > {dst} {name}"
+        if itype in (128, 129):
+            text += f" id {_U16.unpack_from(body, 4)[0]} seq {_U16.unpack_from(body, 6)[0]}"
+        elif itype in (135, 136) and len(body) >= 24:
+            target = ipaddress.IPv6Address(body[8:24])
+            text += f" who-has {target}" if itype == 135 else f" tgt is {target}"
+            if itype == 136:
+                flags = "".join(f for f, bit in (("R", 0x80), ("S", 0x40), ("O", 0x20)) if body[4] & bit)
+                text += f" [{flags}]" if flags else ""
+        elif itype == 2:
+            text += f" mtu {struct.unpack_from('!I', body, 4)[0]}"
+        elif itype == 4:
+            text += f" code {code} pointer {struct.unpack_from('!I', body, 4)[0]}"
+        elif itype < 128:
+            text += f" code {code}"
+        if itype in (133, 134, 135, 136, 137):
+            text += f" hlim {hlim}"
+        return text + f" len {len(body) - 8}"
+
     def _other(self, pkt, layer, data) -> str:
         under = layer.underlayer if layer is not pkt else None
         etype = getattr(under, "type", None) if under is not None else None
         raw = bytes(layer.original or b"") if hasattr(layer, "original") else b""
-        if etype == 0x86DD and len(raw) >= 40:
-            src = ipaddress.IPv6Address(raw[8:24])
-            dst = ipaddress.IPv6Address(raw[24:40])
-            return f"IP6 {src} > {dst} nh {raw[6]} len {_U16.unpack_from(raw, 4)[0]}"
         if isinstance(pkt, self._Ether):
             kind = f"type 0x{etype:04x}" if isinstance(etype, int) else "?"
             return f"ETH {pkt.src} > {pkt.dst} {kind} len {len(data)}"
