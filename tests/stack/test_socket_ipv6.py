@@ -118,3 +118,27 @@ def test_udp_v6_socket_both_families_and_fragments(net):
         cli.sendto(b"x", (A4, 5353))  # an AF_INET6 socket takes IPv6 literals (as inet_pton(AF_INET6))
     srv.close()
     cli.close()
+
+
+def test_patch_puts_af_inet6_on_a_stack_with_ipv6_and_keeps_loopback_on_the_kernel(net):
+    import ustack
+
+    a, b = net
+    srv = usocket(a, std.AF_INET6, std.SOCK_DGRAM)
+    srv.bind(("::", 6000))
+    srv.settimeout(5)
+    cls = ustack.patch(b)
+    try:
+        s = std.socket(std.AF_INET6, std.SOCK_DGRAM)  # the stdlib's name, patched
+        assert type(s) is cls
+        s.setsockopt(std.IPPROTO_IPV6, std.IPV6_V6ONLY, 0)  # recorded, replayed on the ustack socket
+        s.sendto(b"through the patch", (A6, 6000))
+        assert s._u is not None and s._u.family == std.AF_INET6
+        data, addr = srv.recvfrom(100)
+        assert data == b"through the patch" and addr[0] == B6
+        from ustack.api.patch import _is_loopback
+        assert _is_loopback(("::1", 80)) and _is_loopback(("::ffff:127.0.0.1", 80)) and not _is_loopback((A6, 80))
+        s.close()
+    finally:
+        ustack.unpatch()
+        srv.close()
