@@ -5,7 +5,8 @@ interface (and its own SLAAC link-local one); the kernel on the other side,
 IPv6 on, with fd00::1/64:
 - pings ustack's global and link-local addresses, and its IPv4 address at
   the same time;
-- TCP echo: 10 MB to ustack and the same 10 MB back, sha256-exact;
+- TCP echo: 10 MB to ustack and the same 10 MB back, sha256-exact; 100 MB
+  pulled from ustack's source service, sha256-exact;
 - UDP echo of datagrams 0..8000 bytes (fragmented both ways), byte-exact;
 then serve exits 0, and ``ustack ping`` pings the kernel's fd00::1.
 """
@@ -27,6 +28,7 @@ from tests.conftest import privilege_problem, require_privileged
 from tests.interop.harness import Served, backend_params
 
 pytestmark = pytest.mark.privileged
+MB100 = 100_000_000
 
 
 @pytest.fixture(scope="module", params=[b for b in backend_params() if b in ("packet", "tap", "afxdp-native")])
@@ -34,7 +36,8 @@ def served(request, tmp_path_factory):
     if privilege_problem() is not None:
         require_privileged()
     s = Served(request.param, tmp_path_factory.mktemp(request.param),
-               ["--udp-echo", "7", "--tcp-echo", "7"], ipv6=True)
+               ["--udp-echo", "7", "--tcp-echo", "7", "--tcp-source", "19", "--source-bytes", str(MB100)],
+               ipv6=True)
     yield s
     s.close()
 
@@ -75,6 +78,21 @@ def test_tcp_echo_10mb_exact_both_directions(served):
             got += len(chunk)
         sender.join(30)
     assert got == len(data) and h.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_kernel_pulls_100mb_over_ipv6_sha256_exact(served):
+    from ustack.tools.netns import peer_socket
+    from ustack.tools.services import pattern_sha256
+
+    t = served.topo
+    h, n = hashlib.sha256(), 0
+    with peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect((t.stack_addr6, 19))
+        while chunk := s.recv(1 << 20):
+            h.update(chunk)
+            n += len(chunk)
+    assert n == MB100 and h.hexdigest() == pattern_sha256(MB100)
 
 
 def test_udp_echo_0_to_8000_bytes_fragmented_exact(served):
