@@ -132,3 +132,16 @@ def test_snapshot_and_stats_show_addresses_and_the_neighbour_cache():
         snap["stack"].update(uptime=1.0, pid=1)
         text = render(snap)
         assert "IPv6 fd00::1/64 fe80::" in text and "NDP" in text and "fd00::2" in text and "REACHABLE" in text
+
+
+def test_random_interface_identifiers_rfc8981():
+    lls = []
+    for _ in range(2):
+        with Net(a_addr=["198.18.0.1/24", "fd00::1/64"], b_addr="198.18.0.2/24") as net:
+            net.a.ndp.iid = "random"
+            net.run(lambda: net.a.iface6.link_local, 5)
+            lls.append(net.a.iface6.link_local)
+    assert lls[0] != lls[1] and all(ll[:8] == bytes.fromhex("fe80000000000000") for ll in lls)
+    with pytest.raises(ValueError):
+        from ustack.net.ndp import NdpLayer
+        NdpLayer(None, None, None, None, stable_secret=b"x" * 16, iid="eui64")

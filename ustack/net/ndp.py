@@ -28,7 +28,9 @@ stable interface identifier. Router Solicitations are ignored (a host).
 Addresses (RFC 4862): the link-local address fe80::/64 + an interface
 identifier from RFC 7217 (the first 64 bits of SHA-256 over the prefix, the
 MAC, the DAD counter and ``stable_secret``: stable for one secret, opaque,
-different per prefix). Every new address is TENTATIVE while DAD runs
+different per prefix), or with ``iid="random"`` 64 random bits per address
+(RFC 8981 3.3.1's identifier; the temporary-address lifetimes and
+regeneration of RFC 8981 are not implemented). Every new address is TENTATIVE while DAD runs
 (``dad_transmits`` NS from :: to its solicited-node group, ``retrans_timer``
 apart); an NS from :: or an NA for it means someone else has it: it becomes
 DUPLICATE (``ndp.dad_failed``); a generated one is retried with the next DAD
@@ -39,6 +41,7 @@ reachability hints (RFC 4861 7.3.1) are not used: STALE entries are probed.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import deque
 from typing import Callable, Optional
 
@@ -82,12 +85,20 @@ PROBE = "PROBE"
 IDGEN_RETRIES = 3
 
 
+def _usable(iid: bytes) -> bytes:
+    if iid == bytes(8) or iid[:7] == b"\xfd\xff\xff\xff\xff\xff\xff":  # RFC 5453 reserved identifiers
+        return bytes(7) + b"\x01"
+    return iid
+
+
 def stable_iid(prefix: bytes, mac: bytes, dad_counter: int, secret: bytes) -> bytes:
     """RFC 7217 section 5: F(Prefix, Net_Iface, Network_ID, DAD_Counter, secret_key), 64 bits."""
-    iid = hashlib.sha256(prefix[:8] + mac + dad_counter.to_bytes(1, "big") + secret).digest()[:8]
-    if iid == bytes(8) or iid[:7] == b"\xfd\xff\xff\xff\xff\xff\xff":  # RFC 5453 reserved identifiers
-        iid = bytes(7) + b"\x01"
-    return iid
+    return _usable(hashlib.sha256(prefix[:8] + mac + dad_counter.to_bytes(1, "big") + secret).digest()[:8])
+
+
+def random_iid() -> bytes:
+    """RFC 8981 3.3.1: 64 random bits (reserved identifiers avoided)."""
+    return _usable(os.urandom(8))
 
 
 class Neighbor:
@@ -115,7 +126,10 @@ class NdpLayer:
                  reachable_time: float = 30.0, retrans_timer: float = 1.0, delay_first_probe: float = 5.0,
                  max_multicast_solicit: int = 3, max_unicast_solicit: int = 3, max_entries: int = 1024,
                  max_pending: int = 64, queue_per_host: int = 16, queue_total: int = 256, dad_transmits: int = 1,
-                 max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0):
+                 max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0, iid: str = "stable"):
+        if iid not in ("stable", "random"):
+            raise ValueError("iid is 'stable' (RFC 7217) or 'random' (RFC 8981)")
+        self.iid = iid
         self.iface = iface
         self.timers = timers
         self.stats = stats
@@ -155,7 +169,10 @@ class NdpLayer:
             self._rs_timer.arm(now + (self.retrans_timer * max(self.dad_transmits, 0)))
 
     def _add_generated(self, prefix: bytes, length: int, origin: str, counter: int, now: float) -> None:
-        addr = prefix[:8] + stable_iid(prefix, self.iface.mac, counter, self.stable_secret)
+        if self.iid == "random":
+            addr = prefix[:8] + random_iid()
+        else:
+            addr = prefix[:8] + stable_iid(prefix, self.iface.mac, counter, self.stable_secret)
         if addr in self.iface.addresses:
             return
         self.iface.add(Prefix(f"{to_str(addr)}/{length}"), origin)
