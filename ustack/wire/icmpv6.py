@@ -18,7 +18,6 @@ message: RFC 4861 4.6 says to discard the packet).
 
 from __future__ import annotations
 
-import errno
 import struct
 from dataclasses import dataclass
 
@@ -75,21 +74,6 @@ PI_AUTONOMOUS = 0x40
 _HEADER = struct.Struct("!BBHI")
 _PREFIX = struct.Struct("!BBIII16s")
 _RA = struct.Struct("!II")
-
-
-def error_to_oserror(itype: int, code: int) -> OSError:
-    """The errno an ICMPv6 error reports on a socket (Linux's icmpv6_err_convert)."""
-    if itype == DEST_UNREACHABLE:
-        if code == PORT_UNREACHABLE:
-            return ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
-        if code == ADMIN_PROHIBITED:
-            return PermissionError(errno.EACCES, "Permission denied (administratively prohibited)")
-        return OSError(errno.EHOSTUNREACH, "No route to host")
-    if itype == PACKET_TOO_BIG:
-        return OSError(errno.EMSGSIZE, "Message too long (packet too big)")
-    if itype == PARAMETER_PROBLEM:
-        return OSError(errno.EPROTO, "Protocol error (parameter problem)")
-    return OSError(errno.EHOSTUNREACH, "No route to host (time exceeded)")
 
 
 def checksum_of(buf, src: bytes, dst: bytes) -> int:
