@@ -241,11 +241,15 @@ class Stack:
         if kind in self._ip6_kinds:
             ip6 = self.ipv6
             if ip6 is not None:
-                martian = ip6.martian_source(pkt.src, pkt.proto)
-                if martian is not None:
-                    self.stats.drop(martian)
-                    return
-                if not ip6.accepts(frame, pkt.dst):
+                src, dst = pkt.src, pkt.dst
+                ours = self.iface6.preferred_set
+                # Cheap screen first (first octet 0 or 0xff, our own address); then the verdict.
+                if src[0] == 0 or src[0] == 0xFF or src in ours:  # ::, ::1 and ::ffff:0:0/96 start with 0
+                    martian = ip6.martian_source(src, pkt.proto)
+                    if martian is not None:
+                        self.stats.drop(martian)
+                        return
+                if dst not in ours and not ip6.accepts(frame, dst):
                     self.stats.drop("ipv6.not_for_us")
                     return
         elif kind in self._ip_kinds:

@@ -86,7 +86,7 @@ class Interface6:
         self.routers: dict[bytes, float] = {}  # learned default routers -> expiry
         self.gateway = gateway
         self.groups: set[bytes] = {ALL_NODES}
-        self._preferred: frozenset = frozenset()
+        self.preferred_set: frozenset = frozenset()  # the preferred unicast addresses (replaced on change)
         self._macs: frozenset = frozenset((multicast_mac(ALL_NODES),))
 
     # -- addresses ----------------------------------------------------------
@@ -103,7 +103,7 @@ class Interface6:
         self._changed()
 
     def _changed(self) -> None:
-        self._preferred = frozenset(a for a, e in self.addresses.items() if e.state == PREFERRED)
+        self.preferred_set = frozenset(a for a, e in self.addresses.items() if e.state == PREFERRED)
         self.groups = {ALL_NODES} | {solicited_node(a) for a, e in self.addresses.items() if e.state != DUPLICATE}
         self._macs = frozenset(multicast_mac(g) for g in self.groups)
 
@@ -115,15 +115,15 @@ class Interface6:
         return None
 
     def preferred(self) -> frozenset:
-        return self._preferred
+        return self.preferred_set
 
     def is_local_dest(self, dst: bytes) -> bool:
         """Addressed to us: a preferred address of ours or a group we joined."""
-        return dst in self._preferred or dst in self.groups
+        return dst in self.preferred_set or dst in self.groups
 
     def is_ours(self, addr: bytes) -> bool:
         """A local address a socket may bind: a preferred address of ours."""
-        return addr in self._preferred
+        return addr in self.preferred_set
 
     def accepts_multicast(self, dst_mac: bytes, dst: bytes) -> bool:
         """RFC 2464 7: a multicast frame maps the group it is addressed to, and we joined it."""
@@ -155,7 +155,7 @@ class Interface6:
         """RFC 6724, simplified (see the module docstring); EADDRNOTAVAIL when nothing is usable yet."""
         best, best_len = None, -1
         link_scope = is_link_local(dst) or (dst[0] == 0xFF and (dst[1] & 0x0F) <= 2)
-        for a in self._preferred:
+        for a in self.preferred_set:
             if is_link_local(a):
                 if link_scope:
                     return a
