@@ -59,8 +59,33 @@ def open_stack(args, clock):
         except BaseException:
             device.close()
             raise
-    stack = Stack(device, args.addr, gateway=args.gateway, mtu=args.mtu)
+    gateway, gateway6 = split_gateways(args.gateway)
+    stack = Stack(device, args.addr, gateway=gateway, gateway6=gateway6, mtu=args.mtu)
     return stack, extras
+
+
+def split_gateways(gateways):
+    """--gateway values (a string, a list or None) -> (IPv4 gateway, IPv6 gateway)."""
+    if gateways is None:
+        return None, None
+    if isinstance(gateways, str):
+        gateways = [gateways]
+    v4 = [g for g in gateways if ":" not in g]
+    v6 = [g for g in gateways if ":" in g]
+    if len(v4) > 1 or len(v6) > 1:
+        raise ValueError("at most one IPv4 and one IPv6 --gateway")
+    return (v4[0] if v4 else None), (v6[0] if v6 else None)
+
+
+def address(text: str) -> str:
+    """An argparse type for --addr: A.B.C.D/N or an IPv6 X::Y/N."""
+    from ustack.net.addr import Prefix
+
+    try:
+        Prefix(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    return text
 
 
 def describe_error(e: BaseException) -> str:
@@ -81,6 +106,14 @@ def start_stack(args, name: str):
     return stack, Driver(stack, clock, busy_poll=getattr(args, "busy_poll", DEFAULT_BUSY_POLL)), extras
 
 
+def wait_ipv6_ready(stack, driver, timeout: float = 5.0) -> bool:
+    """Poll until duplicate address detection has settled every IPv6 address (RFC 4862 5.4)."""
+    if stack.iface6 is None:
+        return True
+    return driver.wait_until(lambda: stack.iface6.link_local is not None and not any(
+        a.state == "tentative" for a in stack.iface6.addresses.values()), timeout)
+
+
 def stop_stack(stack) -> None:
     stack.close()
     stack.device.close()
@@ -90,8 +123,11 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     """The options of every command that runs a stack."""
     p.add_argument("--backend", choices=BACKENDS, default="packet")
     p.add_argument("--ifname", help="interface (veth end or TAP device) to attach to")
-    p.add_argument("--addr", required=True, help="our address, A.B.C.D/N")
-    p.add_argument("--gateway", help="default gateway inside the subnet")
+    p.add_argument("--addr", required=True, action="append", type=address,
+                   help="our address, A.B.C.D/N; repeat it for IPv6 ones (--addr fd00::2/64): one IPv4 "
+                        "address and any number of IPv6 ones (a link-local one is made, RFC 4862/7217)")
+    p.add_argument("--gateway", action="append",
+                   help="default gateway inside the subnet (repeat it for an IPv6 one)")
     p.add_argument("--mtu", type=int_range(MIN_MTU, MAX_MTU, "an IPv4 MTU"), help="IP MTU (default: the device's)")
     p.add_argument("--pcap", help="write every frame in and out to this pcap file (created 0600; not a symlink)")
     p.add_argument("--pcap-snaplen", type=int_range(1, 262144, "a snap length"), default=65535, metavar="BYTES",

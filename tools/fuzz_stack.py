@@ -11,7 +11,10 @@ adds them to each RX burst, so they go through classify and the whole
 input path like real ones): Ethernet (VLAN tags, odd ethertypes, runts),
 ARP (requests, replies, bad hardware/protocol sizes), IPv4 (every option
 kind, valid and broken; fragments with random offsets and overlaps),
-ICMP (echo, errors quoting TCP/UDP headers, unknown types), UDP and TCP
+ICMP (echo, errors quoting TCP/UDP headers, unknown types), IPv6 (A also
+has fd00::1/64: extension-header chains of every kind and length, routing
+type 0, fragments and atomic fragments, ICMPv6 echo and errors, NS/NA/RS/RA
+with valid and broken options, martian sources, foreign groups), UDP and TCP
 (every flag combination, every option kind: MSS, window scale,
 SACK-permitted, SACK blocks, timestamps, unknown and malformed), each built
 with the ``ustack.wire`` emitters and then, often, mutated: bytes flipped,
@@ -47,7 +50,9 @@ from ustack.net.addr import ANY4
 from ustack.stack import Stack
 from ustack.wire import arp as warp
 from ustack.wire import icmp as wicmp
+from ustack.wire import icmpv6 as wicmp6
 from ustack.wire import ipv4 as wip
+from ustack.wire import ipv6 as wip6
 from ustack.wire import tcp as wtcp
 from ustack.wire.checksum import internet_checksum
 from ustack.wire.ethernet import ETHERTYPE_ARP, ETHERTYPE_VLAN, EthernetHeader
@@ -55,7 +60,10 @@ from ustack.wire.udp import UdpHeader
 
 A_IP = bytes((198, 18, 0, 1))
 B_IP = bytes((198, 18, 0, 2))
+A_IP6 = bytes.fromhex("fd000000000000000000000000000001")
+B_IP6 = bytes.fromhex("fd000000000000000000000000000002")
 ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
 TCP_PORT, UDP_PORT, UDP_CLIENT_PORT = 80, 7, 4000
 STREAM_CHUNK = 4096
 STREAM_INFLIGHT = 64 * 1024
@@ -103,7 +111,7 @@ class FrameFactory:
         self.kinds = Counter()
         self._makers = [
             (self.arp, 10), (self.ip_options, 10), (self.fragment, 12), (self.icmp, 12), (self.udp, 14),
-            (self.tcp, 30), (self.ethernet_odd, 4), (self.raw_garbage, 2),
+            (self.tcp, 30), (self.ethernet_odd, 4), (self.raw_garbage, 2), (self.ipv6, 14),
         ]
         self._weights = [w for _, w in self._makers]
 
@@ -304,6 +312,134 @@ class FrameFactory:
         seg, _ = self.tcp_segment(src)
         return self.eth(ETHERTYPE_IPV4, self.ip(6, seg, src=src))
 
+    # -- IPv6 --------------------------------------------------------------
+
+    def src_ip6(self) -> bytes:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.5:
+            return B_IP6
+        if r < 0.7:
+            return bytes.fromhex("fe80000000000000") + rng.randbytes(8)
+        if r < 0.85:  # martians: multicast, ::, ::1, v4-mapped, our own
+            return rng.choice([bytes.fromhex("ff02" + "00" * 13 + "01"), bytes(16), bytes(15) + b"\1",
+                               bytes(10) + b"\xff\xff" + B_IP, A_IP6])
+        return bytes.fromhex("fd00") + rng.randbytes(14)
+
+    def dst_ip6(self) -> tuple[bytes, bytes]:
+        """(destination address, destination MAC)."""
+        rng = self.rng
+        r = rng.random()
+        if r < 0.6:
+            return A_IP6, self.a_mac
+        group = rng.choice([bytes.fromhex("ff02" + "00" * 13 + "01"), bytes.fromhex("ff0200000000000000000001ff000001"),
+                            bytes.fromhex("ff02" + "00" * 13 + "02"), bytes.fromhex("ff0200000000000000000001ff") +
+                            rng.randbytes(3)])
+        return group, b"\x33\x33" + group[12:16] if rng.random() < 0.9 else rng.randbytes(6)
+
+    def icmpv6_message(self, src: bytes, dst: bytes) -> bytes:
+        rng = self.rng
+        r = rng.random()
+        lla = ((wicmp6.OPT_SOURCE_LLA, rng.choice([self.b_mac, rng.randbytes(6)])),) if rng.random() < 0.7 else ()
+        if r < 0.2:
+            msg = wicmp6.Icmpv6Message.echo_request(rng.randrange(65536), rng.randrange(65536),
+                                                    rng.randbytes(rng.randrange(0, 300)))
+        elif r < 0.35:  # an error quoting an IPv6 packet we might have sent
+            nh = rng.choice([6, 17, 58, 0, 44, 60])
+            quoted_l4 = struct.pack("!HHI", rng.choice([TCP_PORT, UDP_PORT, rng.randrange(65536)]),
+                                    rng.randrange(1, 65536), rng.randrange(1 << 32)) + rng.randbytes(rng.randrange(20))
+            q = bytearray(40 + len(quoted_l4))
+            wip6.Ipv6Header(A_IP6, self.src_ip6(), nh, len(quoted_l4)).emit(q)
+            q[40:] = quoted_l4
+            msg = wicmp6.Icmpv6Message.error(rng.choice([1, 2, 3, 4]), rng.randrange(8),
+                                             bytes(q[:rng.choice([len(q), 40, 47, rng.randrange(len(q) + 1)])]),
+                                             rng.choice([0, 600, 1280, 1400, 9000, rng.randrange(1 << 32)]))
+        elif r < 0.55:
+            target = rng.choice([A_IP6, B_IP6, bytes.fromhex("fd00") + rng.randbytes(14), bytes.fromhex("ff02" + "00" * 14)])
+            msg = wicmp6.NeighborSolicit(target, lla).to_message()
+        elif r < 0.7:
+            target = rng.choice([B_IP6, A_IP6, bytes.fromhex("fe80000000000000") + rng.randbytes(8)])
+            msg = wicmp6.NeighborAdvert(target, rng.randrange(8) << 29,
+                                        ((wicmp6.OPT_TARGET_LLA, rng.randbytes(6)),) if rng.random() < 0.8 else ()
+                                        ).to_message()
+        elif r < 0.85:
+            pis = tuple((wicmp6.OPT_PREFIX_INFO, wicmp6.PrefixInfo(rng.choice([bytes.fromhex("fd00") + rng.randbytes(14),
+                                                                               rng.randbytes(16)]),
+                                                                   rng.choice([64, 48, 128, rng.randrange(256)]),
+                                                                   rng.randrange(256), rng.randrange(1 << 32),
+                                                                   rng.randrange(1 << 32)))
+                        for _ in range(rng.randrange(3)))
+            mtu = ((wicmp6.OPT_MTU, rng.choice([1280, 1400, 1500, 9000, 68])),) if rng.random() < 0.5 else ()
+            msg = wicmp6.RouterAdvert(rng.randrange(256), rng.randrange(256), rng.randrange(65536),
+                                      rng.randrange(1 << 32), rng.randrange(1 << 32), lla + mtu + pis).to_message()
+        elif r < 0.9:
+            msg = wicmp6.RouterSolicit(lla).to_message()
+        else:
+            msg = wicmp6.Icmpv6Message(rng.randrange(256), rng.randrange(4), rng.randrange(1 << 32),
+                                       rng.randbytes(rng.randrange(0, 64)))
+        body = bytearray(msg.to_bytes(src, dst))
+        if rng.random() < 0.1 and len(body) > 9:  # a malformed option length, checksum fixed after
+            body[rng.randrange(8, len(body))] = rng.choice([0, 1, 255])
+            body[2:4] = b"\0\0"
+            body[2:4] = wicmp6.checksum_of(body, src, dst).to_bytes(2, "big")
+        return bytes(body)
+
+    def ext_chain(self, upper: int) -> tuple[int, bytes]:
+        """A random extension-header chain ending at ``upper``: (first next header, bytes)."""
+        rng = self.rng
+        kinds = [rng.choice([0, 60, 43, 44, 60]) for _ in range(rng.choice([0, 1, 1, 2, 3, 9]))]
+        out = b""
+        nh = upper
+        for kind in reversed(kinds):
+            if kind in (0, 60):
+                opts = tuple((rng.choice([5, 0x1E, 0x3F, 0x7F, 0x80, 0xC2, rng.randrange(256)]),
+                              rng.randbytes(rng.randrange(0, 6))) for _ in range(rng.randrange(3)))
+                opts = tuple(o for o in opts if o[0] not in (0, 1))
+                hdr = wip6.OptionsHeader(kind, nh, opts)
+            elif kind == 43:
+                hdr = wip6.RoutingHeader(nh, rng.choice([0, 2, 4]), rng.choice([0, 0, 1, 2]), bytes(4) + A_IP6)
+            else:
+                hdr = wip6.FragmentHeader(nh, rng.choice([0, 0, 8, 1232, rng.randrange(8192) * 8]),
+                                          rng.random() < 0.5, rng.randrange(4))
+            buf = bytearray(hdr.length)
+            hdr.emit(buf)
+            out = bytes(buf) + out
+            nh = kind
+        return nh, out
+
+    def ipv6(self) -> bytes:
+        rng = self.rng
+        src = self.src_ip6()
+        dst, dst_mac = self.dst_ip6()
+        upper = rng.choice([58, 58, 17, 6, 59, rng.randrange(256)])
+        if upper == 58:
+            body = self.icmpv6_message(src, dst)
+        elif upper == 17:
+            payload = rng.randbytes(rng.randrange(0, 300))
+            sport = rng.randrange(1, 65536)
+            hdr = UdpHeader(sport, rng.choice([UDP_PORT, 9, rng.randrange(65536)]), 8 + len(payload))
+            buf = bytearray(hdr.length)
+            hdr.emit(buf, 0, src, dst, payload, with_checksum=rng.random() < 0.95)
+            body = bytes(buf)
+        elif upper == 6:
+            sport = rng.randrange(1, 65536)
+            hdr = wtcp.TcpHeader(sport, rng.choice([TCP_PORT, rng.randrange(1, 65536)]), rng.randrange(1 << 32),
+                                 rng.randrange(1 << 32), rng.choice([wtcp.SYN, wtcp.ACK, wtcp.RST, rng.randrange(256)]),
+                                 rng.randrange(65536), mss=rng.choice([None, 1220, 1440]))
+            body = hdr.to_bytes(src, dst, rng.randbytes(rng.randrange(0, 100)))
+        else:
+            body = rng.randbytes(rng.randrange(0, 100))
+        nh, chain = self.ext_chain(upper) if rng.random() < 0.4 else (upper, b"")
+        payload = chain + body
+        hlim = rng.choice([255, 255, 64, 1, rng.randrange(256)])
+        ip = bytearray(40 + len(payload))
+        wip6.Ipv6Header(src, dst, nh, len(payload), hlim, rng.randrange(256), rng.randrange(1 << 20)).emit(ip)
+        ip[40:] = payload
+        frame = self.eth(ETHERTYPE_IPV6, bytes(ip))
+        if dst[0] == 0xFF:
+            frame = dst_mac + frame[6:]
+        return frame
+
     def ethernet_odd(self) -> bytes:
         rng = self.rng
         r = rng.random()
@@ -390,7 +526,7 @@ class Campaign:
         self.link = PipeLink(self.clock, seed=seed)
         self.lender = LendingDevice(self.link.a)
         secret = random.Random(seed ^ 0x5EED).randbytes(16)
-        self.a = Stack(self.lender, "198.18.0.1/24", gateway="198.18.0.254", isn_secret=secret)
+        self.a = Stack(self.lender, ["198.18.0.1/24", "fd00::1/64"], gateway="198.18.0.254", isn_secret=secret)
         self.b = Stack(self.link.b, "198.18.0.2/24", isn_secret=secret[::-1])
         self.burst = burst
         # A: echo services.
@@ -471,6 +607,11 @@ class Campaign:
         rng = self.rng
         factory = self.factory
         lent = self.lender.lent
+        for _ in range(500):  # A's IPv6 addresses pass duplicate address detection (RFC 4862) first
+            if self.a.iface6.is_ours(A_IP6) and self.a.iface6.link_local is not None:
+                break
+            self.step()
+            self.clock.advance(0.01)
         while self.frames < n_frames:
             k = min(self.burst, n_frames - self.frames)
             for _ in range(k):

@@ -18,7 +18,10 @@ Checksum and segmentation offloads are turned off on both ends (FACTS.md:
 with tx-checksum on, veth hands AF_PACKET frames whose L4 checksum holds only
 the pseudo-header sum; with TSO/GSO it hands 64 KiB TCP frames). IPv6 is
 disabled in both namespaces so no router solicitations or MLD reports appear
-on the link.
+on the link, unless ``ipv6=True``: then the peer end (only) speaks IPv6 too,
+``peer_addr6/prefixlen6`` (fd00::1/64) configured without DAD and with DAD
+off for its link-local address, so both are usable at once; the stack end's
+kernel still has IPv6 off.
 
 Namespaces are process-wide resources: every name is recorded in this
 module's reaper *before* it is created and removed by ``close()``, at
@@ -49,6 +52,10 @@ from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
 PEER_ADDR = "198.18.0.1"
 STACK_ADDR = "198.18.0.2"
 PREFIXLEN = 24
+PEER_ADDR6 = "fd00::1"
+STACK_ADDR6 = "fd00::2"
+PREFIXLEN6 = 64
+IFA_F_NODAD = 0x02
 # The MAC the user-space stack uses on a TAP topology (locally administered).
 TAP_STACK_MAC = bytes.fromhex("027573000002")
 IFNAMSIZ = 16  # including the terminating NUL: 15 usable characters
@@ -167,6 +174,16 @@ def _sysctl_ipv6_off(ifname: Optional[str] = None) -> None:
                 f.write("1")
 
 
+def _sysctl_ipv6_on(ifname: str) -> None:
+    """IPv6 on for one interface of the current thread's namespace, DAD off (usable at once)."""
+    for name in ("all", ifname):
+        with open(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6", "w") as f:
+            f.write("0")
+    for key in ("accept_dad", "dad_transmits"):
+        with open(f"/proc/sys/net/ipv6/conf/{ifname}/{key}", "w") as f:
+            f.write("0")
+
+
 def _set_features(ifname: str, features: dict[str, bool], *, strict: Sequence[str] = ()) -> dict[str, bool]:
     """Change ethtool features of ``ifname`` (current namespace) through SIOCETHTOOL.
 
@@ -210,14 +227,18 @@ class Topology:
     peer_addr: str = PEER_ADDR
     stack_addr: str = STACK_ADDR
     prefixlen: int = PREFIXLEN
+    peer_addr6: str = PEER_ADDR6
+    stack_addr6: str = STACK_ADDR6
+    prefixlen6: int = PREFIXLEN6
 
-    def __init__(self, kind: str, *, mtu: int = 1500, tag: str = "t"):
+    def __init__(self, kind: str, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False):
         if kind not in ("veth", "tap"):
             raise ValueError(f"unknown topology kind {kind!r}")
         if not tag.isalnum():
             raise ValueError("tag must be alphanumeric")
         self.kind = kind
         self.mtu = mtu
+        self.ipv6 = ipv6
         self.name = f"us{tag}{os.getpid()}{next(_REAPER.serial)}"
         if len(self.name) + 1 > IFNAMSIZ - 1:
             raise ValueError(f"topology name {self.name!r} too long for an interface name; use a shorter tag")
@@ -246,12 +267,12 @@ class Topology:
     # -- construction -------------------------------------------------------
 
     @classmethod
-    def veth(cls, *, mtu: int = 1500, tag: str = "t") -> "Topology":
-        return cls("veth", mtu=mtu, tag=tag)
+    def veth(cls, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False) -> "Topology":
+        return cls("veth", mtu=mtu, tag=tag, ipv6=ipv6)
 
     @classmethod
-    def tap(cls, *, mtu: int = 1500, tag: str = "t") -> "Topology":
-        return cls("tap", mtu=mtu, tag=tag)
+    def tap(cls, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False) -> "Topology":
+        return cls("tap", mtu=mtu, tag=tag, ipv6=ipv6)
 
     def _create_ns(self, name: str) -> None:
         if name in pyroute2_netns.listnetns():
@@ -318,7 +339,11 @@ class Topology:
         _set_features(ifname, {f: False for f in OFFLOADS_OFF}, strict=OFFLOADS_REQUIRED_OFF)
         if address:
             ipr.addr("add", index=index, address=self.peer_addr, prefixlen=self.prefixlen)
+            if self.ipv6:
+                _sysctl_ipv6_on(ifname)
         ipr.link("set", index=index, state="up")
+        if address and self.ipv6:
+            ipr.addr("add", index=index, address=self.peer_addr6, prefixlen=self.prefixlen6, flags=IFA_F_NODAD)
         link = ipr.link("get", index=index)[0]
         return bytes.fromhex(link.get_attr("IFLA_ADDRESS").replace(":", ""))
 

@@ -1,4 +1,4 @@
-"""``ustack ping``: ICMP echo from the user-space stack, printed like ping(8).
+"""``ustack ping``: ICMP (or ICMPv6, for an IPv6 destination) echo from the user-space stack, like ping(8).
 
 One request every ``-i`` seconds, ``-c`` of them, ``-s`` bytes of payload,
 each waited for up to ``-W`` seconds; the summary (transmitted, received,
@@ -15,7 +15,8 @@ import statistics
 import sys
 
 from ustack.net.addr import parse as ip_addr
-from ustack.tools.cli_stack import add_stack_arguments, float_range, int_range, start_stack, stop_stack
+from ustack.tools.cli_stack import (add_stack_arguments, float_range, int_range, start_stack, stop_stack,
+                                   wait_ipv6_ready)
 
 
 def add_parser(subparsers):
@@ -39,16 +40,24 @@ def cmd_ping(args) -> int:
     clock = driver.clock
     try:
         dst = ip_addr(args.dest)
-        if len(dst) != 4:
-            raise ValueError("ustack speaks IPv4")
     except ValueError:
         print(f"ustack ping: {args.dest}: Name or service not known", file=sys.stderr)
+        stop_stack(stack)
         return 2
+    if len(dst) == 16:
+        if stack.icmpv6 is None:
+            print(f"ustack ping: {args.dest}: no IPv6 address (give --addr X::Y/N)", file=sys.stderr)
+            stop_stack(stack)
+            return 2
+        icmp, overhead = stack.icmpv6, 48  # IPv6 + ICMPv6 headers
+        wait_ipv6_ready(stack, driver)
+    else:
+        icmp, overhead = stack.icmp, 28
     ident = os.getpid() & 0xFFFF
     size = args.size
     payload = bytes((i & 0xFF) for i in range(size))
     replies: dict[int, tuple[float, int]] = {}
-    stack.icmp.echo_handlers[ident] = lambda seq, i, data, src, now, ttl: (
+    icmp.echo_handlers[ident] = lambda seq, i, data, src, now, ttl: (
         replies.setdefault(seq, (now, ttl)) if data == payload and src == dst else None)
     interrupted = {"flag": False}
 
@@ -57,7 +66,7 @@ def cmd_ping(args) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"PING {args.dest} ({args.dest}) {size}({size + 28}) bytes of data.", flush=True)
+    print(f"PING {args.dest} ({args.dest}) {size}({size + overhead}) bytes of data.", flush=True)
     rtts = []
     sent_at = {}
     start = clock()
@@ -71,7 +80,7 @@ def cmd_ping(args) -> int:
             sent_at[seq] = t0
             with driver.lock:
                 try:
-                    stack.icmp.ping(dst, ident, seq, clock(), payload)
+                    icmp.ping(dst, ident, seq, clock(), payload)
                 except OSError as e:
                     print(f"ping: sendmsg: {e.strerror}", flush=True)
             transmitted += 1

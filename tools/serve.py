@@ -19,10 +19,10 @@ import threading
 
 from ustack.api.driver import Driver
 from ustack.capture import PcapDevice
-from ustack.net.addr import ANY4, parse as ip_addr
+from ustack.net.addr import ANY4, ANY6, parse as ip_addr
 from ustack.snapshot import interface_address
 from ustack.stack import Stack
-from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack
+from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack, wait_ipv6_ready
 
 
 def add_parser(subparsers):
@@ -66,7 +66,7 @@ def cmd_serve(args) -> int:
     echo = None
     if args.udp_echo:
         echo = stack.udp.endpoint()
-        stack.udp.bind(echo, ANY4, args.udp_echo)
+        stack.udp.bind(echo, ANY6 if stack.ipv6 is not None else ANY4, args.udp_echo)  # :: hears IPv4 too
     from ustack.tools.services import TcpDiscard, TcpEcho, TcpSource
 
     services = []
@@ -84,6 +84,9 @@ def cmd_serve(args) -> int:
     addr, prefixlen, _ = interface_address(stack)
     print(f"ustack: {addr}/{prefixlen} mac {stack.iface.mac.hex(':')} mtu {stack.iface.mtu} "
           f"on {args.backend}:{args.ifname or '-'} ({caps.mode})", flush=True)
+    if stack.ipv6 is not None:
+        wait_ipv6_ready(stack, driver)
+        print(f"ustack: IPv6 {' '.join(stack.addrs()[1:])}", flush=True)
     print(f"ustack: live stats with: ustack stats --socket {publisher.path}", flush=True)
     print("ready", flush=True)
     if args.backend == "pipe":

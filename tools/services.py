@@ -42,7 +42,8 @@ def pattern_sha256(nbytes: int) -> str:
 class _Service:
     def __init__(self, stack, port: int, backlog: int = 256):
         self.stack = stack
-        self.listener = stack.tcp.listen((b"\0\0\0\0", port), backlog)
+        wildcard = bytes(16) if stack.ipv6 is not None else bytes(4)  # :: is dual-stack: IPv4 too
+        self.listener = stack.tcp.listen((wildcard, port), backlog)
         self.listener.on_event = self._on_listener
         self.connections = 0
         self.active: set = set()

@@ -153,6 +153,20 @@ def render_arp(snap: dict) -> list[str]:
     return ["ARP"] + [f"{e['ip']:<15} lladdr {e['mac']} expires {e['expires']:.1f}s" for e in snap["arp"]]
 
 
+def render_ndp(snap: dict) -> list[str]:
+    """IPv6 addresses and the neighbour cache, like ``ip -6 addr`` and ``ip -6 neigh`` (IPv6 stacks only)."""
+    if "ipv6" not in snap:
+        return []
+    v6 = snap["ipv6"]
+    out = ["IPv6 " + " ".join(f"{a['addr']}" + ("" if a["state"] == "preferred" else f" ({a['state']})")
+                              for a in v6["addresses"]) + f" mtu {v6['mtu']}"]
+    if v6["routers"]:
+        out.append("default via " + " ".join(v6["routers"]))
+    if not snap["ndp"]:
+        return out + ["NDP: cache empty", ""]
+    return out + ["NDP"] + [f"{e['ip']:<28} lladdr {e['mac'] or '-':<17} {e['state']}" for e in snap["ndp"]] + [""]
+
+
 def render_counters(snap: dict, prev: dict | None = None, everything: bool = False, color: bool = False) -> list[str]:
     """nstat-like: totals on the first round, per-interval deltas and rates after (``prev``)."""
     cur = snap["counters"]
@@ -194,7 +208,7 @@ def render(snap: dict, prev: dict | None = None, *, tcp: bool = True, udp: bool 
     if tcp:
         out += render_tcp(snap, everything) + [""]
     if udp:
-        out += render_udp(snap) + [""] + render_arp(snap) + [""]
+        out += render_udp(snap) + [""] + render_arp(snap) + [""] + render_ndp(snap)
     if counters:
         out += render_counters(snap, prev, everything, color)
     return "\n".join(out).rstrip("\n") + "\n"

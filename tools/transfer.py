@@ -10,9 +10,10 @@ the data and the peer.
 from __future__ import annotations
 
 import hashlib
+import socket as std_socket
 import sys
 
-from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack, stop_stack
+from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack, stop_stack, wait_ipv6_ready
 
 
 def add_parsers(subparsers) -> None:
@@ -32,17 +33,26 @@ def add_parsers(subparsers) -> None:
 
 def _report(nbytes: int, seconds: float, digest: str, peer) -> None:
     rate = nbytes / seconds / 1e6 if seconds > 0 else 0.0
-    print(f"bytes {nbytes} seconds {seconds:.3f} MB/s {rate:.2f} sha256 {digest} peer {peer[0]}:{peer[1]}",
+    host = f"[{peer[0]}]" if ":" in peer[0] else peer[0]
+    print(f"bytes {nbytes} seconds {seconds:.3f} MB/s {rate:.2f} sha256 {digest} peer {host}:{peer[1]}",
           flush=True)
 
 
 def _host_port(text: str, name: str):
-    """"HOST:PORT" -> (host, port), or None after saying what is wrong."""
+    """"HOST:PORT" or "[V6]:PORT" -> (host, port), or None after saying what is wrong."""
     host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an IPv6 address needs its brackets: [fd00::1]:5001
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         print(f"ustack {name}: --connect wants HOST:PORT, not {text!r}", file=sys.stderr)
         return None
     return host, int(port)
+
+
+def _family(host: str) -> int:
+    return std_socket.AF_INET6 if ":" in host else std_socket.AF_INET
 
 
 def cmd_send(args) -> int:
@@ -60,8 +70,9 @@ def cmd_send(args) -> int:
     clock = driver.clock
     left = args.bytes
     try:
-        with usocket(driver) as s:
+        with usocket(driver, _family(host)) as s:
             s.settimeout(30)
+            wait_ipv6_ready(stack, driver)
             print(f"ustack send: connecting to {host}:{port}", file=sys.stderr, flush=True)
             try:
                 s.connect((host, port))
@@ -112,9 +123,11 @@ def cmd_recv(args) -> int:
     stack, driver, _ = started
     clock = driver.clock
     try:
-        with usocket(driver) as srv:
+        v6 = stack.ipv6 is not None
+        with usocket(driver, std_socket.AF_INET6 if v6 and target is None else std_socket.AF_INET) as srv:
+            wait_ipv6_ready(stack, driver)
             if target is not None:
-                conn = usocket(driver)
+                conn = usocket(driver, _family(target[0]))
                 conn.settimeout(30)
                 try:
                     conn.connect(target)
@@ -123,7 +136,7 @@ def cmd_recv(args) -> int:
                     return 1
                 peer = conn.getpeername()
             else:
-                srv.bind(("0.0.0.0", args.listen))
+                srv.bind(("::" if v6 else "0.0.0.0", args.listen))  # :: is dual-stack
                 srv.listen(1)
                 print("listening", flush=True)
                 conn, peer = srv.accept()

@@ -5,7 +5,9 @@ Pieces (each in its own include file, one concern each):
 - _fp_checksum.pxi: Internet checksum and RFC 1624 incremental update
 - _fp_classify.pxi: burst classify of Ethernet/IPv4/UDP/TCP/ICMP into typed
   records (Packet; the TCP header and its options parsed once); K_* and REASONS
+- _fp_classify6.pxi: the IPv6 part of classify (fixed header; UDP/TCP/ICMPv6)
 - _fp_emit.pxi: header emit into a TX slot from a per-flow template
+- _fp_emit6.pxi: the same for IPv6 (emit_ipv6, emit_udp6, emit_tcp6)
 - _fp_ring.pxi: AF_PACKET ring walking (TPACKET_V2 and V3 RX, V3 TX)
 - _fp_xsk.pxi: AF_XDP ring producer/consumer operations
 - _fp_tcb.pxi: the TCP control block as C sees it (TcbLayout: the slots of tcb.Tcb)
@@ -18,7 +20,9 @@ untrusted bytes before reading a field.
 
 include "_fp_checksum.pxi"
 include "_fp_classify.pxi"
+include "_fp_classify6.pxi"
 include "_fp_emit.pxi"
+include "_fp_emit6.pxi"
 include "_fp_ring.pxi"
 include "_fp_xsk.pxi"
 include "_fp_tcb.pxi"

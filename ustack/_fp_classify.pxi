@@ -23,8 +23,14 @@ K_TCP = 3          # IPv4/TCP, header, checksum and option list verified and par
 K_ICMP = 4         # IPv4/ICMP, checksum verified
 K_FRAG = 5         # IPv4 fragment: reassemble, then L4 is checked by the slow path
 K_IP_OTHER = 6     # IPv4 with another protocol number
+# IPv6 kinds: see _fp_classify6.pxi
+K_UDP6 = 7         # IPv6/UDP (no extension headers), header and checksum verified
+K_TCP6 = 8         # IPv6/TCP (no extension headers), as K_TCP
+K_ICMP6 = 9        # IPv6/ICMPv6 (no extension headers), checksum verified
+K_IP6 = 10         # IPv6 with extension headers or another next header: the slow path walks it
 
-_KIND_NAMES = ("K_DROP", "K_ARP", "K_UDP", "K_TCP", "K_ICMP", "K_FRAG", "K_IP_OTHER")
+_KIND_NAMES = ("K_DROP", "K_ARP", "K_UDP", "K_TCP", "K_ICMP", "K_FRAG", "K_IP_OTHER", "K_UDP6", "K_TCP6", "K_ICMP6",
+               "K_IP6")
 
 # Drop reasons (Packet.reason indexes REASONS); names match ustack.wire's WireError reasons
 R_OK = 0
@@ -48,6 +54,12 @@ REASONS = (
     "icmp.bad_checksum",
     "ipv4.bad_options",
     "tcp.bad_options",
+    "ipv6.truncated",
+    "ipv6.bad_version",
+    "ipv6.bad_payload_length",
+    "udp.zero_checksum",
+    "icmpv6.truncated",
+    "icmpv6.bad_checksum",
 )
 cdef enum:
     RC_ETH_TRUNC = 1
@@ -68,6 +80,12 @@ cdef enum:
     RC_ICMP_CSUM = 16
     RC_IP_OPTIONS = 17
     RC_TCP_OPTIONS = 18
+    RC_IP6_TRUNC = 19
+    RC_IP6_VERSION = 20
+    RC_IP6_PLEN = 21
+    RC_UDP6_ZERO_CSUM = 22
+    RC_ICMP6_TRUNC = 23
+    RC_ICMP6_CSUM = 24
 
 cdef enum:
     CK_DROP = 0
@@ -77,6 +95,10 @@ cdef enum:
     CK_ICMP = 4
     CK_FRAG = 5
     CK_IP_OTHER = 6
+    CK_UDP6 = 7
+    CK_TCP6 = 8
+    CK_ICMP6 = 9
+    CK_IP6 = 10
 
 # Which TCP options a Packet carries (Packet._opts bits).
 cdef enum:
@@ -111,7 +133,7 @@ cdef class Packet:
     ``l4``, ``payload_off``) are from the start of the frame.
 
     - ``K_ARP``: ``l3`` only.
-    - IPv4 kinds: ``l3``, ``ihl``, ``total_len``, ``proto``, ``ttl``,
+    - IP kinds (IPv4, and IPv6 with 16-byte addresses: _fp_classify6.pxi): ``l3``, ``ihl``, ``total_len``, ``proto``, ``ttl``,
       ``l4``, ``payload_off``, ``payload_len``, ``src``/``dst`` (packed
       4-byte ``bytes``, built on each access: bind them once). A fragment
       or another protocol: the payload is everything after the IPv4 header.
@@ -159,7 +181,7 @@ cdef class Packet:
     cdef uint32_t _sack[2 * SACK_MAX_BLOCKS]
     cdef uint8_t _unklen           # options of other kinds, copied whole (kind, length, data)
     cdef uint8_t _unk[TCP_MAX_OPTIONS]
-    # addresses, network order; _alen is 4 for IPv4, 0 when not IP
+    # addresses, network order; _alen is 4 for IPv4, 16 for IPv6, 0 when not IP
     cdef uint8_t _alen
     cdef uint8_t _src[16]
     cdef uint8_t _dst[16]
@@ -216,11 +238,11 @@ cdef class Packet:
         if self.kind == CK_ARP:
             return f"<Packet K_ARP l3={self.l3}>"
         text = f"<Packet {_KIND_NAMES[self.kind]} {bytes(self.src).hex()} > {bytes(self.dst).hex()} proto={self.proto}"
-        if self.kind == CK_UDP or self.kind == CK_TCP:
+        if self.kind in (CK_UDP, CK_TCP, CK_UDP6, CK_TCP6):
             text += f" ports={self.src_port}>{self.dst_port}"
-        elif self.kind == CK_ICMP:
+        elif self.kind == CK_ICMP or self.kind == CK_ICMP6:
             text += f" type={self.icmp_type} code={self.icmp_code}"
-        if self.kind == CK_TCP:
+        if self.kind == CK_TCP or self.kind == CK_TCP6:
             text += f" seq={self.seq} ack={self.ack} flags={self.flags:#04x} win={self.window}"
         return text + f" payload={self.payload_off}+{self.payload_len}>"
 
@@ -366,6 +388,8 @@ cdef Packet _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bi
         p.kind = CK_ARP
         p.l3 = <int>l3
         return p
+    if ethertype == 0x86dd:
+        return _classify_ipv6(f, n, l3, verify_l4)
     if ethertype != 0x0800:
         return _drop(RC_ETHERTYPE)
     if n - l3 < 20:

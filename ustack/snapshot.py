@@ -13,6 +13,9 @@ after the caller lets go of the stack::
     udp        bound and connected endpoints: queue in bytes and datagrams,
                receive buffer, drops
     arp        the ARP cache: address, MAC, seconds until it expires
+    ipv6       (a stack with IPv6 only) addresses with prefix length and DAD
+               state, default routers, link MTU
+    ndp        (the same) the neighbour cache: address, MAC, state
 
 It reads only these surfaces of a Stack: ``stats`` (``snapshot()``,
 ``drops()``), ``iface`` (address, prefix length, gateway, MAC, MTU),
@@ -55,6 +58,21 @@ def snapshot(stack, now: float) -> dict:
                       for lst in getattr(entry, "members", (entry,))],  # a SO_REUSEPORT group: each member
         "udp": [_udp_endpoint(ep) for ep in endpoints.values()],
         "arp": [{"ip": ip, "mac": mac, "expires": round(left, 3)} for ip, mac, left in stack.arp.entries(now)],
+        **(_ipv6(stack, now) if getattr(stack, "ipv6", None) is not None else {}),
+    }
+
+
+def _ipv6(stack, now: float) -> dict:
+    iface6 = stack.iface6
+    return {
+        "ipv6": {
+            "addresses": [{"addr": str(e.prefix), "state": e.state, "origin": e.origin}
+                          for e in iface6.addresses.values()],
+            "routers": [to_str(r) for r, t in iface6.routers.items() if t > now]
+                       + ([to_str(iface6.gateway)] if iface6.gateway is not None else []),
+            "mtu": iface6.mtu,
+        },
+        "ndp": [{"ip": ip, "mac": mac, "state": state} for ip, mac, state in stack.ndp.entries(now)],
     }
 
 

@@ -6,6 +6,9 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
            -> ArpLayer (neighbour cache)  ->  Ipv4Layer (an IpLayer: routing, output, fragments)
            -> ProtocolTable {TCP, UDP}    ->  IcmpLayer (echo, errors out, errors in -> the table)
            -> UdpLayer, TcpLayer (through transport.tcp.ip_host.TcpOverIp, its TcpHost on an IpLayer)
+    and, when the stack has IPv6 (an IPv6 address among ``addr``, or ``ipv6={...}``), beside them:
+           -> NdpLayer (neighbour cache, SLAAC, DAD) -> Ipv6Layer (the second IpLayer) -> Icmpv6Layer
+    with the same ProtocolTable, UDP and TCP layers (the address length picks the IP layer).
 
 ``poll(now)`` is one run-to-completion round:
 
@@ -43,15 +46,19 @@ import os
 from typing import Optional
 
 from ustack import _fastpath
-from ustack._fastpath import K_ARP, K_DROP, K_FRAG, K_ICMP, K_IP_OTHER, K_TCP, K_UDP, REASONS
+from ustack._fastpath import (K_ARP, K_DROP, K_FRAG, K_ICMP, K_ICMP6, K_IP6, K_IP_OTHER, K_TCP, K_TCP6, K_UDP,
+                              K_UDP6, REASONS)
 from ustack.device import Device
-from ustack.net.addr import to_str
+from ustack.net.addr import Prefix, parse, to_str
 from ustack.net.arp import ArpLayer
 from ustack.net.icmp import IcmpLayer
 from ustack.net.ip import ProtocolTable
+from ustack.net.icmpv6 import Icmpv6Layer
 from ustack.net.ipv4 import Ipv4Layer
+from ustack.net.ipv6 import Ipv6Layer
 from ustack.net.link import Link
 from ustack.net.route import Interface
+from ustack.net.route6 import Interface6
 from ustack.snapshot import snapshot
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
@@ -60,6 +67,7 @@ from ustack.transport.tcp.ip_host import TcpOverIp
 from ustack.transport.tcp.layer import TcpLayer
 from ustack.transport.udp import UdpLayer
 from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREACHABLE, TIME_EXCEEDED
+from ustack.wire import icmpv6 as icmp6wire
 from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
 
@@ -69,10 +77,15 @@ MAX_TIMER_FAILURES = 64  # failing timers tolerated in one round before the rest
 
 
 class Stack:
-    """A user-space IPv4 host on one device.
+    """A user-space IPv4 (and IPv6) host on one device.
 
-    ``addr`` is "A.B.C.D/N"; ``gateway`` an optional default router inside
-    the subnet. ``arp``, ``ipv4``, ``icmp`` and ``udp`` are optional dicts of
+    ``addr`` is "A.B.C.D/N", or a list of addresses: one IPv4 "A.B.C.D/N"
+    and any number of IPv6 "X::Y/N" (each runs duplicate address detection
+    at start; a link-local address is generated, RFC 4862/7217).
+    ``gateway`` is an optional IPv4 default router inside the subnet,
+    ``gateway6`` an IPv6 one (Router Advertisements may teach one too).
+    ``ipv6`` (``Ipv6Layer`` keywords, ``ndp`` a dict of ``NdpLayer``'s) and
+    ``icmpv6`` enable IPv6 even without an address of it (link-local only). ``arp``, ``ipv4``, ``icmp`` and ``udp`` are optional dicts of
     keywords for those layers (their caps and rates: ``ArpLayer``'s
     ``max_entries``, ``max_pending``, ``request_rate``...; ``IcmpLayer``'s
     ``max_buckets``; ``UdpLayer``'s ``datagram_overhead``...), documented
@@ -84,8 +97,15 @@ class Stack:
                  mtu: Optional[int] = None, burst: Optional[int] = None, arp_ttl: float = 60.0,
                  isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
                  arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
-                 udp: Optional[dict] = None, fastpath: Optional[bool] = None):
+                 udp: Optional[dict] = None, gateway6: Optional[str] = None, ipv6: Optional[dict] = None,
+                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None):
         caps = device.capabilities
+        texts = [addr] if isinstance(addr, str) else list(addr)
+        v4 = [a for a in texts if ":" not in a]
+        v6 = [Prefix(a) for a in texts if ":" in a]
+        if len(v4) != 1:
+            raise ValueError("give exactly one IPv4 address (A.B.C.D/N) besides any IPv6 ones")
+        addr = v4[0]
         self.device = device
         self.stats = stats = Stats()
         self.timers = timers = TimerHeap()
@@ -112,22 +132,50 @@ class Stack:
         ip.redeliver = self._deliver
         ip.on_time_exceeded = lambda original, src, now: icmp.send_error(TIME_EXCEEDED, 1, original, src, now)
         self._handlers = {K_UDP: self.udp.input, K_TCP: self._tcp_input, K_ICMP: self._icmp_input,
-                          K_ARP: self._arp_input, K_FRAG: ip.input_fragment, K_IP_OTHER: self._other_input}
+                          K_ARP: self._arp_input, K_FRAG: ip.input_fragment, K_IP_OTHER: self._other_input,
+                          K_UDP6: self._no_ipv6, K_TCP6: self._no_ipv6, K_ICMP6: self._no_ipv6, K_IP6: self._no_ipv6}
+        self.iface6 = self.ipv6 = self.ndp = self.icmpv6 = None
+        if v6 or ipv6 is not None or icmpv6 is not None or gateway6 is not None:
+            self._enable_ipv6(v6, gateway6, ipv6 or {}, icmpv6 or {})
         self._verify_l4 = not caps.rx_checksum_verified
         self._ip_kinds = frozenset((K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER))
+        self._ip6_kinds = frozenset((K_UDP6, K_TCP6, K_ICMP6, K_IP6))
         self._suspect_first = frozenset((0, 127, *range(224, 256)))  # see Ipv4Layer.martian_source
         self._suspect_src = frozenset((iface.addr, iface.broadcast))
         self._started = False
         self._announce = announce
         self.last_internal_error: Optional[BaseException] = None
 
+    def _enable_ipv6(self, prefixes: list, gateway6: Optional[str], ipv6: dict, icmpv6: dict) -> None:
+        iface = self.iface
+        gw = parse(gateway6) if gateway6 else None
+        if gw is not None and len(gw) != 16:
+            raise ValueError("gateway6 must be an IPv6 address")
+        self.iface6 = iface6 = Interface6(iface.mac, iface.mtu, gw)
+        self.ipv6 = ip6 = Ipv6Layer(self.link, iface6, self.timers, self.stats, secret=self.isn_secret, **ipv6)
+        self.ndp = ip6.ndp
+        for prefix in prefixes:
+            ip6.ndp.add_static(prefix)
+        self.icmpv6 = icmp6 = Icmpv6Layer(ip6, self.protocols, self.stats, **icmpv6)
+        ip6.redeliver = self._deliver
+        ip6.send_error = icmp6.send_error
+        udp = self.udp
+        udp.ip6, udp.iface6 = ip6, iface6
+        udp.unreachable6 = lambda dgram, src, now: icmp6.send_error(icmp6wire.DEST_UNREACHABLE,
+                                                                    icmp6wire.PORT_UNREACHABLE, dgram, src, now)
+        self._tcp_host.ip6 = ip6
+        self._handlers.update({K_UDP6: udp.input6, K_TCP6: self._tcp_input6, K_ICMP6: icmp6.input,
+                               K_IP6: ip6.input_ext})
+
     # -- the poll loop ------------------------------------------------------
     def start(self, now: float) -> None:
-        """Bring the interface up: gratuitous ARP (RFC 5227)."""
+        """Bring the interface up: gratuitous ARP (RFC 5227); IPv6: link-local address, DAD, router solicitation."""
         if not self._started:
             self._started = True
             if self._announce:
                 self.arp.announce()
+            if self.ndp is not None:
+                self.ndp.start(now)
             self.link.commit()
 
     def poll(self, now: float) -> Optional[float]:
@@ -192,7 +240,21 @@ class Stack:
         if kind == K_DROP:
             self.stats.drop(REASONS[pkt.reason])
             return
-        if kind in self._ip_kinds:
+        if kind in self._ip6_kinds:
+            ip6 = self.ipv6
+            if ip6 is not None:
+                src, dst = pkt.src, pkt.dst
+                ours = self.iface6.preferred_set
+                # Cheap screen first (first octet 0 or 0xff, our own address); then the verdict.
+                if src[0] == 0 or src[0] == 0xFF or src in ours:  # ::, ::1 and ::ffff:0:0/96 start with 0
+                    martian = ip6.martian_source(src, pkt.proto)
+                    if martian is not None:
+                        self.stats.drop(martian)
+                        return
+                if dst not in ours and not ip6.accepts(frame, dst):
+                    self.stats.drop("ipv6.not_for_us")
+                    return
+        elif kind in self._ip_kinds:
             src = pkt.src
             # Cheap screen first (first octet 0, 127 or >= 224, our address, our broadcast); then the verdict.
             if src[0] in self._suspect_first or src in self._suspect_src:
@@ -212,6 +274,16 @@ class Stack:
         # classify verified the checksum and parsed the header and options: the record is the header
         off = pkt.payload_off
         self.tcp.segment_arrives(pkt.src, pkt.dst, pkt, frame[off:off + pkt.payload_len], now)
+
+    def _tcp_input6(self, frame: memoryview, pkt, now: float) -> None:
+        if pkt.dst[0] == 0xFF:
+            self.stats.drop("tcp.multicast")
+            return
+        off = pkt.payload_off
+        self.tcp.segment_arrives(pkt.src, pkt.dst, pkt, frame[off:off + pkt.payload_len], now)
+
+    def _no_ipv6(self, frame: memoryview, pkt, now: float) -> None:
+        self.stats.drop("ipv6.disabled")
 
     def _icmp_input(self, frame: memoryview, pkt, now: float) -> None:
         if self.iface.is_local_dest(pkt.dst):
@@ -244,6 +316,14 @@ class Stack:
     def addr(self) -> str:
         """The interface address as text ('198.18.0.2')."""
         return to_str(self.iface.addr)
+
+    def addrs(self) -> list[str]:
+        """Every address as text with its prefix length, IPv6 ones with their state when not preferred."""
+        out = [str(self.iface)]
+        if self.iface6 is not None:
+            for a in self.iface6.addresses.values():
+                out.append(str(a.prefix) + ("" if a.state == "preferred" else f" ({a.state})"))
+        return out
 
     def close(self) -> None:
         self.link.commit()

@@ -21,7 +21,9 @@ from ustack import _fastpath as fp
 from ustack.wire import WireError
 from ustack.wire.ethernet import EthernetHeader
 from ustack.wire.icmp import IcmpMessage
+from ustack.wire.icmpv6 import Icmpv6Message
 from ustack.wire.ipv4 import Ipv4Header
+from ustack.wire.ipv6 import Ipv6Header
 from ustack.wire.tcp import TcpHeader
 from ustack.wire.udp import UdpHeader
 
@@ -49,6 +51,10 @@ FIELDS_OF_KIND = {
     fp.K_UDP: IP_FIELDS + PORT_FIELDS,
     fp.K_ICMP: IP_FIELDS + ICMP_FIELDS,
     fp.K_TCP: IP_FIELDS + TCP_FIELDS,
+    fp.K_IP6: IP_FIELDS,
+    fp.K_UDP6: IP_FIELDS + PORT_FIELDS,
+    fp.K_ICMP6: IP_FIELDS + ICMP_FIELDS,
+    fp.K_TCP6: IP_FIELDS + TCP_FIELDS,
 }
 
 
@@ -86,6 +92,8 @@ def reference(frame: bytes, mac=MAC, verify_l4: bool = True) -> dict:
         l3 = eth.header_len
         if eth.ethertype == 0x0806:
             return {"kind": fp.K_ARP, "l3": l3}
+        if eth.ethertype == 0x86DD:
+            return _reference6(frame, l3, verify_l4)
         if eth.ethertype != 0x0800:
             return {"kind": fp.K_DROP, "reason": "eth.unknown_ethertype"}
         ip = Ipv4Header.parse(frame[l3:])
@@ -110,6 +118,31 @@ def reference(frame: bytes, mac=MAC, verify_l4: bool = True) -> dict:
         return {"kind": fp.K_IP_OTHER, **out}
     except WireError as e:
         return {"kind": fp.K_DROP, "reason": e.reason}
+
+
+def _reference6(frame: bytes, l3: int, verify_l4: bool) -> dict:
+    """IPv6: UDP, TCP, ICMPv6 right after the fixed header; anything else is K_IP6 (may raise WireError)."""
+    ip = Ipv6Header.parse(frame[l3:])
+    l4 = l3 + 40
+    body = frame[l4 : l4 + ip.payload_len]
+    out = {"l3": l3, "ihl": 40, "total_len": 40 + ip.payload_len, "proto": ip.next_header, "ttl": ip.hop_limit,
+           "src": ip.src, "dst": ip.dst, "l4": l4, "payload_off": l4, "payload_len": len(body)}
+    if ip.next_header == 17:
+        u = UdpHeader.parse(body, ip.src, ip.dst, verify_checksum=False)
+        if u.checksum == 0:
+            raise WireError("udp.zero_checksum")
+        UdpHeader.parse(body, ip.src, ip.dst, verify_checksum=verify_l4)
+        return {**out, "kind": fp.K_UDP6, "src_port": u.src_port, "dst_port": u.dst_port,
+                "payload_off": l4 + 8, "payload_len": u.length - 8}
+    if ip.next_header == 6:
+        t = TcpHeader.parse(body, ip.src, ip.dst, verify_checksum=verify_l4)
+        return {**out, "kind": fp.K_TCP6, **{name: getattr(t, name) for name in TCP_FIELDS},
+                "payload_off": l4 + t.header_len, "payload_len": len(body) - t.header_len}
+    if ip.next_header == 58:
+        m = Icmpv6Message.parse(body, ip.src, ip.dst)
+        return {**out, "kind": fp.K_ICMP6, "icmp_type": m.type, "icmp_code": m.code,
+                "payload_off": l4 + 8, "payload_len": len(body) - 8}
+    return {"kind": fp.K_IP6, **out}
 
 
 def fields(rec) -> dict:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from socket import inet_aton
+from socket import AF_INET6, inet_aton, inet_pton
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet6 import ICMPv6EchoRequest, ICMPv6ND_NS, IPv6, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
 from ustack import _fastpath as fp
@@ -73,6 +74,7 @@ def test_incremental_update32_for_an_address_rewrite():
 def golden_frames():
     e = Ether(dst="02:00:00:00:00:01", src="02:00:00:00:00:02")
     ip = IP(src="198.18.0.2", dst="198.18.0.1")
+    ip6 = IPv6(src="fd00::2", dst="fd00::1", hlim=33)
     return [
         e / ip / UDP(sport=1, dport=2) / b"hello",
         e / ip / UDP(sport=1, dport=2, chksum=0) / b"nocsum",
@@ -91,6 +93,17 @@ def golden_frames():
         Ether(dst="ff:ff:ff:ff:ff:ff") / ip / UDP() / b"bcast",
         Ether(dst="02:00:00:00:00:99") / ip / UDP() / b"not for us",
         Ether(dst="02:00:00:00:00:01", type=0x86DD) / (b"\x60" + b"\x00" * 39),
+        # IPv6 (_fp_classify6.pxi): UDP/TCP/ICMPv6 after the fixed header in C, the rest K_IP6
+        e / ip6 / UDP(sport=1, dport=2) / b"hello6",
+        e / ip6 / UDP(sport=1, dport=2, chksum=0) / b"zero checksum is invalid over IPv6",
+        e / ip6 / TCP(sport=3, dport=4, flags="SA", options=[("MSS", 1440), ("SAckOK", b""), ("WScale", 7)]),
+        e / ip6 / TCP(sport=3, dport=4, flags="PA") / (b"d" * 100),
+        e / ip6 / ICMPv6EchoRequest(id=1, seq=2, data=b"ping6"),
+        e / ip6 / ICMPv6ND_NS(tgt="fd00::1"),
+        e / ip6 / IPv6ExtHdrFragment(id=7, m=1) / (b"f" * 64),
+        e / ip6 / IPv6ExtHdrHopByHop() / UDP() / b"hbh",
+        e / Dot1Q(vlan=5) / ip6 / UDP(sport=9, dport=10) / b"vlan6",
+        Ether(dst="33:33:ff:00:00:01") / IPv6(src="fe80::2", dst="ff02::1:ff00:1") / ICMPv6ND_NS(tgt="fd00::1"),
     ]
 
 
@@ -109,7 +122,18 @@ def test_classify_golden_frames_match_scapy():
             assert ARP in p and rec.l3 == len(frame) - len(p[ARP])
             continue
         if rec.kind == fp.K_DROP:
-            assert IP not in p or p[Ether].dst != "02:00:00:00:00:01" and not p[Ether].dst.startswith("ff")
+            assert (IP not in p or p[Ether].dst != "02:00:00:00:00:01" and not p[Ether].dst.startswith("ff")
+                    or rec.reason_name == "udp.zero_checksum")
+            continue
+        if IPv6 in p:
+            i = p[IPv6]
+            assert (rec.src, rec.dst) == (inet_pton(AF_INET6, i.src), inet_pton(AF_INET6, i.dst))
+            assert (rec.proto, rec.ttl, rec.total_len, rec.ihl) == (i.nh, i.hlim, 40 + i.plen, 40)
+            if rec.kind == fp.K_UDP6:
+                assert (rec.src_port, rec.dst_port, rec.payload_len) == (p[UDP].sport, p[UDP].dport, p[UDP].len - 8)
+            elif rec.kind == fp.K_TCP6:
+                assert (rec.src_port, rec.dst_port, rec.seq, rec.flags, rec.mss) == (3, 4, p[TCP].seq, 0x12, 1440) \
+                    or rec.payload_len == 100
             continue
         i = p[IP]
         assert (rec.src, rec.dst) == (inet_aton(i.src), inet_aton(i.dst))
@@ -158,7 +182,8 @@ def test_classify_a_burst_keeps_order_and_verify_l4_off_skips_l4_checksums():
     rec = agree(bytes(bad), verify_l4=False)
     assert rec.kind == fp.K_UDP and rec.payload_len == 5
     assert fp.classify([], MAC) == []
-    assert fp.classify_one(frames[-2], None).kind == fp.K_UDP  # mac=None: no unicast filter
+    not_for_us = next(f for f in frames if f.endswith(b"not for us"))
+    assert fp.classify_one(not_for_us, None).kind == fp.K_UDP  # mac=None: no unicast filter
 
 
 valid_frames = st.sampled_from([bytes(p) for p in golden_frames()])
@@ -181,6 +206,7 @@ def test_classify_mutated_frames_match_reference(frame, flips, cut):
 def test_classify_random_bytes_never_crash_and_match(data):
     agree(data)
     agree(b"\x02\x00\x00\x00\x00\x01" + b"\x02" * 6 + b"\x08\x00" + data)
+    agree(b"\x02\x00\x00\x00\x00\x01" + b"\x02" * 6 + b"\x86\xdd" + data)
 
 
 def test_classify_rejects_non_contiguous_or_wrong_mac():

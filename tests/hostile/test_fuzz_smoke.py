@@ -19,10 +19,10 @@ def test_fuzz_campaign_20k_frames(capsys):
     # every kind of frame was generated, and the stack named its drops across the layers
     kinds = report["kinds"]
     for kind in ("arp", "ip_options", "fragment", "icmp", "udp", "tcp", "ethernet_odd", "mutated",
-                 "live_out_of_window"):
+                 "live_out_of_window", "ipv6"):
         assert kinds.get(kind, 0) > 100, kind
     drops = report["drops_a"]
-    for prefix in ("eth.", "arp.", "ipv4.", "icmp.", "udp.", "tcp."):
+    for prefix in ("eth.", "arp.", "ipv4.", "icmp.", "udp.", "tcp.", "ipv6.", "icmpv6.", "ndp."):
         assert any(r.startswith(prefix) for r in drops), prefix
     assert drops.get("tcp.unacceptable", 0) + drops.get("tcp.rst_out_of_window", 0) > 0
 

@@ -40,12 +40,13 @@ def ustack_cli(topo, backend_args, *args, timeout=120):
 class Served:
     """A running ``ustack serve`` and the topology around it."""
 
-    def __init__(self, backend: str, tmp_path, serve_args):
+    def __init__(self, backend: str, tmp_path, serve_args, ipv6: bool = False):
         from ustack.tools.netns import Topology
 
         self.backend = backend
+        self.ipv6 = ipv6
         kind = "tap" if backend == "tap" else "veth"
-        self.topo = Topology.tap(tag="i") if kind == "tap" else Topology.veth(tag="i")
+        self.topo = Topology.tap(tag="i", ipv6=ipv6) if kind == "tap" else Topology.veth(tag="i", ipv6=ipv6)
         self.pcap = str(tmp_path / f"serve-{backend}.pcap")
         self.lines: list[str] = []
         self.expected_drops: dict[str, int] = {}
@@ -65,6 +66,8 @@ class Served:
         t = self.topo
         argv = [sys.executable, "-m", "ustack", "serve", *self.cli_backend(), "--ifname", t.stack_ifname,
                 "--addr", f"{t.stack_addr}/{t.prefixlen}", *self.serve_args, "--pcap", self.pcap]
+        if self.ipv6:
+            argv[argv.index("--addr") + 2:argv.index("--addr") + 2] = ["--addr", f"{t.stack_addr6}/{t.prefixlen6}"]
         self.proc = t.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, bufsize=1)
         self.ready = threading.Event()

@@ -35,7 +35,7 @@ def net():
         for size in (10, 20):
             ep_b.sendto(b"u" * size, bytes([198, 18, 0, 1]), 7, n.clock.now)
         slot = n.link.b.tx_reserve(1)[0]
-        bad = n.a.iface.mac + n.b.iface.mac + b"\x86\xdd" + bytes(40)  # IPv6: not spoken here
+        bad = n.a.iface.mac + n.b.iface.mac + b"\x88\xb5" + bytes(40)  # IEEE local experimental: not spoken here
         slot[:len(bad)] = bad
         n.link.b.tx_commit([len(bad)])
         assert n.run(lambda: conn.info().bytes_acked == 2000 and len(ep_a.queue) == 2

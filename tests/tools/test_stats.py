@@ -97,7 +97,7 @@ class Pair:
         mac_a, mac_b = self.a.iface.mac, self.b.iface.mac
         for _ in range(2):
             self.inject(ipv4_frame(mac_a, mac_b, B_IP, A_IP, 17, bytes(16), bad_checksum=True))
-        self.inject(mac_a + mac_b + b"\x86\xdd" + bytes(40))  # IPv6: not spoken here
+        self.inject(mac_a + mac_b + b"\x88\xb5" + bytes(40))  # IEEE local experimental: not spoken here
         assert self.wait(lambda: self.a.stats["drop.ipv4.bad_checksum"] == 2
                          and self.a.stats["drop.eth.unknown_ethertype"] == 1)
 

@@ -724,3 +724,36 @@ def test_genuine_capture_of_two_stacks_over_a_lossy_pipe(tmp_path, capsys):
     dups = [m for x in tcp for m in markers(x) if m.startswith("dup ack")]
     assert {"dup ack #1", "dup ack #2", "dup ack #3"} <= set(dups)
     assert any(body(x).startswith(c2s + " [F") for x in tcp)
+
+
+def test_ipv6_icmpv6_ndp_lines():
+    from scapy.layers.inet import TCP, UDP
+    from scapy.layers.inet6 import (ICMPv6EchoRequest, ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr,
+                                    ICMPv6PacketTooBig, IPv6, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop)
+    from scapy.layers.l2 import Ether
+
+    from ustack.tools.trace_format import Tracer
+
+    frames = [
+        Ether(dst="33:33:ff:00:00:02") / IPv6(src="fe80::1", dst="ff02::1:ff00:2", hlim=255)
+        / ICMPv6ND_NS(tgt="fd00::2") / ICMPv6NDOptSrcLLAddr(lladdr="02:00:00:00:00:01"),
+        Ether() / IPv6(src="fd00::2", dst="fd00::1", hlim=255) / ICMPv6ND_NA(tgt="fd00::2", R=0, S=1, O=1),
+        Ether() / IPv6(src="fd00::2", dst="fd00::1") / TCP(sport=40000, dport=80, flags="S", options=[("MSS", 1440)]),
+        Ether() / IPv6(src="fd00::2", dst="fd00::1") / IPv6ExtHdrFragment(id=77, offset=181, nh=17) / (b"x" * 600),
+        Ether() / IPv6(src="fd00::2", dst="fd00::1") / IPv6ExtHdrHopByHop() / UDP(sport=5, dport=7) / b"hi",
+        Ether() / IPv6(src="fd00::2", dst="fd00::1") / ICMPv6EchoRequest(id=3, seq=4),
+        Ether() / IPv6(src="fd00::2", dst="fd00::1") / ICMPv6PacketTooBig(mtu=1280) / (b"x" * 48),
+    ]
+    t = Tracer()
+    lines = [t.frame(i * 1000, 1, bytes(f), len(bytes(f))).split(" ", 1)[1] for i, f in enumerate(frames)]
+    assert lines == [
+        "ICMP6 fe80::1 > ff02::1:ff00:2 neighbor solicitation who-has fd00::2 (src lladdr 02:00:00:00:00:01)",
+        "ICMP6 fd00::2 > fd00::1 neighbor advertisement fd00::2 [S O]",
+        "TCP [fd00::2]:40000 > [fd00::1]:80 [S] seq 0 win 8192 len 0 options [mss 1440]",
+        "IP6 fd00::2 > fd00::1 frag id 77 offset 1448 proto udp len 600",
+        "UDP [fd00::2]:5 > [fd00::1]:7 len 2 ext [hbh]",
+        "ICMP6 fd00::2 > fd00::1 echo request id 3 seq 4 len 0",
+        "ICMP6 fd00::2 > fd00::1 type 2 code 0 packet too big (mtu 1280) len 48",
+    ]
+    assert Tracer(ports=[7]).frame(0, 1, bytes(frames[4]), len(bytes(frames[4]))) is not None
+    assert Tracer(ports=[9]).frame(0, 1, bytes(frames[4]), len(bytes(frames[4]))) is None

@@ -27,12 +27,16 @@ import warnings
 from typing import Optional
 
 from ustack.net import addr
-from ustack.net.addr import ANY4, BROADCAST4
+from ustack.net.addr import ANY4, ANY6, BROADCAST4
 from ustack.transport.ports import check_port
 
 from ustack.api.readiness import ReadinessFd
 
 AF_INET = _std.AF_INET
+AF_INET6 = _std.AF_INET6
+IPPROTO_IPV6 = _std.IPPROTO_IPV6
+IPV6_V6ONLY = _std.IPV6_V6ONLY
+V4_MAPPED = bytes(10) + b"\xff\xff"
 SOCK_DGRAM = _std.SOCK_DGRAM
 SOCK_STREAM = _std.SOCK_STREAM
 SOL_SOCKET = _std.SOL_SOCKET
@@ -44,8 +48,17 @@ MSG_WAITALL = _std.MSG_WAITALL
 MSG_NOSIGNAL = _std.MSG_NOSIGNAL  # Python ignores SIGPIPE: EPIPE is raised either way
 
 
-def parse_address(address) -> tuple[bytes, int]:
-    """An AF_INET (host, port) pair -> (packed address, port), with the stdlib's errors."""
+def parse_address(address, family: int = AF_INET, v6only: bool = False) -> tuple[bytes, int]:
+    """An AF_INET (host, port) pair -> (packed address, port), with the stdlib's errors.
+
+    AF_INET6 takes (host, port[, flowinfo[, scope_id]]); an IPv4-mapped
+    address (::ffff:a.b.c.d) becomes the 4-byte IPv4 address below this
+    edge (unless ``v6only``: ENETUNREACH, as Linux), "" and "::" the IPv6
+    wildcard (dual-stack unless ``v6only``). A link-local zone ("%eth0") is
+    dropped: the stack has one interface.
+    """
+    if family == AF_INET6:
+        return _parse6(address, v6only)
     if not isinstance(address, tuple) or len(address) != 2:
         raise TypeError("AF_INET address must be a tuple (host, port)")
     host, port = address
@@ -63,6 +76,37 @@ def parse_address(address) -> tuple[bytes, int]:
     if a is None or len(a) != 4:
         raise _std.gaierror(_std.EAI_NONAME, "Name or service not known (ustack takes IPv4 literals)")
     return a, port
+
+
+def _parse6(address, v6only: bool) -> tuple[bytes, int]:
+    if not isinstance(address, tuple) or not 2 <= len(address) <= 4:
+        raise TypeError("AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]])")
+    host, port = address[0], address[1]
+    check_port(port)
+    if host in ("", "::"):
+        return ANY6, port
+    if not isinstance(host, str):
+        raise TypeError(f"str, bytes or bytearray expected, not {type(host).__name__}")
+    try:
+        a = addr.parse(host.split("%", 1)[0])
+    except ValueError:
+        a = None
+    if a is None or len(a) != 16:
+        raise _std.gaierror(_std.EAI_NONAME, "Name or service not known (ustack takes IPv6 literals here)")
+    if a[:12] == V4_MAPPED:
+        if v6only:
+            raise OSError(errno.ENETUNREACH, "Network is unreachable (IPv4-mapped address on an IPV6_V6ONLY socket)")
+        return a[12:], port
+    return a, port
+
+
+def format_address(packed: bytes, port: int, family: int = AF_INET) -> tuple:
+    """Packed address and port -> what the stdlib returns for ``family`` (IPv4 in AF_INET6 as ::ffff:a.b.c.d)."""
+    if family != AF_INET6:
+        return addr.to_str(packed), port
+    if len(packed) == 4:
+        return ("::ffff:" + addr.to_str(packed) if packed != ANY4 else "::"), port, 0, 0
+    return addr.to_str(packed), port, 0, 0
 
 
 class Handle:
@@ -125,6 +169,31 @@ class SocketBase:
     family = property(lambda self: self._family, doc="The address family (socket.AddressFamily).")
     type = property(lambda self: self._type, doc="The socket type (socket.SocketKind).")
     proto = property(lambda self: self._proto)
+
+    _v6only = False  # IPV6_V6ONLY (AF_INET6 sockets; Linux's default net.ipv6.bindv6only = 0)
+
+    def _parse(self, address) -> tuple[bytes, int]:
+        return parse_address(address, self._family, self._v6only)
+
+    def _format(self, packed: bytes, port: int) -> tuple:
+        return format_address(packed, port, self._family)
+
+    def _local_ok(self, packed: bytes) -> bool:
+        """An address this socket may bind: ours (either family) or a wildcard."""
+        stack = self.stack
+        if len(packed) == 4:
+            return stack.iface.is_ours(packed)
+        return packed == ANY6 or (stack.iface6 is not None and stack.iface6.is_ours(packed))
+
+    def _v6only_opt(self, level: int, optname: int, value=None, set_it: bool = False):
+        """IPV6_V6ONLY on an AF_INET6 socket (before bind); None when (level, optname) is something else."""
+        if level != IPPROTO_IPV6 or optname != IPV6_V6ONLY:
+            return None
+        if self._family != AF_INET6:
+            raise OSError(errno.ENOPROTOOPT, "Protocol not available")
+        if set_it:
+            self._v6only = bool(value)
+        return int(self._v6only)
 
     @property
     def timeout(self) -> Optional[float]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import errno
 import socket as _std
 
-from ustack.api.base import (AF_INET, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOCK_DGRAM, SOL_SOCKET,
-                             SocketBase, bad_flags, parse_address, shared)
-from ustack.net.addr import to_str
+from ustack.api.base import (AF_INET, AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOCK_DGRAM,
+                             SOL_SOCKET, SocketBase, bad_flags, shared)
+from ustack.net.addr import ANY4, ANY6
 
 _RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL  # MSG_WAITALL means nothing for datagrams (Linux too)
 _SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL | _std.MSG_CONFIRM  # MSG_CONFIRM: a neighbour hint, not needed
@@ -54,16 +54,20 @@ class DatagramSocket(SocketBase):
     # -- addresses ------------------------------------------------------------
     def bind(self, address) -> None:
         self._check()
-        addr, port = parse_address(address)
+        addr, port = self._parse(address)  # AF_INET6: a v4-mapped local address is an IPv4 binding, as Linux
         with self._driver.lock:
+            self._ep.v6only = self._v6only
             self.stack.udp.bind(self._ep, addr, port)
 
     def connect(self, address) -> None:
         self._check()
-        addr, port = parse_address(address)
+        addr, port = self._parse(address)
         if port == 0:
             raise OSError(errno.EINVAL, "Invalid argument")
         with self._driver.lock:
+            if self._family == AF_INET6 and not self._ep.bound:
+                self._ep.v6only = self._v6only
+                self.stack.udp.bind(self._ep, ANY6 if len(addr) == 16 else ANY4, 0)
             self.stack.udp.connect(self._ep, addr, port)
 
     def connect_ex(self, address) -> int:
@@ -75,18 +79,25 @@ class DatagramSocket(SocketBase):
 
     def getsockname(self) -> tuple[str, int]:
         self._check()
-        return to_str(self._ep.local_addr), self._ep.local_port
+        ep = self._ep
+        if not ep.bound and self._family == AF_INET6:
+            return self._format(ANY6, 0)
+        return self._format(ep.local_addr, ep.local_port)
 
     def getpeername(self) -> tuple[str, int]:
         self._check()
         if self._ep.remote is None:
             raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
-        return to_str(self._ep.remote[0]), self._ep.remote[1]
+        return self._format(*self._ep.remote)
 
     # -- options --------------------------------------------------------------
     def setsockopt(self, level: int, optname: int, value) -> None:
         self._check()
         if level == SOL_SOCKET and self._timeo_opt(optname, value):
+            return
+        if self._v6only_opt(level, optname, value, set_it=True) is not None:
+            if self._ep.bound:
+                raise OSError(errno.EINVAL, "Invalid argument (IPV6_V6ONLY after bind)")
             return
         if level == SOL_SOCKET and optname == _std.SO_RCVBUF:
             self._ep.rcvbuf = max(256, int(value) * 2)  # Linux doubles the requested value
@@ -101,6 +112,9 @@ class DatagramSocket(SocketBase):
         self._check()
         if level == SOL_SOCKET and optname in (_std.SO_RCVTIMEO, _std.SO_SNDTIMEO):
             return self._timeo_get(optname)
+        v6only = self._v6only_opt(level, optname)
+        if v6only is not None:
+            return v6only
         if level == SOL_SOCKET and optname == _std.SO_RCVBUF:
             return self._ep.rcvbuf
         if level == SOL_SOCKET and optname == _std.SO_BROADCAST:
@@ -124,7 +138,7 @@ class DatagramSocket(SocketBase):
         else:
             raise TypeError("sendto() takes 2 or 3 arguments")
         bad_flags(flags, _SEND_FLAGS)
-        addr, port = parse_address(address)
+        addr, port = self._parse(address)
         return self._send(data, addr, port)
 
     def _send(self, data, addr: bytes, port: int) -> int:
@@ -179,7 +193,7 @@ class DatagramSocket(SocketBase):
         if bufsize < 0:
             raise ValueError("negative buffersize in recvfrom")
         payload, src, sport = self._take(flags)
-        return payload[:bufsize], (to_str(src), sport)
+        return payload[:bufsize], self._format(src, sport)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         return self.recvfrom(bufsize, flags)[0]
@@ -195,7 +209,7 @@ class DatagramSocket(SocketBase):
         payload, src, sport = self._take(flags)
         k = min(n, len(payload))
         view[:k] = payload[:k]
-        return k, (to_str(src), sport)
+        return k, self._format(src, sport)
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
         return self.recvfrom_into(buffer, nbytes, flags)[0]
@@ -207,7 +221,7 @@ class DatagramSocket(SocketBase):
             raise ValueError("negative buffer size in recvmsg()")
         payload, src, sport = self._take(flags)
         mflags = _std.MSG_TRUNC if len(payload) > bufsize else 0
-        return payload[:bufsize], [], mflags, (to_str(src), sport)
+        return payload[:bufsize], [], mflags, self._format(src, sport)
 
     def recvmsg_into(self, buffers, ancbufsize: int = 0, flags: int = 0):
         self._check()
@@ -223,7 +237,7 @@ class DatagramSocket(SocketBase):
             v[:k] = payload[pos:pos + k]
             pos += k
         mflags = _std.MSG_TRUNC if pos < len(payload) else 0
-        return pos, [], mflags, (to_str(src), sport)
+        return pos, [], mflags, self._format(src, sport)
 
     @property
     def drops(self) -> int:

@@ -4,10 +4,11 @@ The installed class (``PatchedSocket``) is a subclass of the stdlib's
 ``socket.socket``, so ``isinstance(s, socket.socket)`` holds for what it
 makes. Each instance decides where it lives at its first addressing call:
 
-- ``fileno=`` given, a family other than AF_INET, or a type other than
-  SOCK_STREAM / SOCK_DGRAM: the kernel, at once (AF_UNIX stays kernel);
+- ``fileno=`` given, a family other than AF_INET (or AF_INET6 on a stack
+  with IPv6), or a type other than SOCK_STREAM / SOCK_DGRAM: the kernel, at
+  once (AF_UNIX stays kernel);
 - ``bind``/``connect``/``connect_ex``/``sendto``/``sendmsg`` to an address
-  in 127.0.0.0/8: the kernel (loopback stays kernel);
+  in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104: the kernel (loopback stays kernel);
 - any other address, or a call that needs a decision first (``listen``,
   ``fileno``, ``send``...): ustack, on the patched driver.
 
@@ -45,7 +46,8 @@ _DELEGATED = ("accept", "close", "detach", "dup", "fileno", "getpeername", "gets
 
 def _is_loopback(address) -> bool:
     return (isinstance(address, tuple) and len(address) >= 1 and isinstance(address[0], str)
-            and (address[0].startswith(_LOOPBACK_FIRST_OCTET) or address[0] == "localhost"))
+            and (address[0].startswith(_LOOPBACK_FIRST_OCTET) or address[0] in ("localhost", "::1")
+                 or address[0].startswith("::ffff:" + _LOOPBACK_FIRST_OCTET)))
 
 
 class PatchedSocket(_ORIGINAL):
@@ -62,7 +64,9 @@ class PatchedSocket(_ORIGINAL):
         self._args = (family, type, proto)
         self._pending: list = []
         base = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
-        if fileno is not None or family != _std.AF_INET or base not in (_std.SOCK_STREAM, _std.SOCK_DGRAM):
+        ours = family == _std.AF_INET or (family == _std.AF_INET6 and self._driver is not None
+                                          and getattr(self._driver.stack, "ipv6", None) is not None)
+        if fileno is not None or not ours or base not in (_std.SOCK_STREAM, _std.SOCK_DGRAM):
             self._become_kernel(fileno)
         else:
             self._io_refs = 0
@@ -153,7 +157,7 @@ def _recorded(name):
 
     def call(self, *args):
         if self._u is None and not self._kernel:
-            if name == "setsockopt" and args and args[0] == _std.IPPROTO_IPV6:
+            if name == "setsockopt" and args and args[0] == _std.IPPROTO_IPV6 and self._args[0] == _std.AF_INET:
                 # as Linux answers an AF_INET socket at once (http.server's dual-stack bind tries it)
                 raise OSError(errno.ENOPROTOOPT, "Protocol not available")
             self._pending.append((name, args))

@@ -1,4 +1,8 @@
-"""The socket factory: ``socket(driver, AF_INET, SOCK_STREAM | SOCK_DGRAM)`` like ``socket.socket``.
+"""The socket factory: ``socket(driver, AF_INET or AF_INET6, SOCK_STREAM | SOCK_DGRAM)`` like ``socket.socket``.
+
+AF_INET6 sockets are dual-stack unless IPV6_V6ONLY is set before bind
+(Linux's default): bound to ::, they hear IPv4 too, and IPv4 peers appear
+as ::ffff:a.b.c.d with 4-tuple addresses (host, port, flowinfo, scope_id).
 
 Like the stdlib, the type defaults to SOCK_STREAM (TCP). The result is a
 ``StreamSocket`` (``ustack.api.stream``) or a ``DatagramSocket``
@@ -12,18 +16,18 @@ from __future__ import annotations
 import errno
 import socket as _std
 
-from ustack.api.base import AF_INET, SOCK_DGRAM, SOCK_STREAM, SOL_SOCKET, SocketBase, parse_address
+from ustack.api.base import AF_INET, AF_INET6, SOCK_DGRAM, SOCK_STREAM, SOL_SOCKET, SocketBase, parse_address
 from ustack.api.dgram import DatagramSocket
 from ustack.api.stream import StreamSocket
 
-__all__ = ["socket", "AF_INET", "SOCK_DGRAM", "SOCK_STREAM", "SOL_SOCKET", "SocketBase", "DatagramSocket",
+__all__ = ["socket", "AF_INET", "AF_INET6", "SOCK_DGRAM", "SOCK_STREAM", "SOL_SOCKET", "SocketBase", "DatagramSocket",
            "StreamSocket", "parse_address"]
 
 
 def socket(driver, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0) -> SocketBase:
     """A UDP or TCP socket on ``driver``'s stack."""
-    if family != AF_INET:
-        raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol (ustack is IPv4)")
+    if family not in (AF_INET, AF_INET6):
+        raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol (ustack: AF_INET, AF_INET6)")
     base_type = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
     if base_type == SOCK_DGRAM:
         return DatagramSocket(driver, family, type, proto)

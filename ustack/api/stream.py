@@ -35,9 +35,9 @@ import socket as _std
 import struct
 from typing import Callable, Optional
 
-from ustack.api.base import (MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOL_SOCKET, SocketBase,
-                             bad_flags, parse_address, shared)
-from ustack.net.addr import ANY4, to_str
+from ustack.api.base import (AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOL_SOCKET, SocketBase,
+                             bad_flags, shared)
+from ustack.net.addr import ANY4, ANY6
 from ustack.transport.ports import conflicts
 from ustack.transport.tcp.tcb import State
 
@@ -164,15 +164,15 @@ class StreamSocket(SocketBase):
 
     def _peer(self):
         c = self._conn
-        return (to_str(c.remote_addr), c.remote_port)
+        return self._format(c.remote_addr, c.remote_port)
 
     # -- addresses ----------------------------------------------------------------
     def bind(self, address) -> None:
         self._check()
         if self._local is not None:
             raise OSError(errno.EINVAL, "Invalid argument (already bound)")
-        addr, port = parse_address(address)
-        if not self.stack.iface.is_ours(addr):
+        addr, port = self._parse(address)
+        if not self._local_ok(addr):
             raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
         tcp = self.stack.tcp
         with self._driver.lock:
@@ -193,10 +193,10 @@ class StreamSocket(SocketBase):
     def getsockname(self) -> tuple[str, int]:
         self._check()
         if self._conn is not None:
-            return to_str(self._conn.local_addr), self._conn.local_port
+            return self._format(self._conn.local_addr, self._conn.local_port)
         if self._local is None:
-            return "0.0.0.0", 0
-        return to_str(self._local[0]), self._local[1]
+            return self._format(ANY6 if self._family == AF_INET6 else ANY4, 0)
+        return self._format(*self._local)
 
     def getpeername(self) -> tuple[str, int]:
         conn = self._require_conn()
@@ -213,11 +213,12 @@ class StreamSocket(SocketBase):
             self._listener.backlog = max(1, backlog)
             return
         if self._local is None:
-            self.bind(("0.0.0.0", 0))
+            self.bind(("::" if self._family == AF_INET6 else "0.0.0.0", 0))
         addr, port = self._local
         with self._driver.lock:
             self._listener = self.stack.tcp.listen((addr, port), max(1, backlog), reuseport=self._reuseport,
                                                    **self._knobs)
+            self._listener.v6only = self._v6only
             self._watch()
 
     def accept(self):
@@ -249,7 +250,7 @@ class StreamSocket(SocketBase):
             if self._conn.connected:
                 raise OSError(errno.EISCONN, "Transport endpoint is already connected")
             raise OSError(errno.EALREADY, "Operation already in progress")
-        addr, port = parse_address(address)
+        addr, port = self._parse(address)
         if port == 0:
             raise OSError(errno.ECONNREFUSED, "Connection refused")
         local = None
@@ -368,7 +369,7 @@ class StreamSocket(SocketBase):
             flags, address = 0, flags_or_address
         else:
             flags = flags_or_address
-        parse_address(address)
+        self._parse(address)
         return self.send(data, flags)
 
     def sendmsg(self, buffers, ancdata=(), flags: int = 0, address=None) -> int:
@@ -376,7 +377,7 @@ class StreamSocket(SocketBase):
         if ancdata:
             raise OSError(errno.EOPNOTSUPP, "Operation not supported (ustack sockets carry no ancillary data)")
         if address is not None:
-            parse_address(address)
+            self._parse(address)
         return self.send(b"".join(memoryview(b).cast("B") for b in buffers), flags)
 
     def sendfile(self, file, offset: int = 0, count: Optional[int] = None) -> int:
@@ -539,6 +540,10 @@ class StreamSocket(SocketBase):
         if level == SOL_SOCKET and optname == _std.SO_REUSEADDR:
             self._reuseaddr = bool(value)
             return
+        if self._v6only_opt(level, optname, value, set_it=True) is not None:
+            if self._local is not None or self._conn is not None:
+                raise OSError(errno.EINVAL, "Invalid argument (IPV6_V6ONLY after bind)")
+            return
         if level == SOL_SOCKET and optname == _std.SO_REUSEPORT:
             # set before bind and listen on every socket that shares the port, as on Linux
             # (ustack.transport.tcp.reuseport: each listener its own queue, connections spread by 4-tuple)
@@ -576,6 +581,9 @@ class StreamSocket(SocketBase):
             return err.errno if err is not None and err.errno else 0
         if level == SOL_SOCKET and optname == _std.SO_TYPE:
             return self.type
+        v6only = self._v6only_opt(level, optname)
+        if v6only is not None:
+            return v6only
         if level == SOL_SOCKET and optname == _std.SO_REUSEADDR:
             return int(self._reuseaddr)
         if level == SOL_SOCKET and optname == _std.SO_REUSEPORT:

@@ -1,4 +1,7 @@
-"""IPv4 fragment reassembly (RFC 791 section 3.2, RFC 815), bounded and overlap-safe.
+"""Fragment reassembly (IPv4: RFC 791 section 3.2, RFC 815; IPv6: RFC 8200 4.5), bounded and overlap-safe.
+
+One Reassembler per IP version; ``prefix`` names its counters (``ipv4.frag_overlap``,
+``ipv6.frag_overlap``...) and ``max_payload`` bounds a reassembled payload.
 
 A datagram is keyed by (src, dst, protocol, identification). Policies:
 
@@ -53,7 +56,11 @@ class _Datagram:
 
 class Reassembler:
     def __init__(self, timers, stats, *, timeout: float = 30.0, max_bytes: int = 4 << 20, max_datagrams: int = 64,
-                 max_per_source: int = 16, on_timeout: Optional[Callable[[bytes, bytes, float], None]] = None):
+                 max_per_source: int = 16, on_timeout: Optional[Callable[[bytes, bytes, float], None]] = None,
+                 prefix: str = "ipv4", max_payload: int = 65535 - 20):
+        self.prefix = prefix  # of the counters: "ipv4" or "ipv6"
+        self.max_payload = max_payload  # the longest reassembled payload
+        self.completed_header: Optional[bytes] = None  # fragment zero's header of the datagram add() completed
         self.timers = timers
         self.stats = stats
         self.timeout = timeout
@@ -83,7 +90,7 @@ class Reassembler:
         for key in self.datagrams:  # insertion order: oldest first
             if key != keep:
                 self._discard(key)
-                self.stats.drop("ipv4.frag_evicted")
+                self.stats.drop(self.prefix + ".frag_evicted")
                 return True
         return False
 
@@ -91,7 +98,7 @@ class Reassembler:
         dg = self.datagrams.get(key)
         if dg is None:
             return
-        self.stats.drop("ipv4.frag_timeout")
+        self.stats.drop(self.prefix + ".frag_timeout")
         first = dg.pieces[0] if dg.pieces and dg.pieces[0][0] == 0 else None
         header = dg.first_header
         self._discard(key)
@@ -104,24 +111,24 @@ class Reassembler:
         length = len(data)
         end = offset + length
         if more and length % 8:
-            stats.drop("ipv4.frag_bad_length")
+            stats.drop(self.prefix + ".frag_bad_length")
             return None
-        if end > 65535 - 20:
-            stats.drop("ipv4.frag_too_long")
+        if end > self.max_payload:
+            stats.drop(self.prefix + ".frag_too_long")
             self._discard(key)
             return None
         if more and length == 0:
-            stats.drop("ipv4.frag_bad_length")
+            stats.drop(self.prefix + ".frag_bad_length")
             return None
         cost = length + FRAGMENT_OVERHEAD
         dg = self.datagrams.get(key)
         if dg is None:
             if self.per_source.get(key[0], 0) >= self.max_per_source:
-                stats.drop("ipv4.frag_source_limit")
+                stats.drop(self.prefix + ".frag_source_limit")
                 return None
             while len(self.datagrams) >= self.max_datagrams:
                 if not self._evict_oldest(key):
-                    stats.drop("ipv4.frag_memory")
+                    stats.drop(self.prefix + ".frag_memory")
                     return None
             dg = self.datagrams[key] = _Datagram()
             self.per_source[key[0]] = self.per_source.get(key[0], 0) + 1
@@ -129,18 +136,18 @@ class Reassembler:
             dg.timer.arm(now + self.timeout)
         while self.held + cost > self.max_bytes:
             if not self._evict_oldest(key):
-                stats.drop("ipv4.frag_memory")
+                stats.drop(self.prefix + ".frag_memory")
                 self._discard(key)
                 return None
         # The last fragment fixes the total; contradictions are malformed.
         if not more:
             if dg.total is not None and dg.total != end:
-                stats.drop("ipv4.frag_overlap")
+                stats.drop(self.prefix + ".frag_overlap")
                 self._discard(key)
                 return None
             dg.total = end
         if dg.total is not None and end > dg.total:
-            stats.drop("ipv4.frag_overlap")
+            stats.drop(self.prefix + ".frag_overlap")
             self._discard(key)
             return None
         pieces = dg.pieces
@@ -148,13 +155,13 @@ class Reassembler:
         i = bisect_left(dg.offsets, offset)
         if i < len(pieces) and pieces[i][0] == offset and len(pieces[i][1]) == length:
             if pieces[i][1] == bytes(data):
-                stats.inc("ipv4.frag_duplicate")
+                stats.inc(self.prefix + ".frag_duplicate")
                 return None
-            stats.drop("ipv4.frag_overlap")
+            stats.drop(self.prefix + ".frag_overlap")
             self._discard(key)
             return None
         if (i > 0 and pieces[i - 1][0] + len(pieces[i - 1][1]) > offset) or (i < len(pieces) and end > pieces[i][0]):
-            stats.drop("ipv4.frag_overlap")
+            stats.drop(self.prefix + ".frag_overlap")
             self._discard(key)
             return None
         pieces.insert(i, (offset, bytes(data)))
@@ -164,13 +171,14 @@ class Reassembler:
         self.held += cost
         if offset == 0:
             dg.first_header = bytes(header)
-        stats.inc("ipv4.fragments_received")
+        stats.inc(self.prefix + ".fragments_received")
         if dg.total is None:
             return None
         # No overlaps were let in and every piece lies inside [0, total): the pieces tile it
         # exactly when their lengths add up to it.
         if dg.data_bytes != dg.total:
             return None
+        self.completed_header = dg.first_header
         self._discard(key)
-        stats.inc("ipv4.reassembled")
+        stats.inc(self.prefix + ".reassembled")
         return b"".join(piece for _, piece in pieces)

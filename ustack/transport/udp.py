@@ -22,6 +22,13 @@ otherwise (first packet to a host, broadcast, needs fragmentation) the
 datagram is built once with ``ustack.wire.udp`` and handed to
 ``ip.output``. Addresses are packed bytes (``ustack.net.addr``); local ports
 follow the rules of ``ustack.transport.ports``.
+
+IPv6 (``ip6``/``iface6``, set by the Stack when it has IPv6): datagrams
+come to ``input6`` (K_UDP6 records, already checked to be for one of our
+addresses or groups) and leave through the IPv6 layer when the destination
+is 16 bytes long. An endpoint bound to :: is dual-stack (it hears IPv4
+too, as a Linux socket without IPV6_V6ONLY), one bound to 0.0.0.0 only
+IPv4; the two overlap for the port rules as on Linux.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import errno
 from collections import deque
 from typing import Callable, Optional
 
-from ustack.net.addr import ANY4
+from ustack.net.addr import ANY4, ANY6
 from ustack.net.ip import IpLayer
 from ustack.net.route import Interface
 from ustack.stats import Stats
@@ -40,6 +47,7 @@ from ustack.wire.proto import PROTO_UDP
 from ustack.wire.udp import HEADER_LEN, UdpHeader
 
 MAX_PAYLOAD = 65507  # 65535 - 20 (IPv4 header) - 8 (UDP header)
+MAX_PAYLOAD6 = 65527  # 65535 (IPv6 payload length) - 8 (UDP header); no jumbograms
 DATAGRAM_OVERHEAD = 768  # charged per queued datagram on top of its payload (Linux: skb truesize of a small frame)
 
 
@@ -47,7 +55,7 @@ class UdpEndpoint:
     """The protocol side of one UDP socket (no blocking here; see ustack.api)."""
 
     __slots__ = ("layer", "local_addr", "local_port", "remote", "rcvbuf", "queue", "queued_bytes", "rmem", "drops",
-                 "error", "closed", "on_readable", "broadcast")
+                 "error", "closed", "on_readable", "broadcast", "ckey", "v6only")
 
     def __init__(self, layer: "UdpLayer", rcvbuf: int):
         self.layer = layer
@@ -63,6 +71,8 @@ class UdpEndpoint:
         self.closed = False
         self.on_readable: Optional[Callable[[], None]] = None
         self.broadcast = False
+        self.ckey: Optional[tuple] = None  # (laddr, lport, raddr, rport) in UdpLayer.connected once connected
+        self.v6only = False  # bound to ::, hear IPv6 only (IPV6_V6ONLY)
 
     @property
     def bound(self) -> bool:
@@ -120,6 +130,9 @@ class UdpLayer:
         self.bound: dict[tuple[bytes, int], UdpEndpoint] = {}  # (local addr or wildcard, port)
         self.connected: dict[tuple[bytes, int, bytes, int], UdpEndpoint] = {}  # (laddr, lport, raddr, rport)
         self.ports = EphemeralPorts(port_secret, b"udp")
+        self.ip6: Optional[IpLayer] = None  # set by the Stack when it has IPv6
+        self.iface6 = None
+        self.unreachable6: Optional[Callable[[memoryview, bytes, float], None]] = None
 
     def endpoint(self) -> UdpEndpoint:
         return UdpEndpoint(self, self.default_rcvbuf)
@@ -133,7 +146,10 @@ class UdpLayer:
         if ep.bound:
             raise OSError(errno.EINVAL, "Invalid argument (already bound)")
         iface = self.iface
-        if not iface.is_ours(addr) and not iface.is_broadcast(addr):
+        if len(addr) == 16:
+            if addr != ANY6 and (self.iface6 is None or not self.iface6.is_ours(addr)):
+                raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+        elif not iface.is_ours(addr) and not iface.is_broadcast(addr):
             raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
         check_port(port)
         if port == 0:
@@ -145,20 +161,39 @@ class UdpLayer:
 
     def connect(self, ep: UdpEndpoint, dst: bytes, dport: int) -> None:
         if not ep.bound:
-            self.bind(ep, ANY4, 0)
-        if ep.remote is not None:
-            self.connected.pop((self._laddr(ep), ep.local_port) + ep.remote, None)
+            self.bind(ep, ANY4 if len(dst) == 4 else ANY6, 0)
+        if len(dst) == 4:  # IPv4 has one address: no route needed to know it
+            laddr = ep.local_addr if ep.local_addr not in (ANY4, ANY6) else self.iface.addr
+        else:
+            laddr = self._source(ep, dst)
+        if ep.ckey is not None:
+            self.connected.pop(ep.ckey, None)
         ep.remote = (dst, dport)
-        self.connected[(self._laddr(ep), ep.local_port, dst, dport)] = ep
+        ep.ckey = (laddr, ep.local_port, dst, dport)
+        self.connected[ep.ckey] = ep
 
-    def _laddr(self, ep: UdpEndpoint) -> bytes:
-        return ep.local_addr if ep.local_addr != ANY4 else self.iface.addr
+    def _ip(self, dst: bytes) -> IpLayer:
+        ip = self.ip if len(dst) == 4 else self.ip6
+        if ip is None:
+            raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv6 on this stack)")
+        return ip
+
+    def _source(self, ep: UdpEndpoint, dst: bytes) -> bytes:
+        """The source address toward ``dst``: the bound address, or the route's choice for a wildcard."""
+        laddr = ep.local_addr
+        if laddr == ANY4 or laddr == ANY6 or self.iface.is_broadcast(laddr):
+            if laddr == ANY4 and len(dst) == 16:
+                raise OSError(errno.EAFNOSUPPORT, "Address family not supported (IPv4 socket, IPv6 destination)")
+            return self._ip(dst).source(dst)
+        if len(laddr) != len(dst):
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported (bound to the other IP version)")
+        return laddr
 
     def unbind(self, ep: UdpEndpoint) -> None:
         if ep.bound and self.bound.get((ep.local_addr, ep.local_port)) is ep:
             del self.bound[(ep.local_addr, ep.local_port)]
-        if ep.remote is not None:
-            self.connected.pop((self._laddr(ep), ep.local_port) + ep.remote, None)
+        if ep.ckey is not None:
+            self.connected.pop(ep.ckey, None)
 
     # -- input ------------------------------------------------------------------
     def input(self, frame: memoryview, pkt, now: float) -> None:
@@ -172,6 +207,10 @@ class UdpLayer:
         if ep is None:
             bound = self.bound
             ep = bound.get((dst, dport)) or bound.get((ANY4, dport))
+            if ep is None:
+                ep = bound.get((ANY6, dport))
+                if ep is not None and ep.v6only:
+                    ep = None
             if ep is None and dst != iface.addr:
                 ep = bound.get((iface.addr, dport))
             if ep is not None and ep.remote is not None and ep.remote != (src, sport):
@@ -181,6 +220,23 @@ class UdpLayer:
             if dst == iface.addr:
                 # RFC 1122 4.1.3.1: port unreachable (rate-limited, never for broadcasts)
                 self.unreachable(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now)
+            return
+        off = pkt.payload_off
+        ep.deliver(bytes(frame[off:off + pkt.payload_len]), src, sport)
+
+    def input6(self, frame: memoryview, pkt, now: float) -> None:
+        """One IPv6 datagram (a K_UDP6 record: checksum verified, for one of our addresses or groups)."""
+        src, dst, sport, dport = pkt.src, pkt.dst, pkt.src_port, pkt.dst_port
+        ep = self.connected.get((dst, dport, src, sport))
+        if ep is None:
+            bound = self.bound
+            ep = bound.get((dst, dport)) or bound.get((ANY6, dport))
+            if ep is not None and ep.remote is not None and ep.remote != (src, sport):
+                ep = None
+        if ep is None:
+            self.stats.drop("udp.no_socket")
+            if dst[0] != 0xFF and self.unreachable6 is not None:
+                self.unreachable6(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now)  # RFC 4443 3.1 code 4
             return
         off = pkt.payload_off
         ep.deliver(bytes(frame[off:off + pkt.payload_len]), src, sport)
@@ -204,18 +260,18 @@ class UdpLayer:
         if iface.is_broadcast(dst) and not ep.broadcast:
             raise PermissionError(errno.EACCES, "Permission denied (broadcast needs SO_BROADCAST)")
         if not ep.bound:
-            self.bind(ep, ANY4, 0)
+            self.bind(ep, ANY4 if len(dst) == 4 else ANY6, 0)
         n = len(payload)
-        if n > MAX_PAYLOAD:
+        if n > (MAX_PAYLOAD if len(dst) == 4 else MAX_PAYLOAD6):
             raise OSError(errno.EMSGSIZE, "Message too long")
-        laddr = ep.local_addr
-        src = laddr if laddr != ANY4 and not iface.is_broadcast(laddr) else self.ip.source(dst)
+        src = self._source(ep, dst)
+        ip = self._ip(dst)
         sport = ep.local_port
-        if not self.ip.emit_udp(src, dst, sport, dport, payload, now):
+        if not ip.emit_udp(src, dst, sport, dport, payload, now):
             # Slow path: first packet to a host (ARP), broadcast, needs fragmentation, or no TX slot.
             length = HEADER_LEN + n
             dgram = bytearray(length)
             UdpHeader(sport, dport, length).emit(dgram, 0, src, dst, payload)
-            self.ip.output(src, dst, PROTO_UDP, dgram, now)
+            ip.output(src, dst, PROTO_UDP, dgram, now)
         self.stats.inc("udp.datagrams_sent")
         return n

@@ -225,3 +225,8 @@ class TcpHeader:
     @property
     def flag_str(self) -> str:
         return flags_to_str(self.flags)
+
+
+def headers_len(addr: bytes) -> int:
+    """IP + TCP headers without options toward ``addr``: 40 over IPv4, 60 over IPv6 (MSS = MTU - this)."""
+    return 60 if len(addr) == 16 else 40

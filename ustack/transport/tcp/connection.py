@@ -78,7 +78,7 @@ from ustack.transport.tcp.sender import Sender
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
 from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED, State, Tcb
 from ustack.wire.icmp import error_to_oserror
-from ustack.wire.tcp import ACK, FIN, PSH, RST, SYN
+from ustack.wire.tcp import ACK, FIN, PSH, RST, SYN, headers_len
 
 _NEG_INF = float("-inf")
 # RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
@@ -116,7 +116,7 @@ class Connection:
         self.key = (self.local_addr, self.local_port, self.remote_addr, self.remote_port)
         self.listener = listener
         self.passive = listener is not None
-        own_mss = host.route_mtu(self.remote_addr) - 40
+        own_mss = host.route_mtu(self.remote_addr) - headers_len(self.remote_addr)
         if config.mss:
             own_mss = min(own_mss, config.mss)
         self._own_mss = max(own_mss, 88)
@@ -705,7 +705,7 @@ class Connection:
         if itype == 3 and code == 4:
             # RFC 1191: fragmentation needed; shrink the MSS (never below a 552-byte path MTU).
             mtu = max(extra if extra else 576, 552)
-            base = min(mtu - 40, self._own_mss)
+            base = min(mtu - headers_len(self.remote_addr), self._own_mss)
             if base < tcb.mss_base:
                 tcb.mss_base = base
                 tcb.snd_mss = base - (12 if tcb.ts_ok else 0)

@@ -4,7 +4,7 @@ TCP knows the network layer only through this adapter: segments out
 (``ip.output`` with DF for path-MTU discovery, RFC 1191, or the fast emit
 straight into a TX slot), routing facts (MTU, source address), and ICMP
 errors back in (registered in the IP ``ProtocolTable`` for protocol 6).
-IPv6 needs no change here: it is another ``IpLayer``.
+IPv6 is another ``IpLayer`` (``ip6``): the address length picks the layer.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from ustack.wire.proto import PROTO_TCP
 class TcpOverIp:
     """The ``TcpHost`` that puts a TcpLayer on an IpLayer (and routes ICMP errors back to it)."""
 
-    __slots__ = ("ip", "timers", "stats", "isn_secret", "tcp")
+    __slots__ = ("ip", "ip6", "timers", "stats", "isn_secret", "tcp")
 
-    def __init__(self, ip: IpLayer, timers: TimerHeap, stats: Stats, isn_secret: bytes):
+    def __init__(self, ip: IpLayer, timers: TimerHeap, stats: Stats, isn_secret: bytes,
+                 ip6: Optional[IpLayer] = None):
         self.ip = ip
+        self.ip6 = ip6
         self.timers = timers
         self.stats = stats
         self.isn_secret = isn_secret
@@ -33,8 +35,10 @@ class TcpOverIp:
 
     def tcp_output(self, src: bytes, dst: bytes, segment, now: float) -> None:
         """A whole TCP segment (checksum filled) to IP; DF set for path-MTU discovery (RFC 1191)."""
-        ip = self.ip
+        ip = self.ip if len(dst) == 4 else self.ip6
         try:
+            if ip is None:
+                raise OSError(errno.ENETUNREACH, "no IPv6 on this stack")
             ip.output(src, dst, PROTO_TCP, segment, now, df=len(segment) + ip.header_len <= ip.mtu(dst))
         except OSError as e:
             # No route: the segment is lost like any other; TCP's timers recover or give up.
@@ -42,13 +46,20 @@ class TcpOverIp:
 
     def tcp_output_segment(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
                            window: int, ts, payload, now: float) -> bool:
-        return self.ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
+        ip = self.ip if len(dst) == 4 else self.ip6
+        return ip is not None and ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
+
+    def _layer(self, dst: bytes) -> IpLayer:
+        ip = self.ip if len(dst) == 4 else self.ip6
+        if ip is None:
+            raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv6 on this stack)")
+        return ip
 
     def route_mtu(self, dst: bytes) -> int:
-        return self.ip.mtu(dst)
+        return self._layer(dst).mtu(dst)
 
     def pick_source(self, dst: bytes) -> bytes:
-        return self.ip.source(dst)
+        return self._layer(dst).source(dst)
 
     def icmp_error(self, src: bytes, sport: int, dst: bytes, dport: int, itype: int, code: int, info: int,
                    quoted: bytes, now: float) -> None:

@@ -99,6 +99,7 @@ from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
 
 ANY = b"\0\0\0\0"
+ANY6 = bytes(16)
 
 
 class TcpHost(Protocol):
@@ -118,7 +119,7 @@ class TcpHost(Protocol):
         fast emitter always does), and the connection builds the segment and calls ``tcp_output``."""
 
     def route_mtu(self, dst: bytes) -> int:
-        """IP MTU toward ``dst`` (our MSS = MTU - 40)."""
+        """IP MTU toward ``dst`` (our MSS = MTU - 40, or - 60 over IPv6: ``wire.tcp.headers_len``)."""
 
     def pick_source(self, dst: bytes) -> bytes:
         """The local address to use toward ``dst``."""
@@ -195,7 +196,12 @@ class TcpLayer:
             else:
                 conn.segment_arrives(seg, payload, now)
                 return
-        lst = self.listeners.get((dst, dport)) or self.listeners.get((ANY, dport))
+        listeners = self.listeners
+        lst = listeners.get((dst, dport)) or listeners.get((ANY6 if len(dst) == 16 else ANY, dport))
+        if lst is None and len(dst) == 4:
+            lst = listeners.get((ANY6, dport))  # a dual-stack listener on :: hears IPv4 too (as Linux)
+            if lst is not None and lst.v6only:
+                lst = None
         if lst is not None:
             lst.segment_arrives(src, dst, seg, payload, now)
             return
@@ -257,7 +263,7 @@ class TcpLayer:
         if not 0 < rport < 65536:
             raise OSError(errno.EINVAL, f"bad remote port {rport}")
         laddr, lport = (bytes(local[0]), int(local[1])) if local is not None else (ANY, 0)
-        if laddr == ANY:
+        if laddr == ANY or laddr == ANY6:
             laddr = bytes(self.host.pick_source(raddr))
         if lport == 0:
             lport = self.pick_port(laddr, raddr, rport)
@@ -310,9 +316,9 @@ class TcpLayer:
         conns = self.connections
 
         def taken(port: int) -> bool:
-            if (laddr, port) in listeners or (ANY, port) in listeners:
+            if (laddr, port) in listeners or (ANY, port) in listeners or (ANY6, port) in listeners:
                 return True
-            if raddr != ANY:
+            if raddr != ANY and raddr != ANY6:
                 return (laddr, port, raddr, rport) in conns
             return any(k[0] == laddr and k[1] == port for k in conns)
 
@@ -399,7 +405,8 @@ class TcpLayer:
         if seg.flags & (SYN | ACK | RST) != SYN:
             return False
         key = (conn.local_addr, conn.local_port)
-        if key not in self.listeners and (ANY, conn.local_port) not in self.listeners:
+        listeners = self.listeners
+        if key not in listeners and (ANY, conn.local_port) not in listeners and (ANY6, conn.local_port) not in listeners:
             return False
         tcb = conn.tcb
         if tcb.ts_ok and seg.timestamps is not None:

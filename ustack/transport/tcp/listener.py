@@ -29,14 +29,14 @@ from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add
 from ustack.transport.tcp.syncookies import COOKIE_VALID
 from ustack.transport.tcp.tcb import State
-from ustack.wire.tcp import ACK, RST, SYN, TcpHeader
+from ustack.wire.tcp import ACK, RST, SYN, TcpHeader, headers_len
 
 _WS_NONE = 0xF
 
 
 class Listener:
     __slots__ = ("layer", "local", "key", "backlog", "config", "_accept", "_syn_queue", "closed", "on_event",
-                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows", "last_cookie_sent")
+                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows", "last_cookie_sent", "v6only")
 
     def __init__(self, layer, local: tuple, backlog: int, config):
         self.layer = layer
@@ -50,6 +50,7 @@ class Listener:
         self.on_event = None
         self.cookies_sent = self.cookies_accepted = self.cookies_rejected = self.overflows = 0
         self.last_cookie_sent = float("-inf")
+        self.v6only = False  # on ::, hear IPv6 only (IPV6_V6ONLY); else IPv4 too, as Linux's default
 
     def __repr__(self) -> str:
         return f"<Listener {'.'.join(map(str, self.local[0]))}:{self.local[1]} backlog={self.backlog}>"
@@ -160,7 +161,7 @@ class Listener:
     def _send_cookie(self, src: bytes, dst: bytes, hdr, now: float) -> None:
         layer = self.layer
         cfg = self.config
-        own_mss = layer.host.route_mtu(src) - 40
+        own_mss = layer.host.route_mtu(src) - headers_len(src)
         if cfg.mss:
             own_mss = min(own_mss, cfg.mss)
         peer_mss = min(hdr.mss or 536, own_mss)

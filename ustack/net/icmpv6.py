@@ -1,0 +1,203 @@
+"""ICMPv6 (RFC 4443): echo, errors out (rate-limited), errors in -> the ProtocolTable; NDP to ndp.py.
+
+- Echo requests to our unicast addresses and to groups we joined are
+  answered (as Linux does) from the address they were sent to, or for a
+  group the source address selection picks.
+- ``send_error`` builds Destination Unreachable / Packet Too Big / Time
+  Exceeded / Parameter Problem quoting as much of the packet as fits in
+  1280 bytes, and never (RFC 4443 2.4 (e)) in reply to an ICMPv6 error or
+  a Redirect, to a packet sent to a multicast group or as link-layer
+  multicast (except Packet Too Big and Parameter Problem code 2 for an
+  option whose type asks for it, ``multicast_ok``), or to an unspecified
+  or multicast source. A token bucket per destination limits them (RFC 4443
+  2.4 (f)); at most ``max_buckets`` are tracked.
+- Incoming errors are matched to the transport named by the quoted
+  packet's upper layer, found by walking the quoted extension headers with
+  the same limit. Transports hear them in the vocabulary they already
+  speak (RFC 1122's ICMPv4 type/code): no route and beyond scope -> net
+  unreachable (3/0), address unreachable -> host unreachable (3/1), port
+  unreachable -> 3/3, administratively prohibited -> 3/13, Packet Too Big
+  -> fragmentation needed (3/4) with the new path MTU after it lowered the
+  destination's entry (RFC 8201), time exceeded -> 11, parameter problem
+  -> 12. So TCP and UDP need no IPv6 branch.
+- NDP messages (types 133..137) go to ``ndp.input`` with the hop limit.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Callable, Optional
+
+from ustack.net.ip import ProtocolTable
+from ustack.net.ipv6 import Ipv6Layer
+from ustack.ratelimit import TokenBucket
+from ustack.stats import Stats
+from ustack.wire import WireError
+from ustack.wire.icmpv6 import (
+    DEST_UNREACHABLE,
+    ECHO_REPLY,
+    ECHO_REQUEST,
+    NDP_TYPES,
+    PACKET_TOO_BIG,
+    PARAMETER_PROBLEM,
+    REDIRECT,
+    TIME_EXCEEDED,
+    Icmpv6Message,
+)
+from ustack.wire.ipv6 import HEADER_LEN, walk
+from ustack.wire.proto import PROTO_ICMPV6
+
+MAX_BUCKETS = 4096
+# ICMPv6 destination unreachable code -> the ICMPv4 code transports understand (RFC 1122 vocabulary).
+_UNREACH_AS_V4 = {0: 0, 1: 13, 2: 0, 3: 1, 4: 3, 5: 13, 6: 13}
+
+
+class Icmpv6Layer:
+    """ICMPv6 for one interface: answers through ``ip``, routes errors in through ``protocols``."""
+
+    def __init__(self, ip: Ipv6Layer, protocols: ProtocolTable, stats: Stats, *, error_rate: float = 1.0,
+                 error_burst: float = 6.0, answer_multicast_echo: bool = True, max_buckets: int = MAX_BUCKETS):
+        self.ip = ip
+        self.iface = ip.iface
+        self.protocols = protocols
+        self.stats = stats
+        self.error_rate = error_rate
+        self.error_burst = error_burst
+        self.answer_multicast_echo = answer_multicast_echo
+        self.max_buckets = max_buckets
+        self._buckets: dict[bytes, TokenBucket] = {}
+        self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
+
+    # -- input ----------------------------------------------------------------
+    def input(self, frame: memoryview, pkt, now: float) -> None:
+        """One ICMPv6 message (a K_ICMP6 record: checksum verified, addressed to us)."""
+        stats = self.stats
+        src, dst = pkt.src, pkt.dst
+        try:
+            msg = Icmpv6Message.parse(frame[pkt.l4:pkt.l3 + pkt.total_len], src, dst, verify_checksum=False)
+        except WireError as e:
+            stats.drop(e.reason)
+            return
+        itype = msg.type
+        if itype in NDP_TYPES:
+            self.ip.ndp.input(msg, src, dst, pkt.ttl, bytes(frame[0:6]), now)
+        elif itype == ECHO_REQUEST:
+            if dst[0] == 0xFF and not self.answer_multicast_echo:
+                stats.drop("icmpv6.multicast_echo_ignored")
+                return
+            if src == bytes(16):
+                stats.drop("icmpv6.echo_from_unspecified")
+                return
+            stats.inc("icmpv6.echo_requests_received")
+            try:
+                reply_src = dst if dst[0] != 0xFF else self.ip.source(src)
+            except OSError:
+                stats.drop("icmpv6.echo_no_route")
+                return
+            if self._output(reply_src, src, msg.echo_reply(), now, "icmpv6.echo_no_route"):
+                stats.inc("icmpv6.echo_replies_sent")
+        elif itype == ECHO_REPLY:
+            stats.inc("icmpv6.echo_replies_received")
+            handler = self.echo_handlers.get(msg.ident)
+            if handler is None:
+                stats.drop("icmpv6.unmatched_echo_reply")
+                return
+            handler(msg.seq, msg.ident, msg.body, src, now, pkt.ttl)
+        elif itype in (DEST_UNREACHABLE, PACKET_TOO_BIG, TIME_EXCEEDED, PARAMETER_PROBLEM):
+            stats.inc(f"icmpv6.errors_received.type{itype}.code{msg.code}")
+            self._error_in(msg, now)
+        else:
+            stats.drop("icmpv6.unsupported_type")
+
+    def _error_in(self, msg: Icmpv6Message, now: float) -> None:
+        stats = self.stats
+        quoted = msg.body
+        if len(quoted) < HEADER_LEN or quoted[0] >> 4 != 6:
+            stats.drop("icmpv6.bad_quote")
+            return
+        qsrc, qdst = bytes(quoted[8:24]), bytes(quoted[24:40])
+        if qsrc not in self.iface.preferred():
+            stats.drop("icmpv6.error_not_ours")
+            return
+        try:
+            chain = walk(quoted, HEADER_LEN, quoted[6], self.ip.max_extension_headers)
+        except WireError:
+            stats.drop("icmpv6.bad_quote")
+            return
+        if chain.fragment is not None and chain.fragment.offset:
+            stats.drop("icmpv6.bad_quote")  # a non-first fragment quotes no ports
+            return
+        if len(quoted) < chain.offset + 8:
+            stats.drop("icmpv6.bad_quote")
+            return
+        itype, code, info = msg.type, msg.code, 0
+        if itype == PACKET_TOO_BIG:
+            # RFC 8201 4: lower the path MTU (never below 1280), then tell the transport the new one.
+            self.ip.pmtu_update(qdst, msg.mtu, now)
+            itype, code, info = 3, 4, self.ip.mtu(qdst)
+        elif itype == DEST_UNREACHABLE:
+            itype, code = 3, _UNREACH_AS_V4.get(code, 1)
+        elif itype == TIME_EXCEEDED:
+            itype = 11
+        else:
+            itype, code = 12, 0
+        transport = self.protocols.get(chain.next_header)
+        if transport is None:
+            stats.drop("icmpv6.error_no_transport")
+            return
+        l4 = bytes(quoted[chain.offset:chain.offset + 8])
+        transport.icmp_error(qsrc, int.from_bytes(l4[0:2], "big"), qdst, int.from_bytes(l4[2:4], "big"),
+                             itype, code, info, l4, now)
+
+    # -- output ---------------------------------------------------------------
+    def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0,
+                   multicast_ok: bool = False) -> bool:
+        """An ICMPv6 error quoting ``original`` (from its IPv6 header) to ``dst``; False if suppressed."""
+        stats = self.stats
+        if len(original) < HEADER_LEN:
+            return False
+        qdst = bytes(original[24:40])
+        if original[6] == PROTO_ICMPV6 and len(original) > HEADER_LEN and (
+                original[HEADER_LEN] < 128 or original[HEADER_LEN] == REDIRECT):
+            return False  # RFC 4443 2.4 (e.1, e.2)
+        if qdst[0] == 0xFF and not (multicast_ok or itype == PACKET_TOO_BIG):
+            return False  # (e.3)
+        if dst == bytes(16) or dst[0] == 0xFF:
+            return False  # (e.6)
+        try:
+            src = qdst if qdst in self.iface.preferred() else self.ip.source(dst)
+        except OSError:
+            stats.drop("icmpv6.error_no_route")
+            return False
+        buckets = self._buckets
+        bucket = buckets.get(dst)
+        if bucket is None:
+            if len(buckets) >= self.max_buckets:
+                del buckets[next(iter(buckets))]
+                stats.inc("icmpv6.ratelimit_evicted")
+            bucket = buckets[dst] = TokenBucket(self.error_rate, self.error_burst, now)
+        if not bucket.take(now):
+            stats.inc("icmpv6.errors_rate_limited")
+            return False
+        if not self._output(src, dst, Icmpv6Message.error(itype, code, original, rest), now, "icmpv6.error_no_route"):
+            return False
+        stats.inc(f"icmpv6.errors_sent.type{itype}.code{code}")
+        return True
+
+    def _output(self, src: bytes, dst: bytes, msg: Icmpv6Message, now: float, no_route: str) -> bool:
+        try:
+            self.ip.output(src, dst, PROTO_ICMPV6, msg.to_bytes(src, dst), now)
+        except OSError as e:
+            if e.errno not in (errno.ENETUNREACH, errno.EADDRNOTAVAIL):
+                raise
+            self.stats.drop(no_route)
+            return False
+        return True
+
+    def ping(self, dst: bytes, ident: int, seq: int, now: float, payload: bytes = b"",
+             ttl: Optional[int] = None) -> None:
+        """Send one echo request (replies go to ``echo_handlers[ident]``)."""
+        src = self.ip.source(dst)
+        msg = Icmpv6Message.echo_request(ident, seq, payload)
+        self.ip.output(src, dst, PROTO_ICMPV6, msg.to_bytes(src, dst), now, ttl=ttl)
+        self.stats.inc("icmpv6.echo_requests_sent")

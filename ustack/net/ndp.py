@@ -1,0 +1,519 @@
+"""Neighbor Discovery (RFC 4861) and stateless address autoconfiguration (RFC 4862, RFC 7217).
+
+The neighbour cache (RFC 4861 7.3): each entry is INCOMPLETE (resolving:
+multicast NS every ``retrans_timer``, at most ``max_multicast_solicit``),
+REACHABLE (confirmed within ``reachable_time``), STALE (unconfirmed; used,
+but the first packet sent moves it to DELAY), DELAY (``delay_first_probe``
+seconds for an upper layer to confirm) or PROBE (unicast NS every
+``retrans_timer``, at most ``max_unicast_solicit``, then the entry is
+deleted). REACHABLE turns STALE lazily when looked up after its time.
+
+Caps, each reached one counted: at most ``max_entries`` entries (default
+1024; the oldest STALE entry is evicted first, ``ndp.evicted``), at most
+``max_pending`` INCOMPLETE at once (``ndp.pending_full``), packets queued
+per neighbour and in total (``ndp.queue_full``). Spoofing rules: every NDP
+message must arrive with hop limit 255 and code 0 (RFC 4861 7.1.1,
+``ndp.bad_hop_limit``: it was sent on-link); an unsolicited Neighbor
+Advertisement never creates an entry (7.2.5, ``ndp.unsolicited_na``); an NS
+from the unspecified address must be for a solicited-node group and carry
+no link-layer option; an NA to a multicast group may not say "solicited".
+
+Router Advertisements (RFC 4861 6.3.4) from a link-local source teach the
+default router (its lifetime; 0 removes it), on-link prefixes, the link MTU
+(1280..the device MTU), hop limit, reachable time and retransmission timer;
+an autonomous /64 prefix gives a global address (RFC 4862 5.5.3) with the
+stable interface identifier. Router Solicitations are ignored (a host).
+``start`` sends up to ``max_rtr_solicitations`` RS, ``rtr_solicitation_interval`` apart, until an RA comes.
+
+Addresses (RFC 4862): the link-local address fe80::/64 + an interface
+identifier from RFC 7217 (the first 64 bits of SHA-256 over the prefix, the
+MAC, the DAD counter and ``stable_secret``: stable for one secret, opaque,
+different per prefix), or with ``iid="random"`` 64 random bits per address
+(RFC 8981 3.3.1's identifier; the temporary-address lifetimes and
+regeneration of RFC 8981 are not implemented). Every new address is TENTATIVE while DAD runs
+(``dad_transmits`` NS from :: to its solicited-node group, ``retrans_timer``
+apart); an NS from :: or an NA for it means someone else has it: it becomes
+DUPLICATE (``ndp.dad_failed``); a generated one is retried with the next DAD
+counter, at most ``IDGEN_RETRIES`` times (RFC 7217 6). Upper-layer
+reachability hints (RFC 4861 7.3.1) are not used: STALE entries are probed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import deque
+from typing import Callable, Optional
+
+from ustack.net.addr import ANY6, Prefix, to_str
+from ustack.net.route6 import (
+    ALL_NODES,
+    ALL_ROUTERS,
+    DUPLICATE,
+    LINK_LOCAL_PREFIX,
+    PREFERRED,
+    TENTATIVE,
+    Interface6,
+    is_link_local,
+    multicast_mac,
+    solicited_node,
+)
+from ustack.stats import Stats
+from ustack.timers import TimerHeap
+from ustack.wire import WireError
+from ustack.wire.icmpv6 import (
+    NA_OVERRIDE,
+    NA_SOLICITED,
+    NEIGHBOR_ADVERT,
+    NEIGHBOR_SOLICIT,
+    OPT_SOURCE_LLA,
+    OPT_TARGET_LLA,
+    ROUTER_ADVERT,
+    ROUTER_SOLICIT,
+    Icmpv6Message,
+    NeighborAdvert,
+    NeighborSolicit,
+    RouterAdvert,
+    RouterSolicit,
+)
+
+INCOMPLETE = "INCOMPLETE"
+REACHABLE = "REACHABLE"
+STALE = "STALE"
+DELAY = "DELAY"
+PROBE = "PROBE"
+IDGEN_RETRIES = 3
+
+
+def _usable(iid: bytes) -> bytes:
+    if iid == bytes(8) or iid[:7] == b"\xfd\xff\xff\xff\xff\xff\xff":  # RFC 5453 reserved identifiers
+        return bytes(7) + b"\x01"
+    return iid
+
+
+def stable_iid(prefix: bytes, mac: bytes, dad_counter: int, secret: bytes) -> bytes:
+    """RFC 7217 section 5: F(Prefix, Net_Iface, Network_ID, DAD_Counter, secret_key), 64 bits."""
+    return _usable(hashlib.sha256(prefix[:8] + mac + dad_counter.to_bytes(1, "big") + secret).digest()[:8])
+
+
+def random_iid() -> bytes:
+    """RFC 8981 3.3.1: 64 random bits (reserved identifiers avoided)."""
+    return _usable(os.urandom(8))
+
+
+class Neighbor:
+    __slots__ = ("state", "mac", "reachable_until", "probes", "timer", "queue", "router")
+
+    def __init__(self, state: str):
+        self.state = state
+        self.mac: Optional[bytes] = None
+        self.reachable_until = 0.0
+        self.probes = 0
+        self.timer = None
+        self.queue: deque = deque()
+        self.router = False
+
+
+class NdpLayer:
+    """The neighbour cache and router/address discovery of one IPv6 interface.
+
+    ``send(dst_mac, src, dst, msg)`` puts an ICMPv6 message on the wire with
+    hop limit 255 (the IPv6 layer provides it).
+    """
+
+    def __init__(self, iface: Interface6, timers: TimerHeap, stats: Stats,
+                 send: Callable[[bytes, bytes, bytes, Icmpv6Message], None], *, stable_secret: bytes,
+                 reachable_time: float = 30.0, retrans_timer: float = 1.0, delay_first_probe: float = 5.0,
+                 max_multicast_solicit: int = 3, max_unicast_solicit: int = 3, max_entries: int = 1024,
+                 max_pending: int = 64, queue_per_host: int = 16, queue_total: int = 256, dad_transmits: int = 1,
+                 max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0, iid: str = "stable"):
+        if iid not in ("stable", "random"):
+            raise ValueError("iid is 'stable' (RFC 7217) or 'random' (RFC 8981)")
+        self.iid = iid
+        self.iface = iface
+        self.timers = timers
+        self.stats = stats
+        self.send = send
+        self.stable_secret = stable_secret
+        self.reachable_time = reachable_time
+        self.retrans_timer = retrans_timer
+        self.delay_first_probe = delay_first_probe
+        self.max_multicast_solicit = max_multicast_solicit
+        self.max_unicast_solicit = max_unicast_solicit
+        self.max_entries = max_entries
+        self.max_pending = max_pending
+        self.queue_per_host = queue_per_host
+        self.queue_total = queue_total
+        self.dad_transmits = dad_transmits
+        self.max_rtr_solicitations = max_rtr_solicitations
+        self.rtr_solicitation_interval = rtr_solicitation_interval
+        self.cur_hop_limit: Optional[int] = None  # from RAs
+        self.cache: dict[bytes, Neighbor] = {}
+        self.pending = 0
+        self.queued = 0
+        self._rs_sent = 0
+        self._rs_timer = timers.timer(self._send_rs)
+        self._ra_seen = False
+        self._dad_counter: dict[bytes, int] = {}  # generated address -> its RFC 7217 DAD counter
+
+    # -- addresses (RFC 4862) --------------------------------------------------
+    def start(self, now: float) -> None:
+        """Generate the link-local address, start DAD on every tentative address, solicit routers."""
+        iface = self.iface
+        if not any(is_link_local(a) for a in iface.addresses):
+            self._add_generated(LINK_LOCAL_PREFIX, 64, "link-local", 0, now)
+        for entry in list(iface.addresses.values()):
+            if entry.state == TENTATIVE and entry.dad_timer is None:
+                self._start_dad(entry.addr, now)
+        if self.max_rtr_solicitations:
+            self._rs_timer.arm(now + (self.retrans_timer * max(self.dad_transmits, 0)))
+
+    def _add_generated(self, prefix: bytes, length: int, origin: str, counter: int, now: float) -> None:
+        if self.iid == "random":
+            addr = prefix[:8] + random_iid()
+        else:
+            addr = prefix[:8] + stable_iid(prefix, self.iface.mac, counter, self.stable_secret)
+        if addr in self.iface.addresses:
+            return
+        self.iface.add(Prefix(f"{to_str(addr)}/{length}"), origin)
+        self._dad_counter[addr] = counter
+        self._start_dad(addr, now)
+
+    def add_static(self, prefix: Prefix, now: Optional[float] = None) -> None:
+        self.iface.add(prefix, "static", TENTATIVE if self.dad_transmits else PREFERRED)
+        if now is not None and self.dad_transmits:
+            self._start_dad(prefix.addr, now)
+
+    def _start_dad(self, addr: bytes, now: float) -> None:
+        entry = self.iface.addresses[addr]
+        if self.dad_transmits <= 0:
+            self.iface.set_state(addr, PREFERRED)
+            return
+        entry.dad_sent = 0
+        entry.dad_timer = self.timers.timer(lambda t, a=addr: self._dad_step(a, t))
+        self._dad_step(addr, now)
+
+    def _dad_step(self, addr: bytes, now: float) -> None:
+        entry = self.iface.addresses.get(addr)
+        if entry is None or entry.state != TENTATIVE:
+            return
+        if entry.dad_sent >= self.dad_transmits:
+            self.iface.set_state(addr, PREFERRED)
+            self.stats.inc("ndp.dad_succeeded")
+            return
+        entry.dad_sent += 1
+        group = solicited_node(addr)
+        self.send(multicast_mac(group), ANY6, group, NeighborSolicit(addr).to_message())
+        self.stats.inc("ndp.dad_solicitations_sent")
+        entry.dad_timer.arm(now + self.retrans_timer)
+
+    def _dad_failed(self, addr: bytes, now: float) -> None:
+        entry = self.iface.addresses[addr]
+        if entry.dad_timer is not None:
+            entry.dad_timer.cancel()
+        self.iface.set_state(addr, DUPLICATE)
+        self.stats.inc("ndp.dad_failed")
+        counters = self._dad_counter
+        if addr in counters and counters[addr] < IDGEN_RETRIES:  # RFC 7217 6: the next identifier
+            self._add_generated(addr[:8], entry.prefix.length, entry.origin, counters[addr] + 1, now)
+
+    # -- router discovery --------------------------------------------------------
+    def _send_rs(self, now: float) -> None:
+        if self._ra_seen or self._rs_sent >= self.max_rtr_solicitations:
+            return
+        src = self.iface.link_local
+        if src is None:  # DAD has not passed yet: try again later
+            self._rs_timer.arm(now + self.retrans_timer)
+            return
+        self._rs_sent += 1
+        self.send(multicast_mac(ALL_ROUTERS), src, ALL_ROUTERS,
+                  RouterSolicit(((OPT_SOURCE_LLA, self.iface.mac),)).to_message())
+        self.stats.inc("ndp.router_solicitations_sent")
+        self._rs_timer.arm(now + self.rtr_solicitation_interval)
+
+    # -- the neighbour cache -------------------------------------------------------
+    def lookup(self, ip: bytes, now: float) -> Optional[bytes]:
+        """The MAC to send to ``ip`` now, or None (then ``resolve_then``). Moves STALE to DELAY (7.3.3)."""
+        n = self.cache.get(ip)
+        if n is None or n.mac is None:
+            return None
+        if n.state == REACHABLE:
+            if now < n.reachable_until:
+                return n.mac
+            n.state = STALE
+        if n.state == STALE:
+            n.state = DELAY
+            n.timer.arm(now + self.delay_first_probe)
+        return n.mac
+
+    def resolve_then(self, ip: bytes, send: Callable[[bytes], None], now: float) -> None:
+        """Call ``send(mac)`` once ``ip`` resolves; queued meanwhile (bounded)."""
+        stats = self.stats
+        n = self.cache.get(ip)
+        if self.queued >= self.queue_total or (n is not None and len(n.queue) >= self.queue_per_host):
+            stats.drop("ndp.queue_full")
+            return
+        if n is None:
+            if self.pending >= self.max_pending:
+                stats.drop("ndp.pending_full")
+                return
+            n = self._new_entry(ip, INCOMPLETE, now)
+            if n is None:
+                stats.drop("ndp.cache_full")
+                return
+            self.pending += 1
+            self._solicit(ip, n, now)
+        elif n.mac is not None:  # resolved meanwhile
+            send(n.mac)
+            return
+        n.queue.append(send)
+        self.queued += 1
+
+    def _new_entry(self, ip: bytes, state: str, now: float) -> Optional[Neighbor]:
+        cache = self.cache
+        if len(cache) >= self.max_entries:
+            self.stats.inc("ndp.cache_full")
+            victim = next((k for k, v in cache.items() if v.state == STALE), None)
+            if victim is None:
+                victim = next((k for k, v in cache.items() if v.state != INCOMPLETE), None)
+            if victim is None:
+                return None
+            self._delete(victim)
+            self.stats.inc("ndp.evicted")
+        n = cache[ip] = Neighbor(state)
+        n.timer = self.timers.timer(lambda t, ip=ip: self._timeout(ip, t))
+        return n
+
+    def _delete(self, ip: bytes) -> None:
+        n = self.cache.pop(ip, None)
+        if n is None:
+            return
+        if n.timer is not None:
+            n.timer.cancel()
+        if n.state == INCOMPLETE:
+            self.pending -= 1
+        if n.queue:
+            self.queued -= len(n.queue)
+            self.stats.drop("ndp.unresolved", len(n.queue))
+            n.queue.clear()
+
+    def _solicit(self, ip: bytes, n: Neighbor, now: float) -> None:
+        """One NS: multicast to the solicited-node group while INCOMPLETE, unicast in PROBE (7.2.2)."""
+        n.probes += 1
+        try:
+            src = self.iface.source(ip)
+        except OSError:
+            src = None
+        if src is not None:
+            msg = NeighborSolicit(ip, ((OPT_SOURCE_LLA, self.iface.mac),)).to_message()
+            if n.state == PROBE and n.mac is not None:
+                self.send(n.mac, src, ip, msg)
+            else:
+                group = solicited_node(ip)
+                self.send(multicast_mac(group), src, group, msg)
+            self.stats.inc("ndp.solicitations_sent")
+        n.timer.arm(now + self.retrans_timer)
+
+    def _timeout(self, ip: bytes, now: float) -> None:
+        n = self.cache.get(ip)
+        if n is None:
+            return
+        if n.state == INCOMPLETE:
+            if n.probes >= self.max_multicast_solicit:
+                self.stats.inc("ndp.resolution_failures")
+                self._delete(ip)
+                return
+            self._solicit(ip, n, now)
+        elif n.state == DELAY:
+            n.state = PROBE
+            n.probes = 0
+            self._solicit(ip, n, now)
+        elif n.state == PROBE:
+            if n.probes >= self.max_unicast_solicit:
+                self.stats.inc("ndp.unreachable")
+                self._delete(ip)
+                return
+            self._solicit(ip, n, now)
+
+    def _update(self, ip: bytes, n: Neighbor, mac: bytes, state: str, now: float) -> None:
+        was_incomplete = n.state == INCOMPLETE
+        n.mac = bytes(mac)
+        n.state = state
+        if state == REACHABLE:
+            n.reachable_until = now + self.reachable_time
+        if n.timer is not None:
+            n.timer.cancel()
+        if was_incomplete:
+            self.pending -= 1
+            n.probes = 0
+            queue, n.queue = n.queue, deque()
+            self.queued -= len(queue)
+            for send in queue:
+                send(n.mac)
+
+    def entries(self, now: float) -> list[tuple[str, str, str]]:
+        """(address, MAC, state) of every entry (for snapshots)."""
+        return [(to_str(ip), n.mac.hex(":") if n.mac else "", n.state) for ip, n in self.cache.items()]
+
+    # -- input -----------------------------------------------------------------
+    def input(self, msg: Icmpv6Message, src: bytes, dst: bytes, hop_limit: int, dst_mac: bytes, now: float) -> None:
+        stats = self.stats
+        if hop_limit != 255 or msg.code != 0:
+            stats.drop("ndp.bad_hop_limit" if hop_limit != 255 else "ndp.bad_code")
+            return
+        try:
+            if msg.type == NEIGHBOR_SOLICIT:
+                self._ns_in(NeighborSolicit.from_message(msg), src, dst, now)
+            elif msg.type == NEIGHBOR_ADVERT:
+                self._na_in(NeighborAdvert.from_message(msg), src, dst, now)
+            elif msg.type == ROUTER_ADVERT:
+                self._ra_in(RouterAdvert.from_message(msg), src, now)
+            elif msg.type == ROUTER_SOLICIT:
+                RouterSolicit.from_message(msg)
+                stats.drop("ndp.rs_ignored")  # we are a host (RFC 4861 6.2.6)
+            else:
+                stats.drop("ndp.redirect_ignored")
+        except WireError as e:
+            stats.drop(e.reason)
+
+    def _ns_in(self, ns: NeighborSolicit, src: bytes, dst: bytes, now: float) -> None:
+        stats = self.stats
+        iface = self.iface
+        target = ns.target
+        lla = ns.source_lla
+        if target[0] == 0xFF:
+            stats.drop("ndp.bad_target")
+            return
+        if src == ANY6 and (dst != solicited_node(target) or lla is not None):
+            stats.drop("ndp.bad_solicitation")  # RFC 4861 7.1.1
+            return
+        entry = iface.addresses.get(target)
+        if entry is None or entry.state == DUPLICATE:
+            stats.drop("ndp.not_our_target")
+            return
+        if entry.state == TENTATIVE:
+            # RFC 4862 5.4.3: an NS from :: for our tentative address is someone else's DAD.
+            if src == ANY6:
+                self._dad_failed(target, now)
+            else:
+                stats.drop("ndp.tentative_target")
+            return
+        stats.inc("ndp.solicitations_received")
+        if src == ANY6:
+            # RFC 4861 7.2.4: answer a DAD probe for a preferred address to all-nodes, not solicited.
+            self.send(multicast_mac(ALL_NODES), target, ALL_NODES,
+                      NeighborAdvert(target, NA_OVERRIDE, ((OPT_TARGET_LLA, iface.mac),)).to_message())
+            stats.inc("ndp.advertisements_sent")
+            return
+        if lla is not None:
+            # RFC 4861 7.2.3: create (STALE) or update the sender's entry.
+            if len(lla) != 6 or lla[0] & 1:
+                stats.drop("ndp.bad_lla")
+                return
+            n = self.cache.get(src)
+            if n is None:
+                n = self._new_entry(src, STALE, now)
+                if n is not None:
+                    n.mac = bytes(lla)
+            elif n.mac != lla:
+                self._update(src, n, lla, STALE, now)
+        n = self.cache.get(src)
+        mac = n.mac if n is not None and n.mac is not None else lla
+        if mac is None:
+            stats.drop("ndp.no_lla")  # unicast NS without an option and no entry: nowhere to answer
+            return
+        self.send(mac, target, src, NeighborAdvert(target, NA_SOLICITED | NA_OVERRIDE,
+                                                   ((OPT_TARGET_LLA, iface.mac),)).to_message())
+        stats.inc("ndp.advertisements_sent")
+
+    def _na_in(self, na: NeighborAdvert, src: bytes, dst: bytes, now: float) -> None:
+        stats = self.stats
+        target = na.target
+        if target[0] == 0xFF or (dst[0] == 0xFF and na.solicited):
+            stats.drop("ndp.bad_advertisement")  # RFC 4861 7.1.2
+            return
+        ours = self.iface.addresses.get(target)
+        if ours is not None:
+            if ours.state == TENTATIVE:
+                self._dad_failed(target, now)  # RFC 4862 5.4.4
+            else:
+                stats.inc("ndp.address_conflict")
+                stats.drop("ndp.conflict")
+            return
+        n = self.cache.get(target)
+        if n is None:
+            stats.drop("ndp.unsolicited_na")  # RFC 4861 7.2.5: never create an entry
+            return
+        stats.inc("ndp.advertisements_received")
+        lla = na.target_lla
+        if lla is not None and (len(lla) != 6 or lla[0] & 1):
+            stats.drop("ndp.bad_lla")
+            return
+        n.router = na.router
+        if n.state == INCOMPLETE:
+            if lla is None:
+                stats.drop("ndp.no_lla")
+                return
+            self._update(target, n, lla, REACHABLE if na.solicited else STALE, now)
+            return
+        changed = lla is not None and lla != n.mac
+        if not na.override and changed:
+            if n.state == REACHABLE:
+                n.state = STALE
+            stats.drop("ndp.no_override")
+            return
+        if na.solicited:
+            self._update(target, n, lla if lla is not None else n.mac, REACHABLE, now)
+        elif changed:
+            self._update(target, n, lla, STALE, now)
+
+    def _ra_in(self, ra: RouterAdvert, src: bytes, now: float) -> None:
+        stats = self.stats
+        iface = self.iface
+        if not is_link_local(src):
+            stats.drop("ndp.ra_not_link_local")  # RFC 4861 6.1.2
+            return
+        stats.inc("ndp.router_advertisements_received")
+        self._ra_seen = True
+        self._rs_timer.cancel()
+        if ra.cur_hop_limit:
+            self.cur_hop_limit = ra.cur_hop_limit
+        if ra.reachable_time and ra.reachable_time <= 3_600_000:
+            self.reachable_time = ra.reachable_time / 1000.0
+        if ra.retrans_timer:
+            self.retrans_timer = ra.retrans_timer / 1000.0
+        if not iface.learn_router(src, ra.router_lifetime, now):
+            stats.drop("ndp.router_table_full")
+        lla = ra.source_lla
+        if lla is not None and len(lla) == 6 and not lla[0] & 1:
+            n = self.cache.get(src)
+            if n is None:
+                n = self._new_entry(src, STALE, now)
+                if n is not None:
+                    n.mac = bytes(lla)
+            elif n.mac != lla:
+                self._update(src, n, lla, STALE, now)
+            if n is not None:
+                n.router = True
+        mtu = ra.mtu
+        if mtu is not None:
+            if 1280 <= mtu <= iface.link_mtu:
+                iface.mtu = mtu
+            else:
+                stats.drop("ndp.bad_mtu")
+        for pi in ra.prefixes:
+            if is_link_local(pi.prefix) or pi.length > 128 or pi.preferred_lifetime > pi.valid_lifetime:
+                stats.drop("ndp.bad_prefix")
+                continue
+            try:
+                prefix = Prefix(f"{to_str(pi.prefix)}/{pi.length}")
+            except ValueError:
+                stats.drop("ndp.bad_prefix")
+                continue
+            if pi.on_link and not iface.learn_prefix(prefix, pi.valid_lifetime, now):
+                stats.drop("ndp.prefix_table_full")
+            if pi.autonomous and pi.length == 64 and pi.valid_lifetime:
+                # RFC 4862 5.5.3: a global address from the prefix, unless we have one from it.
+                if not any(e.origin == "slaac" and e.addr[:8] == pi.prefix[:8] for e in iface.addresses.values()):
+                    if sum(1 for e in iface.addresses.values() if e.origin == "slaac") < 16:
+                        self._add_generated(pi.prefix, 64, "slaac", 0, now)

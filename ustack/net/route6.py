@@ -1,0 +1,203 @@
+"""The interface's IPv6 addressing and routing: addresses with their DAD state, on-link prefixes,
+default routers, multicast groups, next hop and source address selection.
+
+Addresses are packed 16-byte ``bytes`` (``ustack.net.addr``). Each unicast
+address is ``TENTATIVE`` until duplicate address detection passes
+(RFC 4862 5.4, run by ``ustack.net.ndp``), then ``PREFERRED``; a duplicate
+is ``DUPLICATE`` and never used. Only preferred addresses receive packets
+or are chosen as a source; a tentative one still sees Neighbor
+Solicitations/Advertisements for itself (that is how DAD hears a conflict).
+
+Multicast groups joined (RFC 4291 2.7.1, RFC 4861 7.2.1): all-nodes
+(ff02::1) and the solicited-node group of every unicast address, tentative
+ones included. A frame to a multicast MAC (33:33:xx:xx:xx:xx, RFC 2464 7)
+is accepted only when it maps a group we joined and carries that group as
+its IPv6 destination (``accepts_multicast``).
+
+Routing (RFC 4861 5.2, simplified): link-local and multicast destinations
+and those inside an on-link prefix (our configured prefixes, and prefixes
+a Router Advertisement marked on-link while their lifetime lasts) are sent
+directly; anything else goes to the first default router still alive
+(configured ``gateway``, or learned from RAs), else ENETUNREACH.
+
+Source selection (RFC 6724, simplified to the rules that matter on one
+interface): a link-local or link-scoped multicast destination gets the
+link-local address (rule 2, scope); otherwise the preferred global address
+with the longest prefix in common with the destination (rule 8), falling
+back to the link-local address only when no global address exists.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Optional
+
+from ustack.net.addr import Prefix, to_int
+
+TENTATIVE = "tentative"
+PREFERRED = "preferred"
+DUPLICATE = "duplicate"
+
+ALL_NODES = bytes.fromhex("ff020000000000000000000000000001")
+ALL_ROUTERS = bytes.fromhex("ff020000000000000000000000000002")
+LINK_LOCAL_PREFIX = bytes.fromhex("fe80000000000000")
+_SOLICITED_PREFIX = bytes.fromhex("ff0200000000000000000001ff")
+MAX_ONLINK = 16  # prefixes learned from RAs (remote traffic cannot push past it)
+MAX_ROUTERS = 8  # default routers learned from RAs
+
+
+def is_link_local(addr: bytes) -> bool:
+    """fe80::/10 (RFC 4291 2.5.6)."""
+    return addr[0] == 0xFE and (addr[1] & 0xC0) == 0x80
+
+
+def solicited_node(addr: bytes) -> bytes:
+    """ff02::1:ffXX:XXXX, from the low 24 bits of ``addr`` (RFC 4291 2.7.1)."""
+    return _SOLICITED_PREFIX + addr[13:16]
+
+
+def multicast_mac(group: bytes) -> bytes:
+    """33:33 and the low 32 bits of the group (RFC 2464 section 7)."""
+    return b"\x33\x33" + group[12:16]
+
+
+class Address:
+    __slots__ = ("addr", "prefix", "state", "origin", "dad_timer", "dad_sent")
+
+    def __init__(self, prefix: Prefix, state: str, origin: str):
+        self.addr = prefix.addr
+        self.prefix = prefix
+        self.state = state
+        self.origin = origin  # "static", "link-local" or "slaac"
+        self.dad_timer = None
+        self.dad_sent = 0
+
+
+class Interface6:
+    """Our one interface's IPv6 side: addresses, prefixes, routers, groups."""
+
+    def __init__(self, mac: bytes, mtu: int, gateway: Optional[bytes] = None):
+        self.mac = bytes(mac)
+        self.link_mtu = mtu  # the device's
+        self.mtu = mtu  # the link MTU in use (a Router Advertisement may lower it, RFC 4861 6.3.4)
+        self.addresses: dict[bytes, Address] = {}
+        self.static_prefixes: list[Prefix] = []
+        self.onlink: dict[tuple[bytes, int], tuple[Prefix, float]] = {}  # learned: (network, length) -> expiry
+        self.routers: dict[bytes, float] = {}  # learned default routers -> expiry
+        self.gateway = gateway
+        self.groups: set[bytes] = {ALL_NODES}
+        self.preferred_set: frozenset = frozenset()  # the preferred unicast addresses (replaced on change)
+        self._macs: frozenset = frozenset((multicast_mac(ALL_NODES),))
+
+    # -- addresses ----------------------------------------------------------
+    def add(self, prefix: Prefix, origin: str, state: str = TENTATIVE) -> Address:
+        entry = Address(prefix, state, origin)
+        self.addresses[prefix.addr] = entry
+        if origin == "static":
+            self.static_prefixes.append(prefix)
+        self._changed()
+        return entry
+
+    def set_state(self, addr: bytes, state: str) -> None:
+        self.addresses[addr].state = state
+        self._changed()
+
+    def _changed(self) -> None:
+        self.preferred_set = frozenset(a for a, e in self.addresses.items() if e.state == PREFERRED)
+        self.groups = {ALL_NODES} | {solicited_node(a) for a, e in self.addresses.items() if e.state != DUPLICATE}
+        self._macs = frozenset(multicast_mac(g) for g in self.groups)
+
+    @property
+    def link_local(self) -> Optional[bytes]:
+        for a, e in self.addresses.items():
+            if e.state == PREFERRED and is_link_local(a):
+                return a
+        return None
+
+    def preferred(self) -> frozenset:
+        return self.preferred_set
+
+    def is_local_dest(self, dst: bytes) -> bool:
+        """Addressed to us: a preferred address of ours or a group we joined."""
+        return dst in self.preferred_set or dst in self.groups
+
+    def is_ours(self, addr: bytes) -> bool:
+        """A local address a socket may bind: a preferred address of ours."""
+        return addr in self.preferred_set
+
+    def accepts_multicast(self, dst_mac: bytes, dst: bytes) -> bool:
+        """RFC 2464 7: a multicast frame maps the group it is addressed to, and we joined it."""
+        return dst_mac in self._macs and dst in self.groups and multicast_mac(dst) == bytes(dst_mac)
+
+    # -- routing -------------------------------------------------------------
+    def on_link(self, dst: bytes, now: float) -> bool:
+        if is_link_local(dst) or dst[0] == 0xFF:
+            return True
+        for p in self.static_prefixes:
+            if p.contains(dst):
+                return True
+        for p, expires in self.onlink.values():
+            if expires > now and p.contains(dst):
+                return True
+        return False
+
+    def next_hop(self, dst: bytes, now: float) -> bytes:
+        if self.on_link(dst, now):
+            return dst
+        if self.gateway is not None:
+            return self.gateway
+        for router, expires in self.routers.items():
+            if expires > now:
+                return router
+        raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv6 route and no default router)")
+
+    def source(self, dst: bytes) -> bytes:
+        """RFC 6724, simplified (see the module docstring); EADDRNOTAVAIL when nothing is usable yet."""
+        best, best_len = None, -1
+        link_scope = is_link_local(dst) or (dst[0] == 0xFF and (dst[1] & 0x0F) <= 2)
+        for a in self.preferred_set:
+            if is_link_local(a):
+                if link_scope:
+                    return a
+                continue
+            if link_scope:
+                continue
+            common = 128 - (to_int(a) ^ to_int(dst)).bit_length()
+            if common > best_len:
+                best, best_len = a, common
+        if best is None:
+            best = self.link_local
+        if best is None:
+            raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address (no usable IPv6 address yet)")
+        return best
+
+    # -- what Router Advertisements teach (RFC 4861 6.3.4) ----------------------
+    def learn_router(self, router: bytes, lifetime: float, now: float) -> bool:
+        """False when the table is full (the caller counts it)."""
+        if lifetime <= 0:
+            self.routers.pop(router, None)
+            return True
+        if router not in self.routers and len(self.routers) >= MAX_ROUTERS:
+            self._expire(now)
+            if len(self.routers) >= MAX_ROUTERS:
+                return False
+        self.routers[router] = now + lifetime
+        return True
+
+    def learn_prefix(self, prefix: Prefix, lifetime: float, now: float) -> bool:
+        key = (prefix.network, prefix.length)
+        if lifetime <= 0:
+            self.onlink.pop(key, None)
+            return True
+        if key not in self.onlink and len(self.onlink) >= MAX_ONLINK:
+            self._expire(now)
+            if len(self.onlink) >= MAX_ONLINK:
+                return False
+        self.onlink[key] = (prefix, now + lifetime)
+        return True
+
+    def _expire(self, now: float) -> None:
+        for r in [r for r, t in self.routers.items() if t <= now]:
+            del self.routers[r]
+        for k in [k for k, (_, t) in self.onlink.items() if t <= now]:
+            del self.onlink[k]
