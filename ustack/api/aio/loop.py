@@ -8,7 +8,9 @@ the normal selector) with three changes:
   readiness) and the driver's wake-up pipe (another thread moved a
   deadline), and before it waits it polls the stack (``Stack.poll``: TX of
   what the callbacks just wrote, timers, RX), then waits no longer than
-  the stack's next deadline; after the wait it polls again. So every
+  the stack's next deadline; after the wait it polls again (after a
+  round that received frames it does not sleep for the driver's
+  ``busy_poll`` budget, as ``ustack.api.driver`` spins). So every
   round of callbacks is followed by one TX commit, and a frame that
   arrives wakes the loop through the device fd;
 - connection events reach transports as loop callbacks scheduled from
@@ -54,6 +56,7 @@ from ustack.api.dgram import DatagramSocket, udp_readiness
 from ustack.api.stream import StreamSocket, tcp_readiness
 from ustack.transport.tcp.tcb import State
 
+_RX_COUNTER = "eth.frames_received"  # the Stack counts every received frame here (as the Driver reads it)
 _STACK = object()  # selector data of the fds the loop watches for the stack itself
 
 
@@ -113,6 +116,7 @@ class EventLoop(asyncio.SelectorEventLoop):
         self._serving_hooks: dict = {}
         self._loop_thread = None
         self.stack_rounds = 0  # Stack.poll calls made by this loop (tests, tools)
+        self._spin_end = 0.0
 
     @property
     def driver(self):
@@ -128,16 +132,21 @@ class EventLoop(asyncio.SelectorEventLoop):
 
     def _poll_stack(self):
         driver = self._driver
+        stats = self._stack.stats
         with driver.lock:
-            deadline = driver.deadline = self._stack.poll(driver.clock())
+            received = stats[_RX_COUNTER]
+            now = driver.clock()
+            deadline = driver.deadline = self._stack.poll(now)
+            if stats[_RX_COUNTER] != received:
+                self._spin_end = now + driver.busy_poll  # frames flow: spin a while before sleeping
         self.stack_rounds += 1
         return deadline
 
     def _select_with_stack(self, inner, timeout):
         driver = self._driver
         deadline = self._poll_stack()  # TX of what the callbacks wrote, timers, RX that waited
-        if self._ready:
-            timeout = 0  # the stack had news for a transport: run it first
+        if self._ready or driver.clock() < self._spin_end:
+            timeout = 0  # the stack had news for a transport, or frames are flowing (busy-poll budget)
         elif deadline is not None:
             wait = max(0.0, deadline - driver.clock())
             timeout = wait if timeout is None else min(timeout, wait)
