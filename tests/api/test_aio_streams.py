@@ -45,6 +45,8 @@ def test_stream_echo_one_megabyte_each_way_exact(pair):
         r, w = await asyncio.open_connection(sock=s)
         assert isinstance(w.transport, StreamTransport)
         assert w.get_extra_info("peername") == (A, 7001) and w.get_extra_info("sockname")[0] == B
+        assert w.get_extra_info("socket").getpeername() == (A, 7001)  # asyncio's TransportSocket over ours
+        assert w.transport._usock._h.rfd is None  # no readiness fd: the transport sits on the connection
 
         async def send():
             w.write(payload)
@@ -119,42 +121,65 @@ async def _b_connect(pair, port, proto):
     return await loop.create_connection(lambda: proto, sock=s)
 
 
+class PausedReader(Recorder):
+    """A server protocol that does not read until told to (pause_reading from the start)."""
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        transport.pause_reading()
+
+
 def test_flow_control_a_slow_reader_pauses_the_writer_and_resume_drains_exact(pair):
-    payload = os.urandom(3 * MB)
+    """The writer is paused only once the reader's window closed and both buffers filled (the water marks)."""
+    chunk = 16 * 1024
+    total = 3 * MB
+    payload = os.urandom(total)
     server = {}
 
     def factory():
-        p = Recorder()
-        server["p"] = p
+        server["p"] = p = PausedReader()
         return p
 
-    async def writer_side(proto):
-        tr, _ = await _b_connect(pair, 7002, proto)
-        tr.write(payload)  # far beyond the send buffer (256 KiB) plus the high-water mark (64 KiB)
-        return tr.get_write_buffer_size()
+    async def write_until_paused(wproto):
+        tr, _ = await _b_connect(pair, 7002, wproto)
+        sent = 0
+        while "pause_writing" not in wproto.events:
+            tr.write(payload[sent:sent + chunk])
+            sent += chunk
+            await asyncio.sleep(0.002)  # let the stack run: segments out, ACKs and window updates in
+        return tr, sent, tr.get_write_buffer_size()
+
+    async def write_rest(tr, wproto, sent):
+        while sent < total:
+            if "pause_writing" in wproto.events[-1:]:
+                await asyncio.sleep(0.002)
+                continue
+            tr.write(payload[sent:sent + chunk])
+            sent += chunk
+        tr.close()
 
     async def main():
         srv = await pair.la.create_server(factory, A, 7002)
         wproto = await pair.b_run(_make_recorder())
-        buffered = await pair.b_run(writer_side(wproto))
-        assert buffered > 64 * 1024
-        await _until(lambda: "p" in server and server["p"].transport is not None)
+        tr, sent, buffered = await pair.b_run(write_until_paused(wproto))
         sp = server["p"]
-        sp.transport.pause_reading()
-        assert not sp.transport.is_reading()
-        # the reader's receive buffer fills, the window closes, the writer stays paused
         conn = sp.transport._conn
-        await _until(lambda: conn.receiver.rcvbuf.free < 2048)
-        before = len(sp.data)
+        rcvbuf, sndbuf = conn.config.rcvbuf, pair.sb.tcp.config.sndbuf
+        assert not sp.transport.is_reading() and len(sp.data) == 0
+        # paused only after the reader's receive buffer (its window) and the writer's send buffer filled,
+        # and the transport's own buffer passed the high-water mark (64 KiB)
+        assert rcvbuf - len(conn.receiver.rcvbuf) < 2 * 1460
+        assert conn.info().rcv_wnd < 2 * 1460  # the window we advertise closed
+        assert 64 * 1024 < buffered <= 64 * 1024 + chunk
+        assert sent >= rcvbuf - 2 * 1460 + sndbuf + 64 * 1024
         await asyncio.sleep(0.1)
-        assert len(sp.data) == before  # nothing delivered while paused
-        assert conn.info().rcv_wnd < 2048  # the window we advertise closed
-        assert wproto.events == ["pause_writing"]
+        assert len(sp.data) == 0 and wproto.events == ["pause_writing"]  # nothing moves while paused
         sp.transport.resume_reading()
-        await _until(lambda: len(sp.data) == len(payload))
         await _until(lambda: "resume_writing" in wproto.events)
+        await pair.b_run(write_rest(tr, wproto, sent))
+        await _until(lambda: len(sp.data) == total)
         assert bytes(sp.data) == payload
-        assert wproto.events == ["pause_writing", "resume_writing"]
+        assert wproto.events[:2] == ["pause_writing", "resume_writing"]
         srv.close()
         await srv.wait_closed()
 
@@ -326,3 +351,29 @@ def test_the_loop_sleeps_until_the_stacks_deadline_not_longer():
         loop.close()
         d.close()
         link.close()
+
+
+def test_a_readiness_fd_made_later_does_not_take_the_transports_events(pair):
+    """fileno() on the transport's socket installs the readiness callback beside the transport's, not over it."""
+    async def client():
+        loop = asyncio.get_running_loop()
+        s = pair.b_socket()
+        await loop.sock_connect(s, (A, 7007))
+        r, w = await asyncio.open_connection(sock=s)
+        fd = w.get_extra_info("socket").fileno()
+        assert fd >= 0 and w.transport._usock._h.rfd is not None
+        w.write(b"still delivered")
+        w.write_eof()
+        got = await r.read(-1)
+        w.close()
+        return got
+
+    async def main():
+        srv = await asyncio.start_server(_echo, A, 7007)
+        try:
+            return await pair.b_run(client())
+        finally:
+            srv.close()
+            await srv.wait_closed()
+
+    assert pair.run(main()) == b"still delivered"

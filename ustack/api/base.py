@@ -65,6 +65,16 @@ def parse_address(address) -> tuple[bytes, int]:
     return a, port
 
 
+def set_callback(obj, attr: str, fn) -> None:
+    """Set a protocol object's callback slot; a chain already there (``ustack.api.aio``'s Hook, with its
+    ``prev``) keeps its place and calls ``fn`` first, so a transport never loses its events."""
+    cur = getattr(obj, attr)
+    if cur is not None and hasattr(cur, "prev"):
+        cur.prev = fn
+    else:
+        setattr(obj, attr, fn)
+
+
 class Handle:
     """What duplicates of one socket share: the protocol state, the readiness fd, a reference count."""
 

@@ -165,7 +165,7 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
                 self._push()
                 if self._conn_lost:
                     return
-        if not self._paused:
+        if not self._paused and not self._closing:
             self._read()
             if self._conn_lost or self._paused:
                 return
@@ -175,7 +175,7 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
                 conn.take_error()
             self._fatal_error(err, "Fatal read error on ustack stream transport")
             return
-        if not self._paused and conn.eof and not self._eof_received:
+        if not self._paused and not self._closing and conn.eof and not self._eof_received:
             self._eof_received = True
             self._on_eof()
         elif conn.state == State.CLOSED and not len(conn.receiver.rcvbuf):
@@ -185,7 +185,7 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
     def _read(self):
         conn, lock = self._conn, self._driver.lock
         rcvbuf = conn.receiver.rcvbuf
-        while len(rcvbuf) and not self._paused and not self._conn_lost:
+        while len(rcvbuf) and not self._paused and not self._closing:
             try:
                 if self._protocol_buffered:
                     buf = self._protocol.get_buffer(-1)
