@@ -193,14 +193,20 @@ async def _make_recorder():
 def test_rst_from_the_peer_is_connection_reset_error_in_connection_lost(pair):
     server = {}
 
+    class Greeter(Recorder):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            transport.write(b"accepted")
+
     def factory():
-        server["p"] = p = Recorder()
+        server["p"] = p = Greeter()
         return p
 
     async def client():
         loop = asyncio.get_running_loop()
         s = pair.b_socket()
         await loop.sock_connect(s, (A, 7003))
+        assert await loop.sock_recv(s, 100) == b"accepted"  # reset only what the server accepted
         await loop.sock_sendall(s, b"hello")
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()  # RST
