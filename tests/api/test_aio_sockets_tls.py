@@ -147,7 +147,9 @@ def test_sock_methods_on_ustack_sockets_both_kinds(pair):
         for _ in range(200):  # B's endpoint may not be bound yet: resend until answered
             await loop.sock_sendto(u, b"ping", (B, 9100))
             try:
-                reply = await asyncio.wait_for(loop.sock_recvfrom(u, 100), 0.05)
+                buf = bytearray(100)
+                n, addr = await asyncio.wait_for(loop.sock_recvfrom_into(u, buf), 0.05)
+                reply = (bytes(buf[:n]), addr)
                 break
             except asyncio.TimeoutError:
                 continue

@@ -383,3 +383,34 @@ def test_a_readiness_fd_made_later_does_not_take_the_transports_events(pair):
             await srv.wait_closed()
 
     assert pair.run(main()) == b"still delivered"
+
+
+def test_kernel_fds_keep_working_on_the_native_loop(pair):
+    """Loopback TCP, AF_UNIX sockets and a subprocess's pipes go through the loop's normal selector."""
+    import sys
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        srv = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        assert not isinstance(w.transport, StreamTransport)  # the kernel's, as asyncio makes it
+        w.write(b"over loopback")
+        w.write_eof()
+        loopback = await r.read(-1)
+        w.close()
+        srv.close()
+        await srv.wait_closed()
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        await loop.sock_sendall(a, b"over AF_UNIX")
+        unix = await loop.sock_recv(b, 100)
+        a.close()
+        b.close()
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "print('from a child')",
+                                                    stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        return loopback, unix, out, proc.returncode
+
+    assert pair.run(main()) == (b"over loopback", b"over AF_UNIX", b"from a child\n", 0)
