@@ -94,6 +94,7 @@ async def _client(reader, writer, rounds, transfers):
         if got != big:
             raise AssertionError("echo differs")
     writer.close()
+    await writer.wait_closed()
     return statistics.median(lat) * 1e6, statistics.median(xfer) * 1e3
 
 
@@ -142,12 +143,20 @@ def run_pipe(native: bool, rounds: int, transfers: int) -> tuple[float, float]:
         result.append(await _client(reader, writer, rounds, transfers))
 
     async def server():
-        srv = await asyncio.start_server(_echo, "198.18.0.1", PORT)
+        handled = la.create_future()
+
+        async def echo(reader, writer):
+            await _echo(reader, writer)
+            await writer.wait_closed()
+            handled.set_result(None)
+
+        srv = await asyncio.start_server(echo, "198.18.0.1", PORT)
         t = threading.Thread(target=lambda: lb.run_until_complete(client()))
         t.start()
-        while t.is_alive():
-            await asyncio.sleep(0.01)
+        await handled  # the client closed and the server's side of the connection is done
+        t.join()
         srv.close()
+        await srv.wait_closed()
 
     try:
         la.run_until_complete(server())

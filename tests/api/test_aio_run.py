@@ -48,3 +48,11 @@ def test_asyncio_mode_from_the_environment():
     finally:
         session.close()
     assert not isinstance(asyncio.get_event_loop_policy(), EventLoopPolicy)
+
+
+def test_bench_aio_pipe_runs_both_loops_and_reports_positive_medians():
+    from ustack.tools.bench_aio import run_pipe
+
+    for native in (True, False):
+        latency_us, transfer_ms = run_pipe(native, rounds=20, transfers=1)
+        assert 0 < latency_us < 1e6 and 0 < transfer_ms < 1e5
