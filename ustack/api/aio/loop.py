@@ -57,7 +57,8 @@ from ustack.api.stream import StreamSocket, tcp_readiness
 from ustack.transport.tcp.tcb import State
 
 _RX_COUNTER = "eth.frames_received"  # the Stack counts every received frame here (as the Driver reads it)
-_STACK = object()  # selector data of the fds the loop watches for the stack itself
+_STACK = object()
+_NO_FD_POLL = 0.001  # seconds between polls of a device that has no fd to wait on  # selector data of the fds the loop watches for the stack itself
 
 
 def ustack_socket(sock, address=None):
@@ -110,7 +111,8 @@ class EventLoop(asyncio.SelectorEventLoop):
         super().__init__(StackSelector(self))
         dev_fd = self._stack.device.fileno()
         inner = self._selector._inner
-        if dev_fd is not None and dev_fd >= 0:
+        self._device_fd = dev_fd if dev_fd is not None and dev_fd >= 0 else -1
+        if self._device_fd >= 0:
             inner.register(dev_fd, selectors.EVENT_READ, _STACK)
         inner.register(self._waiting_fd, selectors.EVENT_READ, _STACK)
         self._serving_hooks: dict = {}
@@ -150,6 +152,8 @@ class EventLoop(asyncio.SelectorEventLoop):
         elif deadline is not None:
             wait = max(0.0, deadline - driver.clock())
             timeout = wait if timeout is None else min(timeout, wait)
+        if self._device_fd < 0 and (timeout is None or timeout > _NO_FD_POLL):
+            timeout = _NO_FD_POLL  # a device without an fd to wait on: look again soon
         driver._sleepers += 1  # a thread that moves a deadline writes to the wake-up pipe
         try:
             events = inner.select(timeout)
@@ -182,13 +186,6 @@ class EventLoop(asyncio.SelectorEventLoop):
             driver.auto_start = auto
             if thread_ran:
                 driver.start()
-
-    def close(self):
-        if self.is_running():
-            raise RuntimeError("Cannot close a running event loop")
-        if self.is_closed():
-            return
-        super().close()
 
     # -- transports ---------------------------------------------------------------------
     def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
