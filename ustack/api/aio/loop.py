@@ -125,11 +125,14 @@ class EventLoop(asyncio.SelectorEventLoop):
         return self._driver
 
     # -- driving the stack ----------------------------------------------------------
-    def stack_soon(self, fn) -> None:
-        """Schedule ``fn`` from a stack callback: call_soon in the loop's thread, call_soon_threadsafe elsewhere."""
-        if threading.get_ident() == self._loop_thread:
-            self.call_soon(fn)
-        elif not self.is_closed():
+    @property
+    def loop_thread(self):
+        """The thread id running this loop (None when it is not running)."""
+        return self._loop_thread
+
+    def soon_threadsafe(self, fn) -> None:
+        """``call_soon_threadsafe`` unless the loop is closed (a stack event from another thread)."""
+        if not self.is_closed():
             self.call_soon_threadsafe(fn)
 
     def _poll_stack(self):
@@ -227,8 +230,9 @@ class EventLoop(asyncio.SelectorEventLoop):
         lst = u._listener
         accept = functools.partial(self._accept_ready, protocol_factory, sock, u, lst, sslcontext, server, backlog,
                                    ssl_handshake_timeout, ssl_shutdown_timeout)
-        hook(self, lst, "on_event").subs.append(accept)
-        self._serving_hooks[id(sock)] = (lst, accept)
+        kick = functools.partial(self.call_soon, accept)  # accepting calls into the stack: not inside its round
+        hook(self, lst, "on_event").subs.append(kick)
+        self._serving_hooks[id(sock)] = (lst, kick)
         self.call_soon(accept)  # connections that arrived before
 
     def _accept_ready(self, protocol_factory, sock, u, lst, sslcontext, server, backlog,
@@ -251,8 +255,8 @@ class EventLoop(asyncio.SelectorEventLoop):
         entry = self._serving_hooks.pop(id(sock), None)
         if entry is None:
             return super()._stop_serving(sock)
-        lst, accept = entry
-        unhook(lst, "on_event", accept)
+        lst, kick = entry
+        unhook(lst, "on_event", kick)
         sock.close()
 
     # -- sock_* on ustack sockets --------------------------------------------------------

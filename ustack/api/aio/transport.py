@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket as _std
+import threading
 
 from asyncio import constants, futures, protocols, transports, trsock
 
@@ -44,11 +45,15 @@ _LOG_AFTER = constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES
 
 
 class Hook:
-    """Stands in a protocol object's callback slot: calls what was there, then schedules subscribers on the loop.
+    """Stands in a protocol object's callback slot: calls what was there, then the loop's subscribers.
 
     ``subs`` stay subscribed; ``once`` are called at the next event only
-    (the ``sock_*`` waits). Called from whichever thread polled the stack;
-    the loop's ``soon`` hands the subscriber over to the loop's thread.
+    (the ``sock_*`` waits). Subscribers must be cheap and must not call
+    into the stack (they set a flag, schedule a callback, complete a
+    future): in the loop's own thread they run right away, inside the
+    stack's round, so what they schedule runs in this loop iteration;
+    from another thread that polled the stack they go through
+    ``call_soon_threadsafe``.
     """
 
     __slots__ = ("loop", "prev", "subs", "once")
@@ -63,14 +68,19 @@ class Hook:
         prev = self.prev
         if prev is not None:
             prev(*args)
-        soon = self.loop.stack_soon
-        for fn in self.subs:
-            soon(fn)
-        once = self.once
-        if once:
-            self.once = []
-            for fn in once:
-                soon(fn)
+        loop = self.loop
+        if threading.get_ident() == loop.loop_thread:
+            for fn in self.subs:
+                fn()
+            once = self.once
+            if once:
+                self.once = []
+                for fn in once:
+                    fn()
+            return
+        once, self.once = self.once, []
+        for fn in self.subs + once:
+            loop.soon_threadsafe(fn)
 
 
 def hook(loop, obj, attr: str) -> Hook:
