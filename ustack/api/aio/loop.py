@@ -13,8 +13,9 @@ the normal selector) with three changes:
   ``busy_poll`` budget, as ``ustack.api.driver`` spins). So every
   round of callbacks is followed by one TX commit, and a frame that
   arrives wakes the loop through the device fd;
-- connection events reach transports as loop callbacks scheduled from
-  the protocol objects' callbacks (``ustack.api.aio.transport``): no
+- connection events reach transports through the protocol objects'
+  callbacks (``ustack.api.aio.transport.Hook``: inside the stack's round
+  they only schedule the transport's work for this loop iteration): no
   thread, no per-socket fd;
 - the socket-level hooks asyncio builds everything on
   (``_make_socket_transport``, ``_make_ssl_transport``,
