@@ -414,3 +414,34 @@ def test_kernel_fds_keep_working_on_the_native_loop(pair):
         return loopback, unix, out, proc.returncode
 
     assert pair.run(main()) == (b"over loopback", b"over AF_UNIX", b"from a child\n", 0)
+
+
+def test_loop_sendfile_falls_back_to_writes_with_flow_control(pair, tmp_path):
+    body = os.urandom(700_000)
+    path = tmp_path / "body.bin"
+    path.write_bytes(body)
+
+    async def handler(reader, writer):
+        with open(path, "rb") as f:
+            sent = await asyncio.get_running_loop().sendfile(writer.transport, f)
+        assert sent == len(body)
+        writer.close()
+
+    async def client():
+        loop = asyncio.get_running_loop()
+        s = pair.b_socket()
+        await loop.sock_connect(s, (A, 7008))
+        r, w = await asyncio.open_connection(sock=s)
+        got = await r.read(-1)
+        w.close()
+        return got
+
+    async def main():
+        srv = await asyncio.start_server(handler, A, 7008)
+        try:
+            return await pair.b_run(client())
+        finally:
+            srv.close()
+            await srv.wait_closed()
+
+    assert pair.run(main()) == body
