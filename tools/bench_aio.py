@@ -11,7 +11,7 @@ its loop in its own thread (native: ustack's loop on each; stock:
 asyncio's SelectorEventLoop with the driver threads and readiness fds).
 ``veth``: the server runs under ``ustack run --backend packet
 [--asyncio stock]`` in one namespace, the client is a kernel asyncio
-program in the other. Figures are medians.
+program in the other. Figures are medians; runs of the two loops alternate.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ async def _echo(reader, writer):
     writer.close()
 
 
-def run_pipe(native: bool, rounds: int, transfers: int) -> tuple[float, float]:
+def run_pipe(native: bool, rounds: int, transfers: int, busy_poll=None) -> tuple[float, float]:
     """One pipe run: (median latency µs, median 1 MB echo ms)."""
     from ustack.api.aio import EventLoop
     from ustack.api.clock import MonotonicClock
@@ -120,7 +120,8 @@ def run_pipe(native: bool, rounds: int, transfers: int) -> tuple[float, float]:
     clock = MonotonicClock()
     link = PipeLink(clock)
     sa, sb = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
-    da, db = Driver(sa, clock), Driver(sb, clock)
+    kw = {} if busy_poll is None else {"busy_poll": busy_poll}
+    da, db = Driver(sa, clock, **kw), Driver(sb, clock, **kw)
     if native:
         la, lb = EventLoop(da), EventLoop(db)
     else:
@@ -170,7 +171,7 @@ def run_pipe(native: bool, rounds: int, transfers: int) -> tuple[float, float]:
     return result[0]
 
 
-def run_veth(native: bool, rounds: int, transfers: int) -> tuple[float, float]:
+def run_veth(native: bool, rounds: int, transfers: int, busy_poll=None) -> tuple[float, float]:
     from ustack.tools.netns import Topology
 
     import tempfile
@@ -182,6 +183,8 @@ def run_veth(native: bool, rounds: int, transfers: int) -> tuple[float, float]:
                 "--addr", f"{t.stack_addr}/{t.prefixlen}"]
         if not native:
             argv += ["--asyncio", "stock"]
+        if busy_poll is not None:
+            argv += ["--busy-poll", str(busy_poll)]
         server = t.stack_popen([*argv, script.name, t.stack_addr, str(PORT), "60"],
                                stdout=subprocess.PIPE, text=True)
         if server.stdout.readline().strip() != "ready":
@@ -202,13 +205,17 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2000, help="request/response rounds per run")
     p.add_argument("--transfers", type=int, default=5, help="1 MB echoes per run")
     p.add_argument("--runs", type=int, default=3, help="runs per loop kind (medians of their medians)")
+    p.add_argument("--busy-poll", type=float, help="the ustack side's busy-poll budget in seconds (default: "
+                                                   "the Driver's)")
     args = p.parse_args(argv)
     run = run_pipe if args.where == "pipe" else run_veth
-    rows = {}
-    for native in (True, False):
-        got = [run(native, args.rounds, args.transfers) for _ in range(args.runs)]
-        rows["native" if native else "stock"] = (statistics.median(g[0] for g in got),
-                                                 statistics.median(g[1] for g in got))
+    got: dict = {True: [], False: []}
+    for _ in range(args.runs):  # interleaved, so a change in the machine's load hits both alike
+        for native in (True, False):
+            got[native].append(run(native, args.rounds, args.transfers, args.busy_poll))
+    rows = {"native" if native else "stock": (statistics.median(g[0] for g in runs),
+                                              statistics.median(g[1] for g in runs))
+            for native, runs in got.items()}
     print(f"{args.where}: asyncio echo, medians of {args.runs} runs")
     print(f"{'loop':8} {'64 B req/resp (µs)':>20} {'1 MB echo (ms)':>16}")
     for name, (lat, xfer) in rows.items():
