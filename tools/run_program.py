@@ -11,7 +11,10 @@ stderr and status 1, SIGINT raising KeyboardInterrupt (uncaught: traceback,
 then death by SIGINT as python does). Before it starts, the stack is opened
 as the other subcommands open theirs (ustack.tools.cli_stack), its Driver
 thread started (ARP, ping, timers go on while the program computes) and
-``ustack.patch(driver)`` installed; after it ends, non-daemon threads are
+``ustack.patch(driver)`` installed, and asyncio's event loop policy set to
+ustack's native loop (``ustack.api.aio``: ``asyncio.run()`` polls the stack
+itself; ``--asyncio stock`` keeps asyncio's own loop on the sockets'
+readiness fds, for comparison); after it ends, non-daemon threads are
 joined (as the interpreter does at exit), its connections closed and their
 closing handshakes given up to EXIT_LINGER seconds to finish (the kernel
 finishes them after a process exits; ``finish_connections``), the patch
@@ -38,6 +41,7 @@ from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
 
 ECHO_PORT = 7  # RFC 862
 EXIT_LINGER = 1.0  # seconds the stack outlives the program for closing handshakes (finish_connections)
+ASYNCIO_MODES = ("native", "stock")
 
 
 def add_parser(subparsers):
@@ -45,6 +49,9 @@ def add_parser(subparsers):
     p = subparsers.add_parser("run", help="run a Python program (SCRIPT or -m MODULE) on a ustack stack",
                               usage="%(prog)s [stack options] (SCRIPT | -m MODULE) [ARGS...]")
     add_stack_arguments(p)
+    p.add_argument("--asyncio", choices=ASYNCIO_MODES, default="native",
+                   help="native (default): asyncio's loops poll the stack themselves (ustack.api.aio); "
+                        "stock: asyncio's own loop on the sockets' readiness fds and the driver thread")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                    help="run library module MODULE as a script; everything after it is its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
@@ -69,6 +76,7 @@ def cmd_run(args) -> int:
         return 2
     stack, driver, extras = started
     peer = None
+    from ustack.api.aio import install_policy, uninstall_policy
     from ustack.api.patch import patch, unpatch
 
     try:
@@ -76,9 +84,12 @@ def cmd_run(args) -> int:
             peer = PipeEchoPeer(stack, extras["link"], driver.clock)
         driver.start()
         patch(driver)
+        if args.asyncio == "native":
+            install_policy(driver)
         status, interrupted = run_program(module, program)
         finish_connections(driver)
     finally:
+        uninstall_policy()
         unpatch()
         driver.close()
         if peer is not None:

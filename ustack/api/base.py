@@ -109,6 +109,16 @@ def format_address(packed: bytes, port: int, family: int = AF_INET) -> tuple:
     return addr.to_str(packed), port, 0, 0
 
 
+def set_callback(obj, attr: str, fn) -> None:
+    """Set a protocol object's callback slot; a chain already there (``ustack.api.aio``'s Hook, with its
+    ``prev``) keeps its place and calls ``fn`` first, so a transport never loses its events."""
+    cur = getattr(obj, attr)
+    if cur is not None and hasattr(cur, "prev"):
+        cur.prev = fn
+    else:
+        setattr(obj, attr, fn)
+
+
 class Handle:
     """What duplicates of one socket share: the protocol state, the readiness fd, a reference count."""
 

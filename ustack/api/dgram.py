@@ -12,7 +12,7 @@ import errno
 import socket as _std
 
 from ustack.api.base import (AF_INET, AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOCK_DGRAM,
-                             SOL_SOCKET, SocketBase, bad_flags, shared)
+                             SOL_SOCKET, SocketBase, bad_flags, set_callback, shared)
 from ustack.net.addr import ANY4, ANY6
 
 _RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL  # MSG_WAITALL means nothing for datagrams (Linux too)
@@ -49,7 +49,7 @@ class DatagramSocket(SocketBase):
     def _watch(self) -> None:
         rfd, ep = self._h.rfd, self._ep
         if rfd is not None:
-            ep.on_readable = lambda: rfd.set(*udp_readiness(ep))
+            set_callback(ep, "on_readable", lambda: rfd.set(*udp_readiness(ep)))
 
     # -- addresses ------------------------------------------------------------
     def bind(self, address) -> None:

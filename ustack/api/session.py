@@ -15,7 +15,9 @@ sitecustomize can call it unconditionally)::
 The variables: USTACK_ADDR (A.B.C.D/N, required), USTACK_BACKEND (pipe,
 tap, packet, afxdp; default packet), USTACK_IFNAME (required except for
 pipe), USTACK_GATEWAY, USTACK_PCAP (a capture file, created 0600),
-USTACK_MTU, USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``). With
+USTACK_MTU, USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``),
+USTACK_ASYNCIO (native, the default: asyncio's loops poll the stack
+themselves, ``ustack.api.aio``; stock: asyncio's own loop on readiness fds). With
 the pipe backend the other end of the in-memory link is ``session.link.b``
 (tests put a peer stack there). ``ustack run`` does the same from its
 command line (ustack.tools.run_program).
@@ -27,6 +29,7 @@ import atexit
 import os
 from typing import Mapping, Optional
 
+from ustack.api.aio import install_policy, uninstall_policy
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
 from ustack.api.patch import patch, unpatch
@@ -34,6 +37,7 @@ from ustack.capture import PcapDevice
 from ustack.stack import Stack
 
 BACKENDS = ("pipe", "tap", "packet", "afxdp")
+ASYNCIO_MODES = ("native", "stock")
 PREFIX = "USTACK_"
 
 
@@ -41,11 +45,15 @@ class Session:
     """One stack for one program: opened by ``open()``, patched by ``install()``, undone by ``close()``."""
 
     def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
-                 pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL):
+                 pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL,
+                 asyncio: str = "native"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         if backend != "pipe" and not ifname:
             raise ValueError(f"the {backend} backend needs an interface name")
+        if asyncio not in ASYNCIO_MODES:
+            raise ValueError(f"unknown asyncio mode {asyncio!r} (one of {', '.join(ASYNCIO_MODES)})")
+        self.asyncio = asyncio
         self.clock = MonotonicClock()
         self.link = None
         if backend == "pipe":
@@ -69,9 +77,11 @@ class Session:
         self.closed = False
 
     def install(self) -> "Session":
-        """Start the Driver thread and patch ``socket.socket`` onto this stack."""
+        """Start the Driver thread, patch ``socket.socket`` onto this stack, set the asyncio policy."""
         self.driver.start()
         patch(self.driver)
+        if self.asyncio == "native":
+            install_policy(self.driver)
         self.installed = True
         return self
 
@@ -81,6 +91,7 @@ class Session:
             return
         self.closed = True
         if self.installed:
+            uninstall_policy()
             unpatch()
         self.driver.close()
         self.stack.close()
@@ -93,7 +104,7 @@ def settings(environ: Mapping[str, str]) -> Optional[dict]:
     if not addr:
         return None
     kw = {"backend": environ.get(PREFIX + "BACKEND") or "packet", "addr": addr}
-    for name in ("ifname", "gateway", "pcap"):
+    for name in ("ifname", "gateway", "pcap", "asyncio"):
         value = environ.get(PREFIX + name.upper())
         if value:
             kw[name] = value

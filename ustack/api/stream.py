@@ -36,7 +36,7 @@ import struct
 from typing import Callable, Optional
 
 from ustack.api.base import (AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOL_SOCKET, SocketBase,
-                             bad_flags, shared)
+                             bad_flags, set_callback, shared)
 from ustack.net.addr import ANY4, ANY6
 from ustack.transport.ports import conflicts
 from ustack.transport.tcp.tcb import State
@@ -151,9 +151,9 @@ class StreamSocket(SocketBase):
             return
         conn, lst = self._conn, self._listener
         if conn is not None:
-            conn.on_event = lambda c: rfd.set(*tcp_readiness(c, None))
+            set_callback(conn, "on_event", lambda c: rfd.set(*tcp_readiness(c, None)))
         elif lst is not None:
-            lst.on_event = lambda lst: rfd.set(lst.readable, False)
+            set_callback(lst, "on_event", lambda lst: rfd.set(lst.readable, False))
         rfd.set(*tcp_readiness(conn, lst))
 
     def _require_conn(self):

@@ -1,0 +1,387 @@
+"""The native asyncio event loop for ustack: the loop itself polls the stack (DESIGN.md "How the stack runs").
+
+``EventLoop(driver)`` is asyncio's selector event loop (the Unix one:
+subprocesses, signals, AF_UNIX, pipes and 127/8 stay on the kernel through
+the normal selector) with three changes:
+
+- its selector (``StackSelector``) watches two more fds, the device's (RX
+  readiness) and the driver's wake-up pipe (another thread moved a
+  deadline), and before it waits it polls the stack (``Stack.poll``: TX of
+  what the callbacks just wrote, timers, RX), then waits no longer than
+  the stack's next deadline; after the wait it polls again (after a
+  round that received frames it does not sleep for the driver's
+  ``busy_poll`` budget, as ``ustack.api.driver`` spins). So every
+  round of callbacks is followed by one TX commit, and a frame that
+  arrives wakes the loop through the device fd;
+- connection events reach transports through the protocol objects'
+  callbacks (``ustack.api.aio.transport.Hook``: inside the stack's round
+  they only schedule the transport's work for this loop iteration): no
+  thread, no per-socket fd;
+- the socket-level hooks asyncio builds everything on
+  (``_make_socket_transport``, ``_make_ssl_transport``,
+  ``_make_datagram_transport``, ``_start_serving``/``_stop_serving`` and the
+  ``sock_*`` methods) take ustack sockets natively. So ``create_connection``,
+  ``create_server``, ``start_server``/``open_connection``,
+  ``create_datagram_endpoint``, ``ssl=``, ``start_tls`` and ``sendfile``
+  are asyncio's own code over ustack transports. The sockets asyncio makes
+  come from ``socket.socket``, i.e. from ``ustack.patch(driver)`` (which
+  ``ustack run`` installs): unpatched, only ``sock=`` arguments reach ustack.
+
+While the loop runs it owns the stack's polling: the driver's background
+thread is stopped (and restarted afterwards if it ran), and
+``Driver.auto_start`` is off so a socket's ``fileno()`` does not start it
+again. Threads that block on ustack sockets meanwhile poll through the
+driver's lock as always; what they cause reaches the loop through
+``call_soon_threadsafe``.
+
+``getaddrinfo`` answers as the patched stack can connect: AF_UNSPEC asks
+for IPv4 only (ustack has no IPv6 yet), AF_INET6 is EAFNOSUPPORT; names
+resolve through the system resolver (/etc/hosts, then DNS over the
+kernel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import selectors
+import socket as _std
+import threading
+
+from asyncio import constants, sslproto
+
+from ustack.api.aio.transport import DatagramTransport, StreamTransport, hook, unhook
+from ustack.api.base import MSG_DONTWAIT, SocketBase
+from ustack.api.dgram import DatagramSocket, udp_readiness
+from ustack.api.stream import StreamSocket, tcp_readiness
+from ustack.transport.tcp.tcb import State
+
+_RX_COUNTER = "eth.frames_received"  # the Stack counts every received frame here (as the Driver reads it)
+_STACK = object()
+_NO_FD_POLL = 0.001  # seconds between polls of a device that has no fd to wait on  # selector data of the fds the loop watches for the stack itself
+
+
+def ustack_socket(sock, address=None):
+    """The ustack socket behind ``sock`` (a ustack socket or a patched one), or None for a kernel socket.
+
+    A patched socket not yet decided is decided by ``address`` (loopback: the
+    kernel) or, without one, for ustack, as its first call would.
+    """
+    if isinstance(sock, SocketBase):
+        return sock
+    impl = getattr(sock, "_impl", None)
+    if impl is None or not hasattr(sock, "_u"):
+        return None
+    return impl(address)
+
+
+class StackSelector(selectors.BaseSelector):
+    """The loop's selector: a normal selector plus the stack's fds, polling the stack around each wait."""
+
+    def __init__(self, loop, inner=None):
+        self._loop = loop
+        self._inner = inner or selectors.DefaultSelector()
+
+    def register(self, fileobj, events, data=None):
+        return self._inner.register(fileobj, events, data)
+
+    def unregister(self, fileobj):
+        return self._inner.unregister(fileobj)
+
+    def modify(self, fileobj, events, data=None):
+        return self._inner.modify(fileobj, events, data)
+
+    def get_map(self):
+        return self._inner.get_map()
+
+    def close(self):
+        self._inner.close()
+
+    def select(self, timeout=None):
+        return self._loop._select_with_stack(self._inner, timeout)
+
+
+class EventLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector loop polling a ustack stack (see the module docstring)."""
+
+    def __init__(self, driver):
+        self._driver = driver
+        self._stack = driver.stack
+        # kicks from threads that move the stack's deadline (their sends) make this readable
+        self._waker = driver.wake_fd()
+        self._waiting_fd = self._waker.r
+        super().__init__(StackSelector(self))
+        dev_fd = self._stack.device.fileno()
+        inner = self._selector._inner
+        self._device_fd = dev_fd if dev_fd is not None and dev_fd >= 0 else -1
+        if self._device_fd >= 0:
+            inner.register(dev_fd, selectors.EVENT_READ, _STACK)
+        inner.register(self._waiting_fd, selectors.EVENT_READ, _STACK)
+        self._serving_hooks: dict = {}
+        self._loop_thread = None
+        self.stack_rounds = 0  # Stack.poll calls made by this loop (tests, tools)
+        self._spin_end = 0.0
+
+    @property
+    def driver(self):
+        return self._driver
+
+    def close(self):
+        super().close()
+        waker, self._waker = self._waker, None
+        if waker is not None:
+            self._driver.release_wake_fd(waker)  # the driver's kicks stop writing to it
+
+    # -- driving the stack ----------------------------------------------------------
+    @property
+    def loop_thread(self):
+        """The thread id running this loop (None when it is not running)."""
+        return self._loop_thread
+
+    def soon_threadsafe(self, fn) -> None:
+        """``call_soon_threadsafe`` unless the loop is closed (a stack event from another thread)."""
+        if not self.is_closed():
+            self.call_soon_threadsafe(fn)
+
+    def _poll_stack(self):
+        driver = self._driver
+        stats = self._stack.stats
+        with driver.lock:
+            received = stats[_RX_COUNTER]
+            now = driver.clock()
+            deadline = driver.deadline = self._stack.poll(now)
+            if stats[_RX_COUNTER] != received:
+                self._spin_end = now + driver.busy_poll  # frames flow: spin a while before sleeping
+        self.stack_rounds += 1
+        return deadline
+
+    def _select_with_stack(self, inner, timeout):
+        driver = self._driver
+        deadline = self._poll_stack()  # TX of what the callbacks wrote, timers, RX that waited
+        if self._ready or driver.clock() < self._spin_end:
+            timeout = 0  # the stack had news for a transport, or frames are flowing (busy-poll budget)
+        elif deadline is not None:
+            wait = max(0.0, deadline - driver.clock())
+            timeout = wait if timeout is None else min(timeout, wait)
+        if self._device_fd < 0 and (timeout is None or timeout > _NO_FD_POLL):
+            timeout = _NO_FD_POLL  # a device without an fd to wait on: look again soon
+        events = inner.select(timeout)
+        out = []
+        stack_event = False
+        for key, mask in events:
+            if key.data is _STACK:
+                stack_event = True
+                if key.fd == self._waiting_fd:
+                    self._waker.drain()
+            else:
+                out.append((key, mask))
+        if stack_event or timeout != 0:
+            self._poll_stack()  # RX that woke us, or timers that are due
+        return out
+
+    def run_forever(self):
+        driver = self._driver
+        thread_ran = driver._thread is not None
+        auto = driver.auto_start
+        driver.auto_start = False
+        driver.stop()
+        self._loop_thread = threading.get_ident()
+        try:
+            super().run_forever()
+        finally:
+            self._loop_thread = None
+            driver.auto_start = auto
+            if thread_ran:
+                driver.start()
+
+    # -- transports ---------------------------------------------------------------------
+    def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
+        u = ustack_socket(sock)
+        if u is None:
+            return super()._make_socket_transport(sock, protocol, waiter, extra=extra, server=server)
+        return StreamTransport(self, sock, u, protocol, waiter, extra, server)
+
+    def _make_ssl_transport(self, rawsock, protocol, sslcontext, waiter=None, *, server_side=False,
+                            server_hostname=None, extra=None, server=None,
+                            ssl_handshake_timeout=constants.SSL_HANDSHAKE_TIMEOUT,
+                            ssl_shutdown_timeout=constants.SSL_SHUTDOWN_TIMEOUT):
+        u = ustack_socket(rawsock)
+        if u is None:
+            return super()._make_ssl_transport(
+                rawsock, protocol, sslcontext, waiter, server_side=server_side, server_hostname=server_hostname,
+                extra=extra, server=server, ssl_handshake_timeout=ssl_handshake_timeout,
+                ssl_shutdown_timeout=ssl_shutdown_timeout)
+        ssl_protocol = sslproto.SSLProtocol(self, protocol, sslcontext, waiter, server_side, server_hostname,
+                                            ssl_handshake_timeout=ssl_handshake_timeout,
+                                            ssl_shutdown_timeout=ssl_shutdown_timeout)
+        StreamTransport(self, rawsock, u, ssl_protocol, extra=extra, server=server)
+        return ssl_protocol._app_transport
+
+    def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):
+        u = ustack_socket(sock)
+        if u is None:
+            return super()._make_datagram_transport(sock, protocol, address, waiter, extra)
+        return DatagramTransport(self, sock, u, protocol, address, waiter, extra)
+
+    # -- servers ------------------------------------------------------------------------
+    def _start_serving(self, protocol_factory, sock, sslcontext=None, server=None, backlog=100,
+                       ssl_handshake_timeout=constants.SSL_HANDSHAKE_TIMEOUT,
+                       ssl_shutdown_timeout=constants.SSL_SHUTDOWN_TIMEOUT):
+        u = ustack_socket(sock)
+        if u is None:
+            return super()._start_serving(protocol_factory, sock, sslcontext, server, backlog,
+                                          ssl_handshake_timeout, ssl_shutdown_timeout)
+        lst = u._listener
+        accept = functools.partial(self._accept_ready, protocol_factory, sock, u, lst, sslcontext, server, backlog,
+                                   ssl_handshake_timeout, ssl_shutdown_timeout)
+        kick = functools.partial(self.call_soon, accept)  # accepting calls into the stack: not inside its round
+        hook(self, lst, "on_event").subs.append(kick)
+        self._serving_hooks[id(sock)] = (lst, kick)
+        self.call_soon(accept)  # connections that arrived before
+
+    def _accept_ready(self, protocol_factory, sock, u, lst, sslcontext, server, backlog,
+                      ssl_handshake_timeout, ssl_shutdown_timeout):
+        driver = self._driver
+        for _ in range(backlog):
+            with driver.lock:
+                conn = lst.accept()
+            if conn is None:
+                return
+            child = StreamSocket(driver, u.family, u.type, u.proto, _conn=conn)
+            child.setblocking(False)
+            wrap = getattr(type(sock), "_wrap", None)
+            csock = wrap(child) if wrap is not None else child
+            extra = {"peername": child.getpeername()}
+            self.create_task(self._accept_connection2(protocol_factory, csock, extra, sslcontext, server,
+                                                      ssl_handshake_timeout, ssl_shutdown_timeout))
+
+    def _stop_serving(self, sock):
+        entry = self._serving_hooks.pop(id(sock), None)
+        if entry is None:
+            return super()._stop_serving(sock)
+        lst, kick = entry
+        unhook(lst, "on_event", kick)
+        sock.close()
+
+    # -- sock_* on ustack sockets --------------------------------------------------------
+    def _event(self, obj, attr: str = "on_event"):
+        """A future done at ``obj``'s next event (a segment, a state change, a datagram)."""
+        fut = self.create_future()
+        hook(self, obj, attr).once.append(functools.partial(_done, fut))
+        return fut
+
+    async def _until(self, u, readable: bool):
+        """Wait until ``u`` is readable (or writable), as select() would report it for a kernel socket."""
+        while True:
+            if isinstance(u, DatagramSocket):
+                if udp_readiness(u._ep)[0 if readable else 1]:
+                    return
+                await self._event(u._ep, "on_readable")
+                continue
+            state = tcp_readiness(u._conn, u._listener)
+            if state[0 if readable else 1]:
+                return
+            obj = u._conn if u._conn is not None else u._listener
+            await self._event(obj)
+
+    async def sock_recv(self, sock, n):
+        u = ustack_socket(sock)
+        if u is None:
+            return await super().sock_recv(sock, n)
+        await self._until(u, True)
+        return u.recv(n, MSG_DONTWAIT)
+
+    async def sock_recv_into(self, sock, buf):
+        u = ustack_socket(sock)
+        if u is None:
+            return await super().sock_recv_into(sock, buf)
+        await self._until(u, True)
+        return u.recv_into(buf, 0, MSG_DONTWAIT)
+
+    async def sock_recvfrom(self, sock, bufsize):
+        u = ustack_socket(sock)
+        if u is None:
+            return await super().sock_recvfrom(sock, bufsize)
+        await self._until(u, True)
+        return u.recvfrom(bufsize, MSG_DONTWAIT)
+
+    async def sock_recvfrom_into(self, sock, buf, nbytes=0):
+        u = ustack_socket(sock)
+        if u is None:
+            return await super().sock_recvfrom_into(sock, buf, nbytes)
+        await self._until(u, True)
+        return u.recvfrom_into(buf, nbytes, MSG_DONTWAIT)
+
+    async def sock_sendall(self, sock, data):
+        u = ustack_socket(sock)
+        if u is None:
+            return await super().sock_sendall(sock, data)
+        view = memoryview(data).cast("B")
+        while True:
+            await self._until(u, False)
+            try:
+                n = u.send(view, MSG_DONTWAIT) if len(view) else 0
+            except BlockingIOError:
+                n = 0
+            view = view[n:]
+            if not len(view):
+                return None
+
+    async def sock_sendto(self, sock, data, address):
+        u = ustack_socket(sock, address)
+        if u is None:
+            return await super().sock_sendto(sock, data, address)
+        return u.sendto(data, MSG_DONTWAIT, address)
+
+    async def sock_connect(self, sock, address):
+        u = ustack_socket(sock, address)
+        if u is None:
+            return await super().sock_connect(sock, address)
+        if isinstance(u, DatagramSocket):
+            return u.connect(address)
+        err = u.connect_ex(address)
+        if err in (0, errno.EISCONN):
+            return None
+        if err not in (errno.EINPROGRESS, errno.EALREADY, errno.EAGAIN):
+            raise OSError(err, f"Connect call failed {address}")
+        conn = u._conn
+        while not (conn.connected or conn.state == State.CLOSED or conn.error is not None):
+            await self._event(conn)
+        err = u.connect_ex(address)
+        if err in (0, errno.EISCONN):
+            return None
+        raise OSError(err, f"Connect call failed {address}")
+
+    async def sock_accept(self, sock):
+        u = ustack_socket(sock)
+        if u is None:
+            return await super().sock_accept(sock)
+        if u._listener is None:
+            raise OSError(errno.EINVAL, "Invalid argument (not listening)")
+        await self._until(u, True)
+        child, addr = sock.accept()
+        child.setblocking(False)
+        return child, addr
+
+    # -- names ------------------------------------------------------------------------------
+    async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
+        if family == _std.AF_INET6:
+            raise _std.gaierror(_std.EAI_FAMILY, "ai_family not supported (ustack has no IPv6 yet)")
+        return await super().getaddrinfo(host, port, family=_std.AF_INET, type=type, proto=proto, flags=flags)
+
+
+def _done(fut) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+    """New loops are ``EventLoop(driver)``: ``asyncio.run()`` in an unmodified program runs on the stack."""
+
+    def __init__(self, driver):
+        super().__init__()
+        self._driver = driver
+
+    def new_event_loop(self):
+        return EventLoop(self._driver)
