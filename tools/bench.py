@@ -40,6 +40,12 @@ each backend, fetched back to back by a small HTTP loop in the peer
 namespace: requests per second and p50/p99 latency
 (ustack.tools.bench_program); in the JSON as ``programs``.
 
+IPv6 rows (off with ``--no-ipv6``): the kernel and each ustack backend
+again on a topology whose ends also speak IPv6 (fd00::1 -> fd00::2), the
+client reaching the stack's IPv6 address: the same services and metrics
+(no latency suite), then a table of each IPv6 row's ratio to the same
+stack's IPv4 row.
+
 A second table gives the per-backend ring cost: raw 60-byte (64 on a wire)
 UDP frames per second received and transmitted and this process's CPU µs
 per frame, next to a kernel UDP socket, measured by ustack.tools.bench_rings (tap,
@@ -105,6 +111,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), default="auto", help="afxdp attach mode")
     p.add_argument("--no-rings", action="store_true", help="skip the per-backend ring cost table")
     p.add_argument("--no-latency", action="store_true", help="skip the latency suite (sizes, ping, connect)")
+    p.add_argument("--no-ipv6", action="store_true",
+                   help="skip the IPv6 rows (the kernel and each ustack backend again over IPv6: RTT, MB/s, conn/s)")
     p.add_argument("--no-program", action="store_true",
                    help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
     tune = p.add_argument_group("sizes (override the suite's)")
@@ -183,6 +191,9 @@ def cmd_bench(args) -> int:
         log(f"ustack bench: rows kernel, {', '.join(kinds)}; {placement.text}")
         for kind in ["kernel"] + kinds:
             result["rows"].append(run_row(kind, cfg, placement, args.xdp_mode, log))
+        if not args.no_ipv6:
+            for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
+                result["rows"].append(run_row(kind, cfg, placement, args.xdp_mode, log, ipv6=True))
         if cfg.program:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["programs"].append(run_program_row(kind, cfg.program_seconds, cfg.reps, placement,

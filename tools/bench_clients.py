@@ -39,10 +39,11 @@ class ClientError(RuntimeError):
     pass
 
 
-def _client_socket(topo, kind: int) -> socket.socket:
+def _client_socket(topo, kind: int, host: str = "") -> socket.socket:
+    """A kernel socket in the peer namespace, of the family of ``host`` (IPv6 if it has a colon)."""
     from ustack.tools.netns import peer_socket
 
-    s = peer_socket(topo, type=kind)
+    s = peer_socket(topo, family=socket.AF_INET6 if ":" in host else socket.AF_INET, type=kind)
     if kind == socket.SOCK_STREAM:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
@@ -60,7 +61,7 @@ def _recv_exactly(s: socket.socket, n: int) -> None:
 def udp_rtts(topo, host: str, port: int, count: int, warmup: int, timeout: float = 1.0) -> dict:
     """Ping-pong ``count`` 64-byte datagrams after ``warmup``; RTTs in µs. Lost ones are counted, not timed."""
     payload = bytes(MESSAGE)
-    with _client_socket(topo, socket.SOCK_DGRAM) as s:
+    with _client_socket(topo, socket.SOCK_DGRAM, host) as s:
         s.settimeout(timeout)
         s.connect((host, port))
         rtts, lost, in_a_row = [], 0, 0
@@ -88,7 +89,7 @@ def udp_rtts(topo, host: str, port: int, count: int, warmup: int, timeout: float
 def tcp_rtts(topo, host: str, port: int, count: int, warmup: int, timeout: float = 5.0) -> dict:
     """Ping-pong 64-byte messages on one connection to the echo service; RTTs in µs."""
     payload = bytes(MESSAGE)
-    with _client_socket(topo, socket.SOCK_STREAM) as s:
+    with _client_socket(topo, socket.SOCK_STREAM, host) as s:
         s.settimeout(timeout)
         s.connect((host, port))
         rtts = []
@@ -109,7 +110,7 @@ def push(topo, host: str, port: int, nbytes: int, seconds: float) -> dict:
     from ustack.tools.services import PATTERN_BLOCK
 
     block = memoryview(PATTERN_BLOCK)
-    with _client_socket(topo, socket.SOCK_STREAM) as s:
+    with _client_socket(topo, socket.SOCK_STREAM, host) as s:
         s.settimeout(seconds + 10)
         s.connect((host, port))
         sent = 0
@@ -129,7 +130,7 @@ def push(topo, host: str, port: int, nbytes: int, seconds: float) -> dict:
 def pull(topo, host: str, port: int, nbytes: int, seconds: float) -> dict:
     """Read the source service's stream to EOF (``nbytes`` expected) or for ``seconds``."""
     buf = bytearray(1 << 18)
-    with _client_socket(topo, socket.SOCK_STREAM) as s:
+    with _client_socket(topo, socket.SOCK_STREAM, host) as s:
         s.settimeout(seconds + 10)
         s.connect((host, port))
         got = 0
@@ -155,7 +156,7 @@ def connections_per_second(topo, host: str, port: int, seconds: float) -> dict:
     t0 = time.perf_counter()
     deadline = t0 + seconds
     while time.perf_counter() < deadline:
-        s = _client_socket(topo, socket.SOCK_STREAM)
+        s = _client_socket(topo, socket.SOCK_STREAM, host)
         try:
             s.settimeout(3.0)
             s.connect((host, port))
@@ -184,7 +185,7 @@ def sized_tcp_rtts(topo, host: str, port: int, sizes, counts, warmup: int, timeo
     """
     out = {}
     clock = time.perf_counter_ns
-    with _client_socket(topo, socket.SOCK_STREAM) as s:
+    with _client_socket(topo, socket.SOCK_STREAM, host) as s:
         s.settimeout(timeout)
         s.connect((host, port))
         for size in sizes:
@@ -248,7 +249,7 @@ def ping_rtts(topo, host: str, count: int, interval: float, tcp_port: int, timeo
     clock = time.perf_counter_ns
     rtts, lost = [], 0
     if sock is None:
-        with _client_socket(topo, socket.SOCK_STREAM) as s:
+        with _client_socket(topo, socket.SOCK_STREAM, host) as s:
             s.settimeout(5.0)
             s.connect((host, tcp_port))
             payload = bytes(MESSAGE)
@@ -307,7 +308,7 @@ def connect_close(topo, host: str, port: int, seconds: float, max_count: int) ->
     t0 = time.perf_counter()
     deadline = t0 + seconds
     while time.perf_counter() < deadline and len(times) < max_count:
-        s = _client_socket(topo, socket.SOCK_STREAM)
+        s = _client_socket(topo, socket.SOCK_STREAM, host)
         try:
             s.settimeout(3.0)
             c0 = clock()

@@ -109,6 +109,31 @@ def format_server_cpu(result: dict) -> list[str]:
     return out
 
 
+FAMILY_METRICS = (("udp_rtt_p50_us", "UDP p50"), ("tcp_rtt_p50_us", "TCP p50"), ("push_mbps", "push"),
+                  ("pull_mbps", "pull"), ("conn_per_s", "conn/s"))
+
+
+def format_families(result: dict) -> list[str]:
+    """Each IPv6 row beside the same stack's IPv4 row: the ratio IPv6 / IPv4 of RTT, MB/s and conn/s."""
+    v4 = {r["name"]: r for r in result["rows"] if r["status"] == "ok" and r.get("family", 4) == 4}
+    pairs = [(r, v4.get(r["name"][:-3])) for r in result["rows"]
+             if r["status"] == "ok" and r.get("family") == 6]
+    pairs = [(six, four) for six, four in pairs if four is not None]
+    if not pairs:
+        return []
+    width = max(len(six["name"]) for six, _ in pairs)
+    out = ["", "IPv6 beside IPv4 (ratio IPv6 / IPv4 of the same stack, one run; RTT above 1: slower, "
+               "MB/s and conn/s below 1: slower):",
+           f"{'row':{width}}  " + "  ".join(f"{h:>8}" for _, h in FAMILY_METRICS)]
+    for six, four in pairs:
+        cells = []
+        for key, _ in FAMILY_METRICS:
+            a, b = six["metrics"].get(key), four["metrics"].get(key)
+            cells.append(f"{a / b:>8.2f}" if a is not None and b else f"{'-':>8}")
+        out.append(f"{six['name']:{width}}  " + "  ".join(cells))
+    return out
+
+
 def format_table(result: dict) -> str:
     """The human-readable report: machine, placement, both tables, notes."""
     m = result["machine"]
@@ -134,6 +159,7 @@ def format_table(result: dict) -> str:
         cells = "  ".join(f"{_fmt(row['metrics'].get(k), u):>8}" for k, _, u in METRICS)
         out.append(f"{row['name']:{width}}  {cells}  {row['mode']}" + (f" ({row['note']})" if row["note"] else ""))
     out += format_server_cpu(result)
+    out += format_families(result)
     out += format_latency(result)
     out += format_programs(result)
     if result.get("rings"):

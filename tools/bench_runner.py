@@ -225,8 +225,11 @@ def row_result(name: str, stack: str, topology: str, status: str = "ok", **extra
 
 
 def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optional[str],
-            log: Callable[[str], None]) -> dict:
-    """One row: a topology of its own, a server in its stack namespace, the client here."""
+            log: Callable[[str], None], ipv6: bool = False) -> dict:
+    """One row: a topology of its own, a server in its stack namespace, the client here.
+
+    ``ipv6``: the same row over IPv6 (the client reaches ``stack_addr6``; the latency suite is left out).
+    """
     Topology = _topology_class(placement)
     if kind == "kernel":
         name, stack, topo_kind = "kernel", "kernel", "veth"
@@ -242,10 +245,12 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
             return row_result(name, stack, topo_kind, "not available", note=problem)
     else:
         name, stack, topo_kind = f"ustack/{kind}", "ustack", "tap" if kind == "tap" else "veth"
+    if ipv6:
+        name += " v6"
     log(f"  {name} ({topo_kind} topology)")
     t0 = time.monotonic()
     try:
-        with Topology(topo_kind, tag="bn") as topo:
+        with Topology(topo_kind, tag="bn", ipv6=ipv6) as topo:
             widen_port_range(topo)
             server = None
             try:
@@ -258,9 +263,10 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
                 else:
                     server, mode = ustack_server(topo, kind, cfg.bulk_bytes, xdp_mode)
                 cpus = server.cpus
-                metrics, samples = measure_services(topo, topo.stack_addr, cfg, log, server.proc.pid)
+                host = topo.stack_addr6 if ipv6 else topo.stack_addr
+                metrics, samples = measure_services(topo, host, cfg, log, server.proc.pid)
                 latency = None
-                if cfg.latency:
+                if cfg.latency and not ipv6:
                     latency, samples["latency"] = measure_latency(topo, topo.stack_addr, cfg, log)
             finally:
                 rc = server.stop() if server is not None else None
@@ -271,7 +277,8 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
             if latency is not None:
                 extra["latency"] = latency
             return row_result(name, stack, topo_kind, mode=mode, metrics=metrics, samples=samples,
-                              server_cpus=cpus, seconds=round(time.monotonic() - t0, 1), note=note, **extra)
+                              server_cpus=cpus, seconds=round(time.monotonic() - t0, 1), note=note,
+                              family=6 if ipv6 else 4, **extra)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a row that fails is reported, the others still run

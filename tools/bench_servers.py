@@ -46,12 +46,13 @@ def kernel_serve(addr: str, source_bytes: int) -> None:
     stop = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.append(1))
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    udp = socket.socket(family, socket.SOCK_DGRAM)
     udp.bind((addr, UDP_ECHO))
     udp.setblocking(False)
     sel.register(udp, selectors.EVENT_READ, ("udp", None))
     for port, kind in ((TCP_ECHO, "echo"), (TCP_DISCARD, "discard"), (TCP_SOURCE, "source")):
-        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lst = socket.socket(family, socket.SOCK_STREAM)
         lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         lst.bind((addr, port))
         lst.listen(256)
@@ -268,9 +269,15 @@ class Server:
 
 
 def ustack_server(topo, backend: str, source_bytes: int, xdp_mode: Optional[str]) -> tuple[Server, str]:
-    """``python -m ustack serve`` on the topology's stack end; returns (server, mode it reported)."""
+    """``python -m ustack serve`` on the topology's stack end; returns (server, mode it reported).
+
+    On an IPv6 topology (``topo.ipv6``) the stack gets ``stack_addr6`` too and serves both families.
+    """
+    addrs = ["--addr", f"{topo.stack_addr}/{topo.prefixlen}"]
+    if getattr(topo, "ipv6", False):
+        addrs += ["--addr", f"{topo.stack_addr6}/{topo.prefixlen6}"]
     argv = [sys.executable, "-m", "ustack", "serve", "--backend", backend, "--ifname", topo.stack_ifname,
-            "--addr", f"{topo.stack_addr}/{topo.prefixlen}", "--udp-echo", str(UDP_ECHO),
+            *addrs, "--udp-echo", str(UDP_ECHO),
             "--tcp-echo", str(TCP_ECHO), "--tcp-discard", str(TCP_DISCARD), "--tcp-source", str(TCP_SOURCE),
             "--source-bytes", str(source_bytes)]
     if backend == "afxdp" and xdp_mode:
@@ -299,13 +306,21 @@ def ustack_drops(lines: list[str]) -> dict:
 
 
 def kernel_server(topo, source_bytes: int) -> Server:
+    """The kernel's own sockets in the stack namespace; on an IPv6 topology they serve ``stack_addr6``."""
     from pyroute2 import IPRoute
 
+    from ustack.tools.netns import IFA_F_NODAD, _sysctl_ipv6_on
+
+    ipv6 = getattr(topo, "ipv6", False)
     with topo.in_stack_ns(), IPRoute() as ipr:
         index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
         ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
+        if ipv6:
+            _sysctl_ipv6_on(topo.stack_ifname)
+            ipr.addr("add", index=index, address=topo.stack_addr6, prefixlen=topo.prefixlen6, flags=IFA_F_NODAD)
     code = "import sys; from ustack.tools.bench_servers import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
-    server = Server(topo, [sys.executable, "-c", code, topo.stack_addr, str(source_bytes)])
+    server = Server(topo, [sys.executable, "-c", code, topo.stack_addr6 if ipv6 else topo.stack_addr,
+                           str(source_bytes)])
     server.wait_ready()
     return server
 

@@ -97,7 +97,13 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
     assert proc.returncode == 0, table + log
     result = json.loads(out_json.read_text())
     rows = {r["name"]: r for r in result["rows"]}
-    assert list(rows) == ["kernel", "ustack/packet"]
+    assert list(rows) == ["kernel", "ustack/packet", "kernel v6", "ustack/packet v6"]
+    for name in ("kernel v6", "ustack/packet v6"):  # the same services over IPv6 (no latency suite there)
+        six = rows.pop(name)
+        assert six["status"] == "ok" and six["family"] == 6, six
+        assert all(six["metrics"][key] > 0 for key, _, _ in bench_config.METRICS), six["metrics"]
+        assert all(s["complete"] for s in six["samples"]["pull"]) and "latency" not in six
+    assert "\nIPv6 beside IPv4 (ratio" in table and "\nustack/packet v6 " in table
     for name, row in rows.items():
         assert row["status"] == "ok", row
         for key, _, _ in bench_config.METRICS:

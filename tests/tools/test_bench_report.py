@@ -168,3 +168,19 @@ def test_notes_name_the_packet_retire_timer_and_server_drops():
     assert "ustack/packet server drops: ipv4.bad_checksum 2" in notes
     assert any(n.startswith("ustack/packet push: 1 transfer(s) stopped at the time cap") for n in notes)
     assert "ustack/packet: 2 UDP echo requests unanswered (not timed)" in notes
+
+
+def test_ipv6_rows_are_set_beside_their_ipv4_rows_as_ratios():
+    from ustack.tools.bench_report import format_families
+
+    def row(name, family, udp, push):
+        metrics = {k: None for k, _, _ in bench_config.METRICS}
+        metrics.update(udp_rtt_p50_us=udp, tcp_rtt_p50_us=udp, push_mbps=push, pull_mbps=push, conn_per_s=100.0)
+        return row_result(name, "ustack", "veth", metrics=metrics, family=family)
+
+    result = {"rows": [row("ustack/packet", 4, 50.0, 20.0), row("ustack/packet v6", 6, 55.0, 18.0),
+                       row("kernel v6", 6, 40.0, 100.0)]}  # no IPv4 kernel row: left out
+    lines = format_families(result)
+    assert lines[-1].split() == ["ustack/packet", "v6", "1.10", "1.10", "0.90", "0.90", "1.00"]
+    assert not any(line.startswith("kernel v6") for line in lines)
+    assert format_families({"rows": [row("ustack/packet", 4, 50.0, 20.0)]}) == []
