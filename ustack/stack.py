@@ -54,6 +54,7 @@ from ustack.net.arp import ArpLayer
 from ustack.net.icmp import IcmpLayer
 from ustack.net.ip import ProtocolTable
 from ustack.net.icmpv6 import Icmpv6Layer
+from ustack.net.mld import MldListener
 from ustack.net.ipv4 import Ipv4Layer
 from ustack.net.ipv6 import Ipv6Layer
 from ustack.net.link import Link
@@ -134,7 +135,7 @@ class Stack:
         self._handlers = {K_UDP: self.udp.input, K_TCP: self._tcp_input, K_ICMP: self._icmp_input,
                           K_ARP: self._arp_input, K_FRAG: ip.input_fragment, K_IP_OTHER: self._other_input,
                           K_UDP6: self._no_ipv6, K_TCP6: self._no_ipv6, K_ICMP6: self._no_ipv6, K_IP6: self._no_ipv6}
-        self.iface6 = self.ipv6 = self.ndp = self.icmpv6 = None
+        self.iface6 = self.ipv6 = self.ndp = self.icmpv6 = self.mld = None
         if v6 or ipv6 is not None or icmpv6 is not None or gateway6 is not None:
             self._enable_ipv6(v6, gateway6, ipv6 or {}, icmpv6 or {})
         self._verify_l4 = not caps.rx_checksum_verified
@@ -157,6 +158,8 @@ class Stack:
         for prefix in prefixes:
             ip6.ndp.add_static(prefix)
         self.icmpv6 = icmp6 = Icmpv6Layer(ip6, self.protocols, self.stats, **icmpv6)
+        # RFC 3810: the groups the interface joins (solicited-node ones) reported to routers and snooping switches
+        self.mld = icmp6.mld = MldListener(iface6, self.timers, self.stats, ip6.send_mld)
         ip6.redeliver = self._deliver
         ip6.send_error = icmp6.send_error
         udp = self.udp
@@ -202,6 +205,12 @@ class Stack:
                 finally:
                     device.rx_release(frames)
             self._run_timers(now)
+            mld = self.mld
+            if mld is not None and mld.seen is not self.iface6.groups:
+                try:
+                    mld.sync(now)  # the joined groups changed (an address added, DAD done or failed)
+                except Exception as e:
+                    self._internal_error(e)
             try:
                 self.tcp.flush(now)
             except Exception as e:

@@ -48,6 +48,8 @@ from ustack.wire.ipv6 import HEADER_LEN, walk
 from ustack.wire.proto import PROTO_ICMPV6
 
 MAX_BUCKETS = 4096
+MLD_QUERY = 130  # RFC 3810 5.1 (ustack.net.mld answers it)
+MLD_REPORTS = frozenset((131, 132, 143))  # MLDv1 report/done (RFC 2710), MLDv2 report (RFC 3810)
 # ICMPv6 destination unreachable code -> the ICMPv4 code transports understand (RFC 1122 vocabulary).
 _UNREACH_AS_V4 = {0: 0, 1: 13, 2: 0, 3: 1, 4: 3, 5: 13, 6: 13}
 
@@ -67,6 +69,7 @@ class Icmpv6Layer:
         self.max_buckets = max_buckets
         self._buckets: dict[bytes, TokenBucket] = {}
         self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
+        self.mld = None  # the interface's MldListener (ustack.net.mld), set by the Stack
 
     # -- input ----------------------------------------------------------------
     def input(self, frame: memoryview, pkt, now: float) -> None:
@@ -103,6 +106,13 @@ class Icmpv6Layer:
                 stats.drop("icmpv6.unmatched_echo_reply")
                 return
             handler(msg.seq, msg.ident, msg.body, src, now, pkt.ttl)
+        elif itype == MLD_QUERY:
+            if self.mld is None:
+                stats.drop("icmpv6.unsupported_type")
+                return
+            self.mld.query(bytes(frame[pkt.l4:pkt.l3 + pkt.total_len]), src, pkt.ttl, now)
+        elif itype in MLD_REPORTS:
+            stats.inc("mld.other_reports_ignored")  # other listeners' reports: a v2 host ignores them (RFC 3810 6)
         elif itype in (DEST_UNREACHABLE, PACKET_TOO_BIG, TIME_EXCEEDED, PARAMETER_PROBLEM):
             stats.inc(f"icmpv6.errors_received.type{itype}.code{msg.code}")
             self._error_in(msg, now)

@@ -89,6 +89,7 @@ class Ipv6Layer:
                  reassembly_timeout: float = 60.0, reassembly_max_bytes: int = 4 << 20,
                  reassembly_max_datagrams: int = 64, max_extension_headers: int = MAX_EXTENSION_HEADERS,
                  pmtu_timeout: float = 600.0, max_pmtu_entries: int = 1024, ndp: Optional[dict] = None):
+        self._l2 = bytes(12)  # Ethernet addresses of the frame input_ext is working on
         if iface.mtu < MIN_MTU:
             raise ValueError(f"IPv6 needs a link MTU of at least {MIN_MTU} (RFC 8200 section 5), not {iface.mtu}")
         self.link = link
@@ -223,6 +224,11 @@ class Ipv6Layer:
             off += chunk
         self.stats.inc("ipv6.packets_sent")
 
+    def send_mld(self, src: bytes, dst: bytes, packet: bytes) -> None:
+        """An MLD report to the multicast ``dst``: ``packet`` starts with its Hop-by-Hop (Router Alert)
+        header; hop limit 1 (RFC 3810 5.2.15)."""
+        self._emit(multicast_mac(dst), src, dst, 0, 1, 0, packet, self.iface.mtu)
+
     def send_ndp(self, dst_mac: bytes, src: bytes, dst: bytes, msg: Icmpv6Message) -> None:
         """An NDP message straight to ``dst_mac``, hop limit 255 (RFC 4861 7.1)."""
         body = msg.to_bytes(src, dst)
@@ -301,6 +307,9 @@ class Ipv6Layer:
         stats = self.stats
         src, dst = pkt.src, pkt.dst
         l3 = pkt.l3
+        # The Ethernet addresses, kept for the frame the upper layer is redelivered in: a multicast
+        # destination is checked again against the group's MAC (RFC 2464 7) on the way back in.
+        self._l2 = bytes(frame[0:12])
         packet = bytes(frame[l3:l3 + pkt.total_len])
         try:
             chain = walk(packet, HEADER_LEN, packet[6], self.max_extension_headers)
@@ -389,6 +398,7 @@ class Ipv6Layer:
             return
         n = len(upper)
         frame = bytearray(14 + HEADER_LEN + n)
+        frame[0:12] = self._l2
         frame[12:14] = b"\x86\xdd"
         frame[14:18] = packet[0:4]
         frame[18:20] = n.to_bytes(2, "big")
