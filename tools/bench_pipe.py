@@ -42,6 +42,7 @@ class Transfer:
     timeouts: int  # retransmission timeouts at the sender
     duplicates: int  # segments the receiver dropped as unacceptable (RFC 9293 3.10.7.4: old duplicates)
     lost: int  # frames the pipe dropped on purpose (``--loss``)
+    received: int  # bytes the receiving application read
 
 
 def transfer(size: int, seed: int = 1, ipv6: bool = False, loss: float = 0.0) -> Transfer:
@@ -90,7 +91,7 @@ def transfer(size: int, seed: int = 1, ipv6: bool = False, loss: float = 0.0) ->
     info = conn.info()
     return Transfer(cpu=cpu, simulated=clock.now - t0, retransmits=info.retransmits, timeouts=info.timeouts,
                     duplicates=a.stats["drop.tcp.unacceptable"],
-                    lost=link.a.counters["lost"] + link.b.counters["lost"])
+                    lost=link.a.counters["lost"] + link.b.counters["lost"], received=got)
 
 
 def transfer_cpu_seconds(size: int, seed: int = 1, ipv6: bool = False) -> float:
