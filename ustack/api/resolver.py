@@ -13,6 +13,9 @@ in this order:
    KERNEL socket, since loopback is not on ustack's interface; an IPv6
    nameserver needs a stack with IPv6 (otherwise it is skipped).
 
+The files are /etc/hosts and /etc/resolv.conf unless given, or named by
+the environment variables ``USTACK_HOSTS`` / ``USTACK_RESOLV_CONF``.
+
 resolv.conf, simplified: ``nameserver`` (the first three, as glibc),
 ``search``/``domain`` (the last one wins), ``options ndots:N timeout:S
 attempts:N`` (defaults 1, 5, 2; no ``rotate``, no ``edns0``). A name with
@@ -55,6 +58,7 @@ MAX_NAMESERVERS = 3  # as glibc's MAXNS
 DEFAULT_NDOTS, DEFAULT_TIMEOUT, DEFAULT_ATTEMPTS = 1, 5.0, 2
 MAX_TTL = 86400
 MAX_REPLY = 4096
+ENV_HOSTS, ENV_RESOLV_CONF = "USTACK_HOSTS", "USTACK_RESOLV_CONF"  # other files than /etc's (tests, containers)
 _NUMERIC_GAI = _std.getaddrinfo  # the C library's, used with AI_NUMERICHOST only: formatting, never a lookup
 _NUMERIC_GNI = _std.getnameinfo
 _KERNEL_SOCKET = _std.socket
@@ -149,8 +153,12 @@ def _is_loopback(server: str) -> bool:
 class Resolver:
     """getaddrinfo and friends for a patched program, over ``driver``'s stack (see the module docstring)."""
 
-    def __init__(self, driver, *, hosts_path="/etc/hosts", resolv_conf="/etc/resolv.conf",
+    def __init__(self, driver, *, hosts_path=None, resolv_conf=None,
                  kernel_socket=_KERNEL_SOCKET, cache_size=256, clock=time.monotonic, port=DNS_PORT):
+        if hosts_path is None:
+            hosts_path = os.environ.get(ENV_HOSTS) or "/etc/hosts"
+        if resolv_conf is None:
+            resolv_conf = os.environ.get(ENV_RESOLV_CONF) or "/etc/resolv.conf"
         self._driver = driver
         self._port = port  # the nameservers' port (resolv.conf has none; tests use another)
         self._hosts = _FileCache(hosts_path, parse_hosts, {})
