@@ -253,3 +253,50 @@ def test_native_asyncio_loop_resolves_through_the_resolver(dns, tmp_path):
     assert [i[4] for i in infos] == [("198.18.0.2", 80), ("198.18.0.9", 80)]
     assert server.queries[0][0] == A
     asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def net6():
+    """Two dual-stack stacks over the pipe: A at 198.18.0.1 + fd00::1, B at 198.18.0.2 + fd00::2."""
+    from ustack.api.clock import MonotonicClock
+    from ustack.api.driver import Driver
+    from ustack.backends.pipe import PipeLink
+    from ustack.stack import Stack
+
+    clock = MonotonicClock()
+    link = PipeLink(clock, delay=0.0002)
+    a = Stack(link.a, [f"{A}/24", "fd00::1/64"])
+    b = Stack(link.b, [f"{B}/24", "fd00::2/64"])
+    da, db = Driver(a, clock), Driver(b, clock)
+    da.start()
+    db.start()
+    for d, addr in ((da, "fd00::1"), (db, "fd00::2")):  # duplicate address detection (RFC 4862 5.4) first
+        ours = socket.inet_pton(socket.AF_INET6, addr)
+        assert d.wait_until(lambda: d.stack.iface6.is_ours(ours), 10)
+    yield da, db
+    da.close()
+    db.close()
+    link.close()
+
+
+@pytest.mark.parametrize("nameserver", [B, "fd00::2"])
+def test_an_ipv6_stack_gets_aaaa_first_then_a_and_can_ask_over_ipv6(net6, tmp_path, nameserver):
+    da, db = net6
+    family = socket.AF_INET6 if ":" in nameserver else socket.AF_INET
+    sock = usocket(db, family, socket.SOCK_DGRAM)
+    sock.bind((nameserver, PORT))
+    server = DnsServer(sock, ZONE)
+    try:
+        (tmp_path / "resolv.conf").write_text(f"nameserver {nameserver}\noptions timeout:2 attempts:2\n")
+        r = Resolver(da, hosts_path=str(tmp_path / "none"), resolv_conf=str(tmp_path / "resolv.conf"), port=PORT)
+        infos = r.getaddrinfo("v6.example.test", 80, 0, socket.SOCK_STREAM)
+        assert [(i[0], i[4][0]) for i in infos] == [(socket.AF_INET6, "fd00::2"), (socket.AF_INET, "198.18.0.2")]
+        assert [i[4][0] for i in r.getaddrinfo("v6.example.test", 80, socket.AF_INET6, socket.SOCK_STREAM)] == \
+            ["fd00::2"]
+        assert [(i[0], i[4][0]) for i in r.getaddrinfo("www.example.test", 80, 0, socket.SOCK_STREAM)] == \
+            [(socket.AF_INET, "198.18.0.2"), (socket.AF_INET, "198.18.0.9")]  # no AAAA: IPv4 only
+        assert r.gethostbyname("v6.example.test") == "198.18.0.2"
+        assert {q[4] for q in server.queries} == {TYPE_A, AAAA}
+        assert server.queries[0][0] == (A if family == socket.AF_INET else "fd00::1")
+    finally:
+        server.close()
