@@ -99,6 +99,7 @@ def test_hosts_file_and_numeric_addresses_need_no_query(dns, tmp_path):
     assert [i[4] for i in r.getaddrinfo("box.test", 1, 0, socket.SOCK_DGRAM)] == [("198.18.0.44", 1)]  # no IPv6
     assert r.getaddrinfo("198.18.0.5", "80", 0, socket.SOCK_STREAM)[0][4] == ("198.18.0.5", 80)
     assert r.getaddrinfo("fd00::5", 80, 0, socket.SOCK_STREAM)[0][4][:2] == ("fd00::5", 80)
+    assert {i[0] for i in r.getaddrinfo(None, 80, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)} == {socket.AF_INET}
     assert r.gethostbyname("198.18.0.6") == "198.18.0.6"
     assert r.getnameinfo(("198.18.0.6", 80), 0)[0] == "198.18.0.6"
     with pytest.raises(socket.gaierror):
@@ -296,6 +297,8 @@ def test_an_ipv6_stack_gets_aaaa_first_then_a_and_can_ask_over_ipv6(net6, tmp_pa
         assert [(i[0], i[4][0]) for i in r.getaddrinfo("www.example.test", 80, 0, socket.SOCK_STREAM)] == \
             [(socket.AF_INET, "198.18.0.2"), (socket.AF_INET, "198.18.0.9")]  # no AAAA: IPv4 only
         assert r.gethostbyname("v6.example.test") == "198.18.0.2"
+        passive = r.getaddrinfo(None, 80, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+        assert {i[0] for i in passive} == {socket.AF_INET, socket.AF_INET6}
         assert {q[4] for q in server.queries} == {TYPE_A, AAAA}
         assert server.queries[0][0] == (A if family == socket.AF_INET else "fd00::1")
     finally:

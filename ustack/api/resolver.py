@@ -33,8 +33,10 @@ cached per (name, type) for their smallest TTL (capped at ``MAX_TTL``),
 at most ``cache_size`` entries, least recently used out first; failures are
 not cached.
 
-Families: a stack without IPv6 gets IPv4 results only (AF_INET6 asked for
-a name is EAI_FAMILY). With IPv6, AF_UNSPEC asks for A and AAAA in
+Families: a stack without IPv6 gets IPv4 results only for names and for
+``host=None`` under AF_UNSPEC (so ``create_server(None)`` binds IPv4 on
+ustack); AF_INET6 asked for a name is EAI_FAMILY; numeric hosts are
+answered as written. With IPv6, AF_UNSPEC asks for A and AAAA in
 parallel and lists IPv6 addresses first when the name has any, then IPv4.
 ``getnameinfo`` is numeric only (no PTR queries; NI_NAMEREQD is
 EAI_NONAME). ``gethostbyaddr`` is not replaced.
@@ -179,7 +181,9 @@ class Resolver:
     def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
         if isinstance(host, bytes):
             host = host.decode("idna")
-        if host is None or flags & _std.AI_NUMERICHOST or self._numeric(host):
+        if host is None:  # the wildcard or loopback: IPv4 only on a stack without IPv6 (asyncio's servers)
+            return _NUMERIC_GAI(None, port, family or (0 if self.ipv6 else _std.AF_INET), type, proto, flags)
+        if flags & _std.AI_NUMERICHOST or self._numeric(host):
             return _NUMERIC_GAI(host, port, family, type, proto, flags)
         if family not in (_std.AF_UNSPEC, _std.AF_INET, _std.AF_INET6):
             raise _gaierror(_std.EAI_FAMILY, "ai_family not supported")
