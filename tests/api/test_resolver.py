@@ -60,7 +60,11 @@ def test_a_records_come_over_ustack_udp_from_our_address_random_id_and_port(dns,
     r2.getaddrinfo("www.example.test", 80)
     (src1, port1, id1, name1, t1), (src2, port2, id2, _, _) = server.queries
     assert (src1, name1, t1) == (A, "www.example.test", TYPE_A) and src2 == A  # from ustack, A only (no IPv6)
-    assert port1 >= 1024 and port2 >= 1024 and (port1, id1) != (port2, id2)
+    assert 32768 <= port1 <= 60999 and 32768 <= port2 <= 60999 and (port1, id1) != (port2, id2)
+    for i in range(4):
+        _resolver(da, tmp_path).gethostbyname("www.example.test")
+    ports = [q[1] for q in server.queries]
+    assert [b - a for a, b in zip(ports, ports[1:])] != [1] * 5  # random, not ustack's in-order ephemeral ports
     assert r.stats["dns.query_via_ustack"] == 1 and r.stats["dns.query_via_kernel"] == 0
 
 
