@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 
-A, CNAME, AAAA = 1, 5, 28
+A, CNAME, PTR, AAAA = 1, 5, 12, 28
 
 
 def name_bytes(name: str) -> bytes:

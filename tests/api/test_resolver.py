@@ -18,7 +18,7 @@ from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as usocket
 
 from .conftest import A, B
-from .dns_server import AAAA, CNAME, DnsServer, reply
+from .dns_server import AAAA, CNAME, PTR, DnsServer, reply
 from .dns_server import A as TYPE_A
 
 PORT = 5353  # the server's port (the resolver's ``port=``): any port works on the pipe
@@ -29,6 +29,7 @@ ZONE = {
     "mid.example.test": [(CNAME, 300, "www.example.test")],
     "v6.example.test": [(AAAA, 300, "fd00::2"), (TYPE_A, 300, "198.18.0.2")],
     "short.example.test": [(TYPE_A, 0, "198.18.0.7")],
+    "2.0.18.198.in-addr.arpa": [(PTR, 300, "peer.example.test")],
 }
 
 
@@ -93,6 +94,23 @@ def test_dotted_names_are_tried_as_written_first_and_ndots_moves_that(dns, tmp_p
     r = _resolver(da, tmp_path, conf="search example.test\noptions ndots:3\n")
     r.gethostbyname("www.example.test")
     assert [q[3] for q in server.queries] == ["www.example.test.example.test", "www.example.test"]
+
+
+def test_gethostbyaddr_asks_ptr_over_ustack_and_getfqdn_uses_it_under_patch(dns, tmp_path):
+    da, _, server = dns
+    r = _resolver(da, tmp_path, hosts="198.18.0.44 box.test box\n")
+    assert r.gethostbyaddr("198.18.0.2") == ("peer.example.test", [], ["198.18.0.2"])
+    assert server.queries[0][0] == A and server.queries[0][3:] == ("2.0.18.198.in-addr.arpa", PTR)
+    assert r.gethostbyaddr("198.18.0.44") == ("box.test", ["box"], ["198.18.0.44"])  # the hosts file: no query
+    with pytest.raises(socket.herror) as e:
+        r.gethostbyaddr("198.18.0.3")  # NXDOMAIN
+    assert e.value.errno == 1 and len(server.queries) == 2
+    ustack.patch(da, resolver=r)
+    try:
+        assert socket.getfqdn("198.18.0.2") == "peer.example.test"
+    finally:
+        ustack.unpatch()
+    assert socket.gethostbyaddr.__module__ == "_socket"
 
 
 def test_hosts_file_and_numeric_addresses_need_no_query(dns, tmp_path):

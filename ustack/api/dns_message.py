@@ -2,12 +2,13 @@
 
 ``query(qid, name, qtype)`` builds a standard query (RD set, one question,
 class IN). ``parse_reply(data)`` reads a reply into a ``Reply`` (id, flags,
-rcode, the question, the answer section's A/AAAA/CNAME records); every
+rcode, the question, the answer section's A/AAAA/CNAME/PTR records); every
 length and count is checked against the message before a field is read,
 names follow compression pointers (RFC 1035 4.1.4) only strictly backwards
 and at most ``MAX_POINTERS`` times, a name is at most 255 octets (RFC 1035
 2.3.4). Anything malformed raises ``FormatError`` (a ValueError) with the
-reason; nothing else escapes the parser. ``addresses(reply, qname, qtype)``
+reason; nothing else escapes the parser (PTR data, RFC 1035 3.3.12, is a
+name as CNAME's is). ``addresses(reply, qname, qtype)``
 follows the CNAME chain from ``qname`` within the answer section (RFC 1034
 3.6.2) and returns the addresses of its end with the smallest TTL seen.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import struct
 
-TYPE_A, TYPE_CNAME, TYPE_AAAA = 1, 5, 28
+TYPE_A, TYPE_CNAME, TYPE_PTR, TYPE_AAAA = 1, 5, 12, 28
 CLASS_IN = 1
 RCODE_NOERROR, RCODE_FORMERR, RCODE_SERVFAIL, RCODE_NXDOMAIN, RCODE_NOTIMP, RCODE_REFUSED = 0, 1, 2, 3, 4, 5
 FLAG_QR, FLAG_TC, FLAG_RD = 0x8000, 0x0200, 0x0100
@@ -138,10 +139,10 @@ def parse_reply(data: bytes) -> Reply:
             raise FormatError("record data runs past the end of the message")
         if rtype == TYPE_A and rdlength != 4 or rtype == TYPE_AAAA and rdlength != 16:
             raise FormatError(f"address record of type {rtype} with {rdlength} octets")
-        if rtype == TYPE_CNAME:
+        if rtype in (TYPE_CNAME, TYPE_PTR):
             target, after = read_name(data, pos)
             if after != pos + rdlength:
-                raise FormatError("CNAME data length does not match its name")
+                raise FormatError("CNAME/PTR data length does not match its name")
             rdata = target
         else:
             rdata = bytes(data[pos:pos + rdlength])

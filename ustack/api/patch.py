@@ -13,7 +13,7 @@ makes. Each instance decides where it lives at its first addressing call:
   ``fileno``, ``send``...): ustack, on the patched driver.
 
 Names: while patched, ``socket.getaddrinfo``, ``gethostbyname``,
-``gethostbyname_ex`` and ``getnameinfo`` (numeric only) answer through
+``gethostbyname_ex``, ``gethostbyaddr`` and ``getnameinfo`` (numeric only) answer through
 ``ustack.api.resolver`` (/etc/hosts, then DNS over ustack's own UDP).
 
 Options set before the decision (``setsockopt``, timeouts, blocking) are
@@ -41,7 +41,7 @@ from ustack.api.socket import socket as _make_ustack
 from ustack.api.tls import TlsDispatch
 
 _ORIGINAL = _std.socket
-_NAME_CALLS = ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "getnameinfo")
+_NAME_CALLS = ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo")
 _ORIGINAL_NAMES = {name: getattr(_std, name) for name in _NAME_CALLS}
 _LOOPBACK_FIRST_OCTET = "127."
 _DECIDING = ("bind", "connect", "connect_ex")
@@ -223,8 +223,8 @@ del _name
 def patch(driver, resolver=None) -> type:
     """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class.
 
-    ``socket.getaddrinfo``, ``gethostbyname``, ``gethostbyname_ex`` and
-    ``getnameinfo`` answer through ``resolver`` (default: a
+    ``socket.getaddrinfo``, ``gethostbyname``, ``gethostbyname_ex``,
+    ``gethostbyaddr`` and ``getnameinfo`` answer through ``resolver`` (default: a
     ``ustack.api.resolver.Resolver`` on ``driver`` with the system's
     /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
     """

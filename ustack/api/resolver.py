@@ -38,8 +38,9 @@ Families: a stack without IPv6 gets IPv4 results only for names and for
 ustack); AF_INET6 asked for a name is EAI_FAMILY; numeric hosts are
 answered as written. With IPv6, AF_UNSPEC asks for A and AAAA in
 parallel and lists IPv6 addresses first when the name has any, then IPv4.
-``getnameinfo`` is numeric only (no PTR queries; NI_NAMEREQD is
-EAI_NONAME). ``gethostbyaddr`` is not replaced.
+``gethostbyaddr`` (and so ``socket.getfqdn``) answers from the hosts
+file, then by a PTR query (not cached); ``getnameinfo`` is numeric only
+(NI_NAMEREQD is EAI_NONAME).
 """
 
 from __future__ import annotations
@@ -214,6 +215,27 @@ class Resolver:
         canonical, addrs = self.resolve(name, _std.AF_INET)
         aliases = [name] if name.lower().rstrip(".") != canonical.lower() else []
         return canonical, aliases, [a for _, a in addrs]
+
+    def gethostbyaddr(self, address):
+        """(name, aliases, [address]): the hosts file, then a PTR query (RFC 1035 3.5) over ustack UDP."""
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            ip = ipaddress.ip_address(self.gethostbyname(address))  # as glibc: a name is resolved first
+        for canonical, aliases, addrs in self._hosts.get().values():
+            if any(a == str(ip) for _, a in addrs):
+                return canonical, list(aliases), [str(ip)]
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        qname = ip.reverse_pointer
+        try:
+            answer = self._ask(qname, [dm.TYPE_PTR], self._conf.get())
+        except _std.gaierror as e:
+            raise _std.herror(2, f"Host name lookup failure ({e.strerror})") from None  # TRY_AGAIN
+        names = [] if answer is None else answer[dm.TYPE_PTR][1]
+        if not names:
+            raise _std.herror(1, "Unknown host")  # HOST_NOT_FOUND
+        return names[0], names[1:], [str(ip)]
 
     def getnameinfo(self, sockaddr, flags):
         if flags & _std.NI_NAMEREQD:
