@@ -260,21 +260,51 @@ def test_urllib_and_http_client_connect_by_name_under_patch(dns, tmp_path):
     assert [q[:1] + q[3:] for q in server.queries] == [(A, "web.example.test", TYPE_A)]  # once: then the cache
 
 
-def test_native_asyncio_loop_resolves_through_the_resolver(dns, tmp_path):
+def test_native_asyncio_loop_resolves_through_the_resolver_and_connects_by_name(dns, tmp_path):
     from ustack.api.aio import EventLoop
 
-    da, _, server = dns
+    da, db, server = dns
+    server.zone["echo.example.test"] = [(TYPE_A, 60, B)]
+    lst = usocket(db, socket.AF_INET, socket.SOCK_STREAM)
+    lst.bind((B, 7007))
+    lst.listen()
+
+    def echo_once():
+        conn, _ = lst.accept()
+        with conn:
+            conn.sendall(conn.recv(100).upper())
+
+    t = threading.Thread(target=echo_once, daemon=True)
+    t.start()
+
+    async def client():
+        reader, writer = await asyncio.open_connection("echo.example.test", 7007)
+        writer.write(b"by name")
+        data = await reader.readexactly(7)
+        writer.close()
+        await writer.wait_closed()
+        return data
+
     r = _resolver(da, tmp_path)
     ustack.patch(da, resolver=r)
     loop = EventLoop(da)
     try:
         assert loop.resolver() is r
         infos = loop.run_until_complete(loop.getaddrinfo("www.example.test", 80, type=socket.SOCK_STREAM))
+        assert loop.run_until_complete(client()) == b"BY NAME"
     finally:
         loop.close()
         ustack.unpatch()
+        t.join(5)
+        lst.close()
     assert [i[4] for i in infos] == [("198.18.0.2", 80), ("198.18.0.9", 80)]
-    assert server.queries[0][0] == A
+    assert [q[0] for q in server.queries] == [A, A] and server.queries[1][3] == "echo.example.test"
+    unpatched = EventLoop(da)
+    try:
+        own = unpatched.resolver()  # unpatched: the loop's own resolver, on its driver
+        assert own is not r and isinstance(own, Resolver) and own is unpatched.resolver()
+    finally:
+        unpatched.close()
     asyncio.set_event_loop(None)
 
 
