@@ -203,6 +203,14 @@ def test_servfail_is_retried_per_attempt_then_eai_again(dns, tmp_path):
     assert len(server.queries) == 2 and server.queries[0][2] != server.queries[1][2]  # a new id each time
 
 
+def test_an_unroutable_nameserver_is_skipped_for_the_next(dns, tmp_path):
+    da, _, server = dns
+    (tmp_path / "resolv.conf").write_text(f"nameserver 203.0.113.1\nnameserver {B}\noptions timeout:1\n")
+    r = Resolver(da, hosts_path=str(tmp_path / "none"), resolv_conf=str(tmp_path / "resolv.conf"), port=PORT)
+    assert r.gethostbyname("www.example.test") == "198.18.0.2"  # no gateway: 203.0.113.1 has no route
+    assert r.stats["dns.send_error.ENETUNREACH"] == 1 and len(server.queries) == 1
+
+
 def test_a_loopback_nameserver_is_asked_through_the_kernel(net, tmp_path):
     da, _ = net
     ksock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

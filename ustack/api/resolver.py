@@ -369,11 +369,15 @@ class Resolver:
         result = {}
         sock = self._socket(server)
         try:
-            sock.connect((server, self._port))
-            peer = sock.getpeername()[:2]
-            for qid, qtype in pending.items():
-                sock.send(dm.query(qid, name, qtype))
-                self.stats["dns.query_sent"] += 1
+            try:
+                sock.connect((server, self._port))
+                peer = sock.getpeername()[:2]
+                for qid, qtype in pending.items():
+                    sock.send(dm.query(qid, name, qtype))
+                    self.stats["dns.query_sent"] += 1
+            except OSError as e:  # no route to this server (ENETUNREACH...): the next one may have one
+                self.stats[f"dns.send_error.{errno.errorcode.get(e.errno, e.errno)}"] += 1
+                return None
             deadline = self._clock() + timeout
             while pending:
                 left = deadline - self._clock()
