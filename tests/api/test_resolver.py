@@ -94,6 +94,9 @@ def test_dotted_names_are_tried_as_written_first_and_ndots_moves_that(dns, tmp_p
     r = _resolver(da, tmp_path, conf="search example.test\noptions ndots:3\n")
     r.gethostbyname("www.example.test")
     assert [q[3] for q in server.queries] == ["www.example.test.example.test", "www.example.test"]
+    with pytest.raises(socket.gaierror):
+        r.gethostbyname("www.")  # absolute: no search list
+    assert server.queries[-1][3] == "www" and len(server.queries) == 3
 
 
 def test_gethostbyaddr_asks_ptr_over_ustack_and_getfqdn_uses_it_under_patch(dns, tmp_path):
@@ -129,6 +132,8 @@ def test_hosts_file_and_numeric_addresses_need_no_query(dns, tmp_path):
     with pytest.raises(socket.gaierror) as e:
         r.getaddrinfo("box.test", 80, socket.AF_INET6)
     assert e.value.errno == socket.EAI_FAMILY  # the stack has no IPv6
+    (tmp_path / "hosts").write_text("198.18.0.45 box.test\n")  # re-read: its size (and mtime) changed
+    assert r.gethostbyname("box.test") == "198.18.0.45"
     assert server.queries == []
 
 
