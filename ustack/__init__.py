@@ -3,18 +3,21 @@
 __version__ = "0.1.0"
 
 
-def patch(driver):
+def patch(driver, resolver=None):
     """Install ustack sockets as ``socket.socket`` (AF_INET; AF_UNIX and 127.0.0.0/8 stay on the kernel).
+
+    Name lookups (``socket.getaddrinfo``...) go through ``resolver`` (default:
+    ``ustack.api.resolver.Resolver(driver)``: /etc/hosts, then DNS over ustack UDP).
 
     See ``ustack.api.patch``; imported here lazily, so the core never loads the api package.
     """
     from ustack.api.patch import patch as install
 
-    return install(driver)
+    return install(driver, resolver)
 
 
 def unpatch() -> None:
-    """Put the stdlib's ``socket.socket`` back."""
+    """Put the stdlib's ``socket.socket`` and name lookups back."""
     from ustack.api.patch import unpatch as uninstall
 
     uninstall()

@@ -12,6 +12,10 @@ makes. Each instance decides where it lives at its first addressing call:
 - any other address, or a call that needs a decision first (``listen``,
   ``fileno``, ``send``...): ustack, on the patched driver.
 
+Names: while patched, ``socket.getaddrinfo``, ``gethostbyname``,
+``gethostbyname_ex``, ``gethostbyaddr`` and ``getnameinfo`` (numeric only) answer through
+``ustack.api.resolver`` (/etc/hosts, then DNS over ustack's own UDP).
+
 Options set before the decision (``setsockopt``, timeouts, blocking) are
 replayed on whichever socket is chosen. ``accept`` and ``dup`` return
 instances of the class too. Code that looked ``socket.socket`` up before
@@ -32,10 +36,13 @@ import errno
 import socket as _std
 import ssl
 
+from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as _make_ustack
 from ustack.api.tls import TlsDispatch
 
 _ORIGINAL = _std.socket
+_NAME_CALLS = ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo")
+_ORIGINAL_NAMES = {name: getattr(_std, name) for name in _NAME_CALLS}
 _LOOPBACK_FIRST_OCTET = "127."
 _DECIDING = ("bind", "connect", "connect_ex")
 _RECORDED = ("setsockopt", "settimeout", "setblocking")
@@ -54,6 +61,7 @@ class PatchedSocket(_ORIGINAL):
     """``socket.socket`` while patched: ustack for AF_INET, the kernel for loopback and everything else."""
 
     _driver = None  # set by patch() on the class it installs
+    _resolver = None  # likewise
 
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         self._u = None
@@ -212,15 +220,26 @@ for _name in _DELEGATED:
 del _name
 
 
-def patch(driver) -> type:
-    """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class."""
-    cls = type("socket", (PatchedSocket,), {"_driver": driver, "__module__": __name__})
+def patch(driver, resolver=None) -> type:
+    """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class.
+
+    ``socket.getaddrinfo``, ``gethostbyname``, ``gethostbyname_ex``,
+    ``gethostbyaddr`` and ``getnameinfo`` answer through ``resolver`` (default: a
+    ``ustack.api.resolver.Resolver`` on ``driver`` with the system's
+    /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
+    """
+    resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
+    cls = type("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "__module__": __name__})
     _std.socket = cls
+    for name in _NAME_CALLS:
+        setattr(_std, name, getattr(resolver, name))
     ssl.SSLContext.sslsocket_class = TlsDispatch
     return cls
 
 
 def unpatch() -> None:
-    """Put the stdlib's socket class (and SSLContext's socket class) back."""
+    """Put the stdlib's socket class, name calls (and SSLContext's socket class) back."""
     _std.socket = _ORIGINAL
+    for name, call in _ORIGINAL_NAMES.items():
+        setattr(_std, name, call)
     ssl.SSLContext.sslsocket_class = ssl.SSLSocket

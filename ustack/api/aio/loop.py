@@ -34,10 +34,10 @@ again. Threads that block on ustack sockets meanwhile poll through the
 driver's lock as always; what they cause reaches the loop through
 ``call_soon_threadsafe``.
 
-``getaddrinfo`` answers as the patched stack can connect: AF_UNSPEC asks
-for IPv4 only (ustack has no IPv6 yet), AF_INET6 is EAFNOSUPPORT; names
-resolve through the system resolver (/etc/hosts, then DNS over the
-kernel).
+``getaddrinfo`` answers through ``ustack.api.resolver`` (the patch's, or
+the loop's own when unpatched): numeric, /etc/hosts, then DNS over the
+stack's own UDP, in the default executor; IPv6 results only when the stack
+has IPv6.
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ class EventLoop(asyncio.SelectorEventLoop):
             inner.register(dev_fd, selectors.EVENT_READ, _STACK)
         inner.register(self._waiting_fd, selectors.EVENT_READ, _STACK)
         self._serving_hooks: dict = {}
+        self._resolver = None  # made on first use when the patch has none for this driver
         self._loop_thread = None
         self.stack_rounds = 0  # Stack.poll calls made by this loop (tests, tools)
         self._spin_end = 0.0
@@ -365,10 +366,22 @@ class EventLoop(asyncio.SelectorEventLoop):
         return child, addr
 
     # -- names ------------------------------------------------------------------------------
+    def resolver(self):
+        """The patch's resolver when ``socket.socket`` is patched on this loop's driver, else the loop's own."""
+        patched = getattr(_std.socket, "_resolver", None)
+        if patched is not None and getattr(_std.socket, "_driver", None) is self._driver:
+            return patched
+        if self._resolver is None:
+            from ustack.api.resolver import Resolver
+
+            self._resolver = Resolver(self._driver)
+        return self._resolver
+
     async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
-        if family == _std.AF_INET6:
-            raise _std.gaierror(_std.EAI_FAMILY, "ai_family not supported (ustack has no IPv6 yet)")
-        return await super().getaddrinfo(host, port, family=_std.AF_INET, type=type, proto=proto, flags=flags)
+        # the resolver blocks on its UDP socket: in the default executor, whose thread polls the stack
+        # through the driver's lock as any blocking thread does (module docstring)
+        return await self.run_in_executor(None, self.resolver().getaddrinfo, host, port, family, type, proto,
+                                          flags)
 
 
 def _done(fut) -> None:
