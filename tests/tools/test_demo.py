@@ -34,12 +34,14 @@ def demo(args, tmp_path, until=None, sig=None, timeout=240):
     finally:
         if p.poll() is None:
             p.kill()
+    demo.last_pid = p.pid
     return rc, "".join(lines)
 
 
 def our_namespaces():
+    """The namespaces the last demo process made and left (another suite's demo may run meanwhile)."""
     try:
-        return [n for n in os.listdir("/var/run/netns") if n.startswith("usdemo")]
+        return [n for n in os.listdir("/var/run/netns") if n.startswith(f"usdemo{demo.last_pid}")]
     except FileNotFoundError:
         return []
 
