@@ -9,7 +9,9 @@ def patch(driver, resolver=None):
     Name lookups (``socket.getaddrinfo``...) go through ``resolver`` (default:
     ``ustack.api.resolver.Resolver(driver)``: /etc/hosts, then DNS over ustack UDP).
 
-    See ``ustack.api.patch``; imported here lazily, so the core never loads the api package.
+    Returns the installed class, which is also a context manager: ``with ustack.patch(driver):``
+    unpatches when the block ends. See ``ustack.api.patch``; imported here lazily, so the core
+    never loads the api package.
     """
     from ustack.api.patch import patch as install
 

@@ -276,3 +276,21 @@ def test_ipv6_options_on_an_undecided_inet_socket_fail_at_once_as_on_linux(patch
         assert e.value.errno == errno.ENOPROTOOPT
     finally:
         k.close()
+
+
+def test_patch_is_also_a_context_manager_that_unpatches_however_the_block_ends(net):
+    da, db = net
+    original, lookup = socket.socket, socket.getaddrinfo
+    with ustack.patch(db) as cls:
+        assert socket.socket is cls and issubclass(cls, original)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind(("0.0.0.0", 0))
+            assert isinstance(s, original) and s._u is not None  # an AF_INET socket on the stack
+        finally:
+            s.close()
+    assert socket.socket is original and socket.getaddrinfo is lookup
+    with pytest.raises(ZeroDivisionError):
+        with ustack.patch(db):
+            1 / 0
+    assert socket.socket is original and socket.getaddrinfo is lookup

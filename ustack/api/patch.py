@@ -220,8 +220,21 @@ for _name in _DELEGATED:
 del _name
 
 
+class _PatchScope(type):
+    """The metaclass of the class ``patch()`` installs: ``with ustack.patch(driver):`` unpatches on exit."""
+
+    def __enter__(cls):
+        return cls
+
+    def __exit__(cls, *exc) -> None:
+        unpatch()
+
+
 def patch(driver, resolver=None) -> type:
     """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class.
+
+    The class is also a context manager: ``with ustack.patch(driver): ...`` runs
+    the block patched and calls ``unpatch()`` when it ends, however it ends.
 
     ``socket.getaddrinfo``, ``gethostbyname``, ``gethostbyname_ex``,
     ``gethostbyaddr`` and ``getnameinfo`` answer through ``resolver`` (default: a
@@ -229,7 +242,7 @@ def patch(driver, resolver=None) -> type:
     /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
     """
     resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
-    cls = type("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "__module__": __name__})
+    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "__module__": __name__})
     _std.socket = cls
     for name in _NAME_CALLS:
         setattr(_std, name, getattr(resolver, name))
