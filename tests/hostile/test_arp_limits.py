@@ -133,7 +133,7 @@ def test_caps_are_stack_constructor_keywords():
                                              "request_burst": 1.0},
               icmp={"max_buckets": 5}, udp={"datagram_overhead": 100}, ipv4={"allow_unspecified_dhcp": False})
     assert (s.arp.max_entries, s.arp.max_pending, s.arp.ttl) == (3, 2, 60.0)
-    assert s.icmp.max_buckets == 5 and s.udp.datagram_overhead == 100 and not s.ipv4.allow_unspecified_dhcp
+    assert s.icmp.budget.max_buckets == 5 and s.udp.datagram_overhead == 100 and not s.ipv4.allow_unspecified_dhcp
     # The request bucket holds one token: the second new next hop's request waits for its retry.
     s.arp.resolve_then(bytes([198, 18, 0, 7]), lambda mac: None, clock.now)
     s.arp.resolve_then(bytes([198, 18, 0, 8]), lambda mac: None, clock.now)

@@ -68,19 +68,19 @@ def test_ordinary_source_is_not_martian():
 def test_icmp_rate_limit_map_is_capped_by_evicting_the_oldest():
     net, _, _ = fresh()
     icmp = net.a.icmp
-    icmp.max_buckets = 4
+    icmp.budget.max_buckets = 4
     for i in range(10, 16):  # six sources on the subnet, each to a closed UDP port
         inject(net, E / IP(src=f"198.18.0.{i}", dst=A_IP) / UDP(sport=5, dport=9))
-    assert len(icmp._buckets) == 4
+    assert len(icmp.budget._buckets) == 4
     assert net.a.stats["icmp.ratelimit_evicted"] == 2
-    assert list(icmp._buckets) == [bytes([198, 18, 0, i]) for i in range(12, 16)]  # the newest kept
+    assert list(icmp.budget._buckets) == [bytes([198, 18, 0, i]) for i in range(12, 16)]  # the newest kept
 
 
 def test_icmp_errors_have_a_host_wide_budget_spoofed_sources_cannot_multiply():
     """Each new source gets a fresh per-destination bucket; the global one (burst 3 here) still holds."""
     net, _, _ = fresh()
     icmp = net.a.icmp
-    icmp.global_rate, icmp.global_burst = 2.0, 3.0
+    icmp.budget.global_rate, icmp.budget.global_burst = 2.0, 3.0
     for i in range(10, 20):  # ten sources, one closed-port datagram each, at one instant
         inject(net, E / IP(src=f"198.18.0.{i}", dst=A_IP) / UDP(sport=5, dport=9))
     stats = net.a.stats

@@ -312,3 +312,20 @@ def test_errors_never_answer_errors_or_multicast():
     one.send(eth("33:33:00:00:00:01") / IPv6(src=PEER, dst="ff02::1") / UDP(sport=1, dport=9))
     assert one.out() == []
     one.close()
+
+
+def test_icmpv6_errors_have_a_host_wide_budget_as_well_as_one_per_destination():
+    """Spoofed sources each get a fresh per-destination bucket; the host-wide one still caps the total."""
+    one = One()
+    try:
+        budget = one.a.icmpv6.budget
+        budget.global_rate, budget.global_burst = 2.0, 3.0  # before the first error makes the bucket
+        for i in range(10):
+            one.send(eth() / IPv6(src=f"fd00::{0x10 + i:x}", dst=A6) / UDP(sport=5, dport=9))
+        stats = one.a.stats
+        assert stats["icmpv6.errors_sent.type1.code4"] == 3
+        assert stats["icmpv6.errors_global_limited"] == 7
+        assert stats["icmpv6.errors_rate_limited"] == 0  # no destination ran out of its own tokens
+        assert len(budget) == 10
+    finally:
+        one.close()

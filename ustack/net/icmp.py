@@ -32,7 +32,7 @@ from typing import Callable, Optional
 from ustack.net.addr import ANY4, is_multicast
 from ustack.net.ip import IpLayer, ProtocolTable
 from ustack.net.route import Interface
-from ustack.ratelimit import TokenBucket
+from ustack.ratelimit import ErrorBudget
 from ustack.stats import Stats
 from ustack.wire import WireError
 from ustack.wire.icmp import DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, TIME_EXCEEDED, IcmpMessage
@@ -51,13 +51,10 @@ class IcmpLayer:
         self.iface = iface
         self.protocols = protocols
         self.stats = stats
-        self.error_rate = error_rate
-        self.error_burst = error_burst
         self.answer_broadcast_echo = answer_broadcast_echo
-        self.max_buckets = max_buckets
-        self._buckets: dict[bytes, TokenBucket] = {}
-        self.global_rate, self.global_burst = global_rate, global_burst
-        self._global: Optional[TokenBucket] = None  # made at the first error (its clock starts there)
+        # errors out: a bucket per destination (at most max_buckets) and one for the host
+        self.budget = ErrorBudget(stats, "icmp", rate=error_rate, burst=error_burst, max_buckets=max_buckets,
+                                  global_rate=global_rate, global_burst=global_burst)
         # ident -> handler(seq, ident, payload, src, now, ttl)
         self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
 
@@ -144,20 +141,7 @@ class IcmpLayer:
                 raise
             stats.drop("icmp.error_no_route")
             return False
-        buckets = self._buckets
-        bucket = buckets.get(dst)
-        if bucket is None:
-            if len(buckets) >= self.max_buckets:
-                del buckets[next(iter(buckets))]  # the oldest (dicts keep insertion order)
-                stats.inc("icmp.ratelimit_evicted")
-            bucket = buckets[dst] = TokenBucket(self.error_rate, self.error_burst, now)
-        if not bucket.take(now):
-            stats.inc("icmp.errors_rate_limited")
-            return False
-        if self._global is None:
-            self._global = TokenBucket(self.global_rate, self.global_burst, now)
-        if not self._global.take(now):
-            stats.inc("icmp.errors_global_limited")
+        if not self.budget.allow(dst, now):
             return False
         msg = IcmpMessage.error(itype, code, original, rest)
         buf = bytearray(msg.length)

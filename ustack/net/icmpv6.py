@@ -10,7 +10,10 @@
   multicast (except Packet Too Big and Parameter Problem code 2 for an
   option whose type asks for it, ``multicast_ok``), or to an unspecified
   or multicast source. A token bucket per destination limits them (RFC 4443
-  2.4 (f)); at most ``max_buckets`` are tracked.
+  2.4 (f)); at most ``max_buckets`` are tracked; and a host-wide bucket
+  (``global_rate``/``global_burst``, ``icmpv6.errors_global_limited``) keeps
+  spoofed sources from multiplying the rate (``ustack.ratelimit.ErrorBudget``,
+  shared with ICMP).
 - Incoming errors are matched to the transport named by the quoted
   packet's upper layer, found by walking the quoted extension headers with
   the same limit. Transports hear them in the vocabulary they already
@@ -30,7 +33,7 @@ from typing import Callable, Optional
 
 from ustack.net.ip import ProtocolTable
 from ustack.net.ipv6 import Ipv6Layer
-from ustack.ratelimit import TokenBucket
+from ustack.ratelimit import ErrorBudget
 from ustack.stats import Stats
 from ustack.wire import WireError
 from ustack.wire.icmpv6 import (
@@ -58,16 +61,16 @@ class Icmpv6Layer:
     """ICMPv6 for one interface: answers through ``ip``, routes errors in through ``protocols``."""
 
     def __init__(self, ip: Ipv6Layer, protocols: ProtocolTable, stats: Stats, *, error_rate: float = 1.0,
-                 error_burst: float = 6.0, answer_multicast_echo: bool = True, max_buckets: int = MAX_BUCKETS):
+                 error_burst: float = 6.0, answer_multicast_echo: bool = True, max_buckets: int = MAX_BUCKETS,
+                 global_rate: float = 1000.0, global_burst: float = 50.0):
         self.ip = ip
         self.iface = ip.iface
         self.protocols = protocols
         self.stats = stats
-        self.error_rate = error_rate
-        self.error_burst = error_burst
         self.answer_multicast_echo = answer_multicast_echo
-        self.max_buckets = max_buckets
-        self._buckets: dict[bytes, TokenBucket] = {}
+        # errors out: a bucket per destination (at most max_buckets) and one for the host, as for ICMP
+        self.budget = ErrorBudget(stats, "icmpv6", rate=error_rate, burst=error_burst, max_buckets=max_buckets,
+                                  global_rate=global_rate, global_burst=global_burst)
         self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
         self.mld = None  # the interface's MldListener (ustack.net.mld), set by the Stack
 
@@ -179,15 +182,7 @@ class Icmpv6Layer:
         except OSError:
             stats.drop("icmpv6.error_no_route")
             return False
-        buckets = self._buckets
-        bucket = buckets.get(dst)
-        if bucket is None:
-            if len(buckets) >= self.max_buckets:
-                del buckets[next(iter(buckets))]
-                stats.inc("icmpv6.ratelimit_evicted")
-            bucket = buckets[dst] = TokenBucket(self.error_rate, self.error_burst, now)
-        if not bucket.take(now):
-            stats.inc("icmpv6.errors_rate_limited")
+        if not self.budget.allow(dst, now):
             return False
         if not self._output(src, dst, Icmpv6Message.error(itype, code, original, rest), now, "icmpv6.error_no_route"):
             return False
