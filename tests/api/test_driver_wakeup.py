@@ -257,3 +257,29 @@ def test_a_wake_fd_is_made_readable_by_every_kick_until_released():
         driver.release_wake_fd(waker)
         driver.close()
     assert waker not in driver._sleeping
+
+
+def test_a_kick_from_a_finalizer_inside_the_sleepers_lock_does_not_deadlock():
+    """Found by a CI run: a socket's __del__ (a garbage collection starting inside an allocation made
+    under the driver's sleepers lock) called kick(), which took the same plain lock again and hung the
+    thread. kick() no longer takes it."""
+    driver = Driver(ScriptedStack(), busy_poll=0.0, auto_start=False)
+    waker = driver.wake_fd()
+    done = threading.Event()
+
+    def finalizer_during_sleep_bookkeeping():
+        with driver._sleepers_lock:  # as _sleep() holds it while it takes a waker
+            driver.kick()  # what SocketBase.__del__ -> close() does
+        done.set()
+
+    t = threading.Thread(target=finalizer_during_sleep_bookkeeping, daemon=True)
+    t.start()
+    try:
+        assert done.wait(10), "kick() deadlocked on the sleepers lock"
+        import select
+
+        assert select.select([waker.r], [], [], 1)[0] == [waker.r]  # and it still woke the sleeper
+    finally:
+        driver.release_wake_fd(waker)
+        driver.close()
+    waker.wake()  # a late wake of a released waker writes nowhere

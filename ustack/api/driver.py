@@ -143,11 +143,20 @@ class Driver:
         waker.close()
 
     def _wake_sleepers(self) -> None:
-        if self._sleeping:
-            with self._sleepers_lock:
-                wakers = list(self._sleeping)
-            for waker in wakers:
-                waker.wake()
+        # No lock here: kick() runs from socket finalizers (__del__ on a garbage collection), which may
+        # start inside any allocation, also one made under _sleepers_lock; taking that (plain) lock
+        # again deadlocked the thread. A copy of the set is enough: a sleeper added after it looked
+        # at the stack after this change anyway (the kicks counter), one removed meanwhile is awake.
+        for _ in range(8):
+            try:
+                wakers = tuple(self._sleeping)
+                break
+            except RuntimeError:  # the set changed size while copied (another thread slept or woke)
+                continue
+        else:
+            wakers = ()
+        for waker in wakers:
+            waker.wake()
 
     def _wake_followers(self) -> None:
         """Under the lock: set the Event of every follower whose condition holds."""
@@ -418,8 +427,11 @@ class _Waker:
         os.set_blocking(self.w, False)
 
     def wake(self) -> None:
+        w = self.w
+        if w < 0:
+            return  # closed (a waker copied by _wake_sleepers just before it was released)
         try:
-            os.write(self.w, b"\0")
+            os.write(w, b"\0")
         except (BlockingIOError, OSError):
             pass  # full (a wake-up is pending anyway) or closed
 
@@ -431,7 +443,11 @@ class _Waker:
             pass
 
     def close(self) -> None:
-        for fd in (self.r, self.w):
+        fds = (self.r, self.w)
+        self.r = self.w = -1  # before the fds go: a late wake() must not write to a reused number
+        for fd in fds:
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError:
