@@ -33,6 +33,13 @@ def require_privileged() -> None:
     pytest.skip(problem)
 
 
+def require_or_skip(problem: str) -> None:
+    """Skip with ``problem``, but fail under USTACK_REQUIRE_PRIVILEGED=1 (CI has everything tools/run installs)."""
+    if os.environ.get("USTACK_REQUIRE_PRIVILEGED") == "1":
+        pytest.fail(f"{problem} (USTACK_REQUIRE_PRIVILEGED=1)")
+    pytest.skip(problem)
+
+
 def require_tool(name: str) -> None:
     """Skip when an external tool is missing, but fail under USTACK_REQUIRE_PRIVILEGED=1 (CI installs it)."""
     if shutil.which(name) is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import warnings
 
 import pytest
@@ -11,6 +12,8 @@ from ustack.api.clock import MonotonicClock
 from ustack.api.driver import Driver
 from ustack.backends.pipe import PipeLink
 from ustack.stack import Stack
+
+from ..conftest import require_tool
 
 A, B = "198.18.0.1", "198.18.0.2"
 
@@ -33,3 +36,14 @@ def net():
     db.close()
     link.close()
 
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    """A throwaway self-signed certificate for 198.18.0.1 (openssl CLI; tools/run installs it)."""
+    require_tool("openssl")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=ustack-test",
+                    "-addext", f"subjectAltName=IP:{A}"], check=True, capture_output=True)
+    return str(cert), str(key)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import ssl
-import subprocess
 
 import pytest
 
@@ -21,17 +19,6 @@ def pair():
     yield p
     p.close()
 
-
-@pytest.fixture
-def certificate(tmp_path):
-    """A throwaway self-signed certificate for 198.18.0.1 (openssl CLI)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=ustack-test",
-                    "-addext", f"subjectAltName=IP:{A}"], check=True, capture_output=True)
-    return str(cert), str(key)
 
 
 class UdpEcho(asyncio.DatagramProtocol):
@@ -241,7 +228,6 @@ def test_ssl_client_by_address_on_the_patched_host(pair, certificate):
     client_ctx.load_verify_locations(cert)
 
     async def b_server():
-        loop = asyncio.get_running_loop()
         s = pair.b_socket()
         s.bind((B, 7300))
         s.listen()

@@ -147,20 +147,6 @@ def test_asyncio_streams_unmodified_under_patch(net):
     assert asyncio.run(main()) == payload[::-1]
 
 
-@pytest.fixture
-def certificate(tmp_path):
-    """A throwaway self-signed certificate for 198.18.0.1 (openssl CLI)."""
-    import shutil
-    import subprocess
-
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=ustack-test",
-                    "-addext", f"subjectAltName=IP:{A}"], check=True, capture_output=True)
-    return str(cert), str(key)
-
 
 def test_https_client_and_server_unmodified_under_patch(net, certificate):
     """http.server behind SSLContext.wrap_socket, http.client.HTTPSConnection: TLS records over ustack."""

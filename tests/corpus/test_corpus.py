@@ -24,12 +24,11 @@ import os
 import queue
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.conftest import privilege_problem, require_privileged, require_tool
+from tests.conftest import require_or_skip, require_privileged, require_tool
 
 from .corpus import PAIRS, PROGRAMS, make_certs, python, run_pair
 
@@ -111,7 +110,7 @@ def runs(request, lanes, certs, reference):
         from ustack.backends.registry import available_backends
 
         if "afxdp" not in available_backends():
-            pytest.skip("AF_XDP is not available here")
+            require_or_skip("AF_XDP is not available here")
 
     def job(i, pair, where):
         def run(topo):
@@ -151,7 +150,10 @@ def _check(outcome, reference):
 @pytest.mark.parametrize("pair", PAIRS, ids=[p.name for p in PAIRS])
 def test_program_on_ustack_against_the_kernel(runs, reference, pair, where):
     if pair.needs:
-        pytest.importorskip(pair.needs, reason=f"{pair.needs} is in the test extra: pip install -e '.[test]'")
+        try:
+            __import__(pair.needs)
+        except ImportError:
+            require_or_skip(f"{pair.needs} is not installed (it is in the test extra: pip install -e '.[test]')")
     ref = reference[pair.name]
     assert ref.client_rc == 0 and not ref.problem, "the kernel-only reference run failed:\n" + ref.describe()
     _check(runs[(pair.name, where)], ref)
