@@ -270,19 +270,25 @@ class Driver:
             now = clock()
             if end is not None and now >= end:
                 return False
-            if worked:
-                spin_end = now + self.busy_poll
-            if now < spin_end:
-                if others:
-                    os.sched_yield()  # releases the GIL: a woken follower or a thread after the lock runs now
-                continue
-            wait = None
-            if deadline is not None:
-                wait = deadline - now
-            if end is not None:
-                wait = end - now if wait is None else min(wait, end - now)
-            if wait is None or wait > 0:
-                self._sleep(wait, kicks)
+            spin_end = self._pause(now, deadline, worked, kicks, others, spin_end, end)
+
+    def _pause(self, now: float, deadline: Optional[float], worked: bool, kicks: int, others: bool,
+               spin_end: float, end: Optional[float] = None) -> float:
+        """After a round: spin on within the busy-poll budget (re-armed by a round that received frames),
+        yielding to other threads; past it, sleep until the stack's next deadline (or ``end``).
+        Returns the budget's end."""
+        if worked:
+            spin_end = now + self.busy_poll
+        if now < spin_end:
+            if others:
+                os.sched_yield()  # releases the GIL: a woken follower or a thread after the lock runs now
+            return spin_end
+        wait = None if deadline is None else deadline - now
+        if end is not None:
+            wait = end - now if wait is None else min(wait, end - now)
+        if wait is None or wait > 0:
+            self._sleep(wait, kicks)
+        return spin_end
 
     def run_for(self, seconds: float) -> None:
         """Drive the stack for ``seconds`` (tools, demos)."""
@@ -337,16 +343,7 @@ class Driver:
                     stats.inc(f"driver.poll_error.{type(e).__name__}")
                     self._sleep(ERROR_BACKOFF)
                     continue
-                now = clock()
-                if worked:
-                    spin_end = now + self.busy_poll
-                if now < spin_end:
-                    if others:
-                        os.sched_yield()
-                    continue
-                wait = None if deadline is None else deadline - now
-                if wait is None or wait > 0:
-                    self._sleep(wait, kicks)
+                spin_end = self._pause(clock(), deadline, worked, kicks, others, spin_end)
         finally:
             with self.lock:
                 if self._leader == me:
