@@ -28,54 +28,6 @@ import time
 PORT = 7007
 MB = 1 << 20
 
-CLIENT = r'''
-import asyncio, os, statistics, sys, time
-async def main(host, port, rounds, transfers):
-    for _ in range(200):
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-            break
-        except OSError:
-            await asyncio.sleep(0.05)
-    msg = b"x" * 64
-    lat = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        writer.write(msg)
-        await reader.readexactly(64)
-        lat.append(time.perf_counter() - t0)
-    big = os.urandom(1 << 20)
-    xfer = []
-    for _ in range(transfers):
-        t0 = time.perf_counter()
-        writer.write(big)
-        got = await reader.readexactly(len(big))
-        xfer.append(time.perf_counter() - t0)
-        assert got == big
-    writer.close()
-    print(statistics.median(lat) * 1e6, statistics.median(xfer) * 1e3)
-asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
-'''
-
-SERVER = r'''
-import asyncio, sys
-async def echo(reader, writer):
-    while True:
-        data = await reader.read(65536)
-        if not data:
-            break
-        writer.write(data)
-        await writer.drain()
-    writer.close()
-async def main():
-    srv = await asyncio.start_server(echo, sys.argv[1], int(sys.argv[2]))
-    print("ready", flush=True)
-    await asyncio.sleep(float(sys.argv[3]))
-    srv.close()
-asyncio.run(main())
-'''
-
-
 async def _client(reader, writer, rounds, transfers):
     msg = b"x" * 64
     lat = []
@@ -106,6 +58,27 @@ async def _echo(reader, writer):
         writer.write(data)
         await writer.drain()
     writer.close()
+
+
+async def _serve(host: str, port: int, seconds: float) -> None:
+    """The veth run's server, run by ``ustack run -m`` in the stack's namespace."""
+    srv = await asyncio.start_server(_echo, host, port)
+    print("ready", flush=True)
+    await asyncio.sleep(seconds)
+    srv.close()
+
+
+async def _connect_and_measure(host: str, port: int, rounds: int, transfers: int):
+    """The veth run's client, on the kernel's stack in the peer namespace."""
+    for _ in range(200):
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    else:
+        raise RuntimeError(f"cannot connect to {host}:{port}")
+    return await _client(reader, writer, rounds, transfers)
 
 
 def run_pipe(native: bool, rounds: int, transfers: int, busy_poll=None) -> tuple[float, float]:
@@ -174,22 +147,19 @@ def run_pipe(native: bool, rounds: int, transfers: int, busy_poll=None) -> tuple
 def run_veth(native: bool, rounds: int, transfers: int, busy_poll=None) -> tuple[float, float]:
     from ustack.tools.netns import Topology
 
-    import tempfile
-
-    with Topology.veth(tag="ab") as t, tempfile.NamedTemporaryFile("w", suffix=".py") as script:
-        script.write(SERVER)
-        script.flush()
+    with Topology.veth(tag="ab") as t:
         argv = [sys.executable, "-m", "ustack", "run", "--backend", "packet", "--ifname", t.stack_ifname,
                 "--addr", f"{t.stack_addr}/{t.prefixlen}"]
         if not native:
             argv += ["--asyncio", "stock"]
         if busy_poll is not None:
             argv += ["--busy-poll", str(busy_poll)]
-        server = t.stack_popen([*argv, script.name, t.stack_addr, str(PORT), "60"],
+        server = t.stack_popen([*argv, "-m", __spec__.name, "_serve", t.stack_addr, str(PORT), "60"],
                                stdout=subprocess.PIPE, text=True)
         if server.stdout.readline().strip() != "ready":
             raise RuntimeError("the server did not start")
-        out = t.peer_run([sys.executable, "-c", CLIENT, t.stack_addr, str(PORT), str(rounds), str(transfers)],
+        out = t.peer_run([sys.executable, "-m", __spec__.name, "_client", t.stack_addr, str(PORT), str(rounds),
+                          str(transfers)],
                          capture_output=True, text=True, timeout=120)
         server.terminate()
         server.wait(10)
@@ -200,6 +170,14 @@ def run_veth(native: bool, rounds: int, transfers: int, busy_poll=None) -> tuple
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_serve"]:  # the two ends of a veth run (run_veth starts them)
+        asyncio.run(_serve(argv[1], int(argv[2]), float(argv[3])))
+        return 0
+    if argv[:1] == ["_client"]:
+        lat, xfer = asyncio.run(_connect_and_measure(argv[1], int(argv[2]), int(argv[3]), int(argv[4])))
+        print(lat, xfer)
+        return 0
     p = argparse.ArgumentParser(prog="bench_aio", description=__doc__.splitlines()[0])
     p.add_argument("where", choices=("pipe", "veth"))
     p.add_argument("--rounds", type=int, default=2000, help="request/response rounds per run")
