@@ -55,14 +55,12 @@ import threading
 import time
 
 from ustack.api import dns_message as dm
-from ustack.transport.ports import EPHEMERAL_HIGH, EPHEMERAL_LOW
 
 DNS_PORT = 53
 MAX_NAMESERVERS = 3  # as glibc's MAXNS
 DEFAULT_NDOTS, DEFAULT_TIMEOUT, DEFAULT_ATTEMPTS = 1, 5.0, 2
 MAX_TTL = 86400
 MAX_REPLY = 4096
-RANDOM_PORT_TRIES = 8
 ENV_HOSTS, ENV_RESOLV_CONF = "USTACK_HOSTS", "USTACK_RESOLV_CONF"  # other files than /etc's (tests, containers)
 _NUMERIC_GAI = _std.getaddrinfo  # the C library's, used with AI_NUMERICHOST only: formatting, never a lookup
 _NUMERIC_GNI = _std.getnameinfo
@@ -345,18 +343,10 @@ class Resolver:
 
         self.stats["dns.query_via_ustack"] += 1
         sock = ustack_socket(self._driver, family, _std.SOCK_DGRAM)
-        # RFC 5452 9.2: a random source port. ustack's ephemeral choice (RFC 6056 Algorithm 3) advances in
-        # order for unconnected binds, so one port seen elsewhere would tell the next; pick our own.
-        for _ in range(RANDOM_PORT_TRIES):
-            port = EPHEMERAL_LOW + secrets.randbelow(EPHEMERAL_HIGH - EPHEMERAL_LOW + 1)
-            try:
-                sock.bind(("::" if family == _std.AF_INET6 else "0.0.0.0", port))
-                break
-            except OSError as e:
-                if e.errno != errno.EADDRINUSE:
-                    sock.close()
-                    raise
-        return sock  # all tries taken: connect() binds an ephemeral port
+        # RFC 5452 9.2: a random source port, which binding port 0 gives (ustack.transport.ports draws a
+        # fresh keyed-hash start for every bind without a destination).
+        sock.bind(("::" if family == _std.AF_INET6 else "0.0.0.0", 0))
+        return sock
 
     def _exchange(self, server: str, name: str, qtypes: list[int], timeout: float):
         """{"result": ...} once every question is answered by ``server``; None: silence or a failure rcode."""

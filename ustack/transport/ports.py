@@ -6,6 +6,12 @@
   address, remote port) gives a per-destination offset, a counter moves it
   on, and the first free port from there is taken. Ports are hard to guess
   from outside, yet one destination sees them advance in order.
+- A bind to port 0 with no destination yet (an unconnected UDP socket, a
+  DNS query's source port, RFC 5452 9.2) has no destination to key on, so
+  Algorithm 3 would hand such binds out in order and one port seen would
+  tell the next. ``pick_unconnected`` starts each search at a keyed hash of
+  its own counter instead (RFC 6056 3.3.1's random start, drawn from the
+  stack's secret): successive binds land far apart and unpredictably.
 - Two bindings on the same port overlap when their local addresses are equal
   or either is the wildcard (0.0.0.0 / ::): ``overlaps``. The transports ask
   ``conflicts`` with their own tables before they bind.
@@ -45,7 +51,7 @@ def check_port(port) -> int:
 class EphemeralPorts:
     """RFC 6056 Algorithm 3 over [EPHEMERAL_LOW, EPHEMERAL_HIGH] for one transport."""
 
-    __slots__ = ("_key", "_label", "counter", "low", "high")
+    __slots__ = ("_key", "_label", "counter", "draws", "low", "high")
 
     def __init__(self, secret: bytes, label: bytes, low: int = EPHEMERAL_LOW, high: int = EPHEMERAL_HIGH):
         if len(secret) < 16:
@@ -53,6 +59,7 @@ class EphemeralPorts:
         self._key = bytes(secret[:32])
         self._label = label[:8]
         self.counter = 0
+        self.draws = 0  # pick_unconnected's counter
         self.low, self.high = low, high
 
     def _offset(self, laddr: bytes, raddr: bytes, rport: int) -> int:
@@ -62,11 +69,21 @@ class EphemeralPorts:
 
     def pick(self, laddr: bytes, raddr: bytes, rport: int, taken: Callable[[int], bool]) -> int:
         """The first port from this destination's offset for which ``taken(port)`` is False."""
-        num = self.high - self.low + 1
         offset = self._offset(laddr, raddr, rport) + self.counter
+        tried = self._search(offset, taken)
+        self.counter += tried
+        return self.low + (offset + tried - 1) % (self.high - self.low + 1)
+
+    def pick_unconnected(self, laddr: bytes, taken: Callable[[int], bool]) -> int:
+        """A free port for a bind with no destination: the search starts at a fresh keyed-hash draw."""
+        self.draws += 1
+        offset = self._offset(laddr, self.draws.to_bytes(8, "big"), 0)
+        return self.low + (offset + self._search(offset, taken) - 1) % (self.high - self.low + 1)
+
+    def _search(self, offset: int, taken: Callable[[int], bool]) -> int:
+        """How many ports from ``offset`` on were looked at to find a free one (the last of them is free)."""
+        num = self.high - self.low + 1
         for i in range(num):
-            port = self.low + (offset + i) % num
-            if not taken(port):
-                self.counter += i + 1
-                return port
+            if not taken(self.low + (offset + i) % num):
+                return i + 1
         raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address (no free ephemeral port)")

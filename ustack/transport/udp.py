@@ -153,7 +153,7 @@ class UdpLayer:
             raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
         check_port(port)
         if port == 0:
-            port = self.ports.pick(addr, ANY4, 0, lambda p: conflicts(addr, p, self.bound))
+            port = self.ports.pick_unconnected(addr, lambda p: conflicts(addr, p, self.bound))
         elif conflicts(addr, port, self.bound):
             raise OSError(errno.EADDRINUSE, "Address already in use")
         ep.local_addr, ep.local_port = addr, port

@@ -322,6 +322,8 @@ class TcpLayer:
                 return (laddr, port, raddr, rport) in conns
             return any(k[0] == laddr and k[1] == port for k in conns)
 
+        if raddr == ANY or raddr == ANY6:  # bind(port 0) before listen or connect: no destination yet
+            return self.ports.pick_unconnected(laddr, taken)
         return self.ports.pick(laddr, raddr, rport, taken)
 
     # -- used by connections and listeners -------------------------------
