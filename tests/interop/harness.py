@@ -40,11 +40,12 @@ def ustack_cli(topo, backend_args, *args, timeout=120):
 class Served:
     """A running ``ustack serve`` and the topology around it."""
 
-    def __init__(self, backend: str, tmp_path, serve_args, ipv6: bool = False):
+    def __init__(self, backend: str, tmp_path, serve_args, ipv6: bool = False, ipv4: bool = True):
         from ustack.tools.netns import Topology
 
         self.backend = backend
-        self.ipv6 = ipv6
+        self.ipv6 = ipv6 = ipv6 or not ipv4
+        self.ipv4 = ipv4
         kind = "tap" if backend == "tap" else "veth"
         self.topo = Topology.tap(tag="i", ipv6=ipv6) if kind == "tap" else Topology.veth(tag="i", ipv6=ipv6)
         self.pcap = str(tmp_path / f"serve-{backend}.pcap")
@@ -68,6 +69,8 @@ class Served:
                 "--addr", f"{t.stack_addr}/{t.prefixlen}", *self.serve_args, "--pcap", self.pcap]
         if self.ipv6:
             argv[argv.index("--addr") + 2:argv.index("--addr") + 2] = ["--addr", f"{t.stack_addr6}/{t.prefixlen6}"]
+        if not self.ipv4:  # an IPv6-only ustack
+            del argv[argv.index("--addr"):argv.index("--addr") + 2]
         self.proc = t.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, bufsize=1)
         self.ready = threading.Event()

@@ -118,6 +118,8 @@ class Ipv4Layer:
             raise OSError(errno.EMSGSIZE, "Message too long (DF set and larger than the MTU)")
         if len(payload) + HEADER_LEN > 65535:
             raise OSError(errno.EMSGSIZE, "Message too long for IPv4")
+        if iface.addr is None:
+            iface.next_hop(dst)  # unnumbered (an IPv6-only stack): ENETUNREACH, even for broadcasts
         if iface.is_broadcast(dst):
             self._emit(BROADCAST_MAC, src, dst, proto, ttl, tos, df, payload)
             return
