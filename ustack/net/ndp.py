@@ -25,6 +25,20 @@ an autonomous /64 prefix gives a global address (RFC 4862 5.5.3) with the
 stable interface identifier. Router Solicitations are ignored (a host).
 ``start`` sends up to ``max_rtr_solicitations`` RS, ``rtr_solicitation_interval`` apart, until an RA comes.
 
+Redirects (RFC 4861 8) are validated as 8.1 asks, each failure a named drop:
+a link-local source (``ndp.redirect_not_link_local``), hop limit 255 and
+code 0 (as every NDP message), 40 octets or more (``ndp.bad_length``), a
+unicast destination (``ndp.redirect_bad_destination``), a target that is
+link-local or the destination itself and not ours
+(``ndp.redirect_bad_target``), sent by the current first-hop router for that
+destination (``ndp.redirect_not_from_router``: no one else may steer our
+traffic), options of non-zero length. A valid one is applied (8.3): the
+destination cache sends the destination to the target for
+``redirect_lifetime`` seconds (``ndp.redirects_applied``); a Target
+Link-Layer Address option creates or updates the target's neighbour entry as
+STALE (IsRouter set when the target is not the destination). ``accept_redirects=False``
+drops them all as ``ndp.redirect_ignored`` (Linux's accept_redirects=0).
+
 Addresses (RFC 4862): the link-local address fe80::/64 + an interface
 identifier from RFC 7217 (the first 64 bits of SHA-256 over the prefix, the
 MAC, the DAD counter and ``stable_secret``: stable for one secret, opaque,
@@ -69,10 +83,12 @@ from ustack.wire.icmpv6 import (
     OPT_SOURCE_LLA,
     OPT_TARGET_LLA,
     ROUTER_ADVERT,
+    REDIRECT,
     ROUTER_SOLICIT,
     Icmpv6Message,
     NeighborAdvert,
     NeighborSolicit,
+    Redirect,
     RouterAdvert,
     RouterSolicit,
 )
@@ -126,10 +142,13 @@ class NdpLayer:
                  reachable_time: float = 30.0, retrans_timer: float = 1.0, delay_first_probe: float = 5.0,
                  max_multicast_solicit: int = 3, max_unicast_solicit: int = 3, max_entries: int = 1024,
                  max_pending: int = 64, queue_per_host: int = 16, queue_total: int = 256, dad_transmits: int = 1,
-                 max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0, iid: str = "stable"):
+                 max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0, iid: str = "stable",
+                 accept_redirects: bool = True, redirect_lifetime: float = 600.0):
         if iid not in ("stable", "random"):
             raise ValueError("iid is 'stable' (RFC 7217) or 'random' (RFC 8981)")
         self.iid = iid
+        self.accept_redirects = accept_redirects
+        self.redirect_lifetime = redirect_lifetime
         self.iface = iface
         self.timers = timers
         self.stats = stats
@@ -371,8 +390,11 @@ class NdpLayer:
             elif msg.type == ROUTER_SOLICIT:
                 RouterSolicit.from_message(msg)
                 stats.drop("ndp.rs_ignored")  # we are a host (RFC 4861 6.2.6)
-            else:
-                stats.drop("ndp.redirect_ignored")
+            elif msg.type == REDIRECT:
+                if not self.accept_redirects:
+                    stats.drop("ndp.redirect_ignored")
+                    return
+                self._redirect_in(Redirect.from_message(msg), src, now)
         except WireError as e:
             stats.drop(e.reason)
 
@@ -466,6 +488,45 @@ class NdpLayer:
             self._update(target, n, lla if lla is not None else n.mac, REACHABLE, now)
         elif changed:
             self._update(target, n, lla, STALE, now)
+
+    def _redirect_in(self, rd: Redirect, src: bytes, now: float) -> None:
+        """RFC 4861 8.1 validity checks, then 8.3: the destination cache and the target's entry."""
+        stats = self.stats
+        iface = self.iface
+        target, dest = rd.target, rd.destination
+        if not is_link_local(src):
+            stats.drop("ndp.redirect_not_link_local")
+            return
+        if dest[0] == 0xFF:
+            stats.drop("ndp.redirect_bad_destination")
+            return
+        if target[0] == 0xFF or not (is_link_local(target) or target == dest) or target in iface.addresses:
+            stats.drop("ndp.redirect_bad_target")
+            return
+        try:
+            first_hop = iface.next_hop(dest, now)
+        except OSError:
+            first_hop = None
+        if first_hop != src or first_hop == dest:
+            stats.drop("ndp.redirect_not_from_router")  # only the router we use for dest may redirect it
+            return
+        lla = rd.target_lla
+        if lla is not None and (len(lla) != 6 or lla[0] & 1):
+            stats.drop("ndp.bad_lla")
+            return
+        if not iface.learn_redirect(dest, target, self.redirect_lifetime, now):
+            stats.inc("ndp.redirect_evicted")
+        stats.inc("ndp.redirects_applied")
+        n = self.cache.get(target)
+        if lla is not None:
+            if n is None:
+                n = self._new_entry(target, STALE, now)
+                if n is not None:
+                    n.mac = bytes(lla)
+            elif n.mac != lla:
+                self._update(target, n, lla, STALE, now)
+        if n is not None and target != dest:
+            n.router = True  # 8.3: a target other than the destination is a router; else the flag stays
 
     def _ra_in(self, ra: RouterAdvert, src: bytes, now: float) -> None:
         stats = self.stats

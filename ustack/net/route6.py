@@ -14,7 +14,9 @@ ones included. A frame to a multicast MAC (33:33:xx:xx:xx:xx, RFC 2464 7)
 is accepted only when it maps a group we joined and carries that group as
 its IPv6 destination (``accepts_multicast``).
 
-Routing (RFC 4861 5.2, simplified): link-local and multicast destinations
+Routing (RFC 4861 5.2, simplified): the destination cache first (the next
+hops Redirects taught, RFC 4861 8.3, each kept ``redirect_lifetime`` seconds,
+at most ``MAX_REDIRECTS``, the oldest evicted); then link-local and multicast destinations
 and those inside an on-link prefix (our configured prefixes, and prefixes
 a Router Advertisement marked on-link while their lifetime lasts) are sent
 directly; anything else goes to the first default router still alive
@@ -44,6 +46,7 @@ LINK_LOCAL_PREFIX = bytes.fromhex("fe80000000000000")
 _SOLICITED_PREFIX = bytes.fromhex("ff0200000000000000000001ff")
 MAX_ONLINK = 16  # prefixes learned from RAs (remote traffic cannot push past it)
 MAX_ROUTERS = 8  # default routers learned from RAs
+MAX_REDIRECTS = 1024  # destination cache entries made by Redirects
 
 
 def is_link_local(addr: bytes) -> bool:
@@ -84,6 +87,7 @@ class Interface6:
         self.static_prefixes: list[Prefix] = []
         self.onlink: dict[tuple[bytes, int], tuple[Prefix, float]] = {}  # learned: (network, length) -> expiry
         self.routers: dict[bytes, float] = {}  # learned default routers -> expiry
+        self.redirects: dict[bytes, tuple[bytes, float]] = {}  # destination -> (next hop, expiry), RFC 4861 8.3
         self.gateway = gateway
         self.groups: set[bytes] = {ALL_NODES}
         self.preferred_set: frozenset = frozenset()  # the preferred unicast addresses (replaced on change)
@@ -142,6 +146,11 @@ class Interface6:
         return False
 
     def next_hop(self, dst: bytes, now: float) -> bytes:
+        redirected = self.redirects.get(dst)
+        if redirected is not None:
+            if redirected[1] > now:
+                return redirected[0]
+            del self.redirects[dst]
         if self.on_link(dst, now):
             return dst
         if self.gateway is not None:
@@ -183,6 +192,20 @@ class Interface6:
                 return False
         self.routers[router] = now + lifetime
         return True
+
+    def learn_redirect(self, dst: bytes, hop: bytes, lifetime: float, now: float) -> bool:
+        """A validated Redirect (RFC 4861 8.3): ``dst`` via ``hop`` (itself when on-link). False if one was
+        evicted to make room (the caller counts it)."""
+        table = self.redirects
+        evicted = False
+        if table.pop(dst, None) is None and len(table) >= MAX_REDIRECTS:
+            for d in [d for d, (_, t) in table.items() if t <= now]:
+                del table[d]
+            if len(table) >= MAX_REDIRECTS:
+                del table[next(iter(table))]
+                evicted = True
+        table[dst] = (hop, now + lifetime)
+        return not evicted
 
     def learn_prefix(self, prefix: Prefix, lifetime: float, now: float) -> bool:
         key = (prefix.network, prefix.length)
