@@ -9,6 +9,8 @@ IPv6-only too, reach the kernel.
 
 from __future__ import annotations
 
+import ast
+import errno
 import hashlib
 import random
 import re
@@ -117,3 +119,58 @@ def test_serve_counted_ipv4_as_disabled_then_cli_ping_and_send_ipv6_only(served)
     m = re.search(r"bytes (\d+) .* sha256 ([0-9a-f]{64})", out)
     assert m, out
     assert result == {"n": 2_000_000, "sha": m.group(2), "peer": t.stack_addr6}
+
+
+SCOPED_CLIENT = """
+import socket, sys
+host, port, ifname = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with socket.create_connection((host + "%" + ifname, port), timeout=10) as c:
+    c.sendall(b"link-local")
+    print(repr((c.getpeername(), c.getsockname(), socket.if_nametoindex(ifname), c.recv(100))))
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+try:
+    s.connect((host, port, 0, socket.if_nametoindex(ifname) + 100))
+except OSError as e:
+    print("wrong scope:", e.errno)
+"""
+
+
+def test_ustack_run_reaches_the_kernel_link_local_with_its_scope_id(served, tmp_path):
+    """``ustack run`` (IPv6-only) connects to fe80::x%ifname; getpeername/getsockname carry the interface's
+    index as scope id, the kernel's accept sees ustack's link-local address, a wrong scope id is refused."""
+    from ustack.tools.netns import peer_socket
+
+    served.stop()
+    t = served.topo
+    out = t.peer_run(["ip", "-6", "-o", "addr", "show", "dev", t.peer_ifname, "scope", "link"],
+                     capture_output=True, text=True).stdout
+    kernel_ll = re.search(r"inet6 (fe80::[0-9a-f:]+)/64", out).group(1)
+    srv = peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM)
+    srv.bind(("::", 5002))
+    srv.listen(1)
+    srv.settimeout(30)
+    seen = {}
+
+    def serve_one():
+        conn, addr = srv.accept()
+        with conn:
+            seen.update(addr=addr, data=conn.recv(100))
+            conn.sendall(b"scoped back")
+
+    th = threading.Thread(target=serve_one, daemon=True)
+    th.start()
+    prog = tmp_path / "scoped.py"
+    prog.write_text(SCOPED_CLIENT)
+    p = t.stack_popen([sys.executable, "-m", "ustack", "run", "--backend", "packet", "--ifname", t.stack_ifname,
+                       "--addr", f"{t.stack_addr6}/{t.prefixlen6}", str(prog), kernel_ll, "5002", t.stack_ifname],
+                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = p.communicate(timeout=60)
+    th.join(10)
+    srv.close()
+    assert p.returncode == 0, out
+    first, second = out.splitlines()[:2]
+    peer, local, index, data = ast.literal_eval(first)
+    assert peer == (kernel_ll, 5002, 0, index) and local[0].startswith("fe80::") and local[3] == index
+    assert data == b"scoped back" and seen["data"] == b"link-local"
+    assert seen["addr"][0] == local[0] and seen["addr"][1] == local[1]
+    assert second == f"wrong scope: {errno.ENETUNREACH}"
