@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -122,3 +124,33 @@ class Served:
             self.topo.close()
 
 
+
+
+class KernelSink:
+    """A kernel TCP listener in the peer namespace: takes one connection, hashes all it receives."""
+
+    def __init__(self, topo, host: str, port: int, family: int = socket.AF_INET6):
+        from ustack.tools.netns import peer_socket
+
+        self.sock = peer_socket(topo, family, socket.SOCK_STREAM)
+        self.sock.bind((host, port))
+        self.sock.listen(1)
+        self.sock.settimeout(30)
+        self.result: dict = {}
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        conn, addr = self.sock.accept()
+        h, n = hashlib.sha256(), 0
+        with conn:
+            while chunk := conn.recv(1 << 20):
+                h.update(chunk)
+                n += len(chunk)
+        self.result.update(n=n, sha=h.hexdigest(), peer=addr[0])
+
+    def close(self, timeout: float = 30) -> dict:
+        """Wait for the connection to end; returns {n, sha, peer} (empty when none came)."""
+        self.thread.join(timeout)
+        self.sock.close()
+        return self.result

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import errno
-import hashlib
 import random
 import re
 import socket
@@ -22,7 +21,7 @@ import threading
 import pytest
 
 from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import Served
+from tests.interop.harness import KernelSink, Served
 
 pytestmark = pytest.mark.privileged
 
@@ -74,8 +73,6 @@ def test_tcp_echo_1mb_exact(served):
 
 
 def test_serve_counted_ipv4_as_disabled_then_cli_ping_and_send_ipv6_only(served):
-    from ustack.tools.netns import peer_socket
-
     assert served.stop() == 0
     c = served.counters()
     assert c.get("drop.ipv4.disabled", 0) > 0 and c.get("stack.internal_error", 0) == 0, c
@@ -93,28 +90,11 @@ def test_serve_counted_ipv4_as_disabled_then_cli_ping_and_send_ipv6_only(served)
     out, _ = p.communicate(timeout=60)
     assert p.returncode != 0 and "unreachable" in out.lower(), out
 
-    sink = peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM)
-    sink.bind((t.peer_addr6, 5001))
-    sink.listen(1)
-    sink.settimeout(30)
-    result = {}
-
-    def drain():
-        conn, addr = sink.accept()
-        h, n = hashlib.sha256(), 0
-        with conn:
-            while chunk := conn.recv(1 << 20):
-                h.update(chunk)
-                n += len(chunk)
-        result.update(n=n, sha=h.hexdigest(), peer=addr[0])
-
-    th = threading.Thread(target=drain, daemon=True)
-    th.start()
+    sink = KernelSink(t, t.peer_addr6, 5001)
     p = t.stack_popen([*base, "send", *opts, "--connect", f"[{t.peer_addr6}]:5001", "--bytes", "2000000"],
                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out, _ = p.communicate(timeout=120)
-    th.join(30)
-    sink.close()
+    result = sink.close()
     assert p.returncode == 0, out
     m = re.search(r"bytes (\d+) .* sha256 ([0-9a-f]{64})", out)
     assert m, out

@@ -370,6 +370,18 @@ class NdpLayer:
             for send in queue:
                 send(n.mac)
 
+    def _learn_stale(self, ip: bytes, lla: bytes, now: float) -> Optional[Neighbor]:
+        """A link-layer address heard from ``ip`` (an NS, RA or Redirect option, RFC 4861 7.2.3, 6.3.4, 8.3):
+        a new entry is STALE, an entry with another address becomes STALE with this one."""
+        n = self.cache.get(ip)
+        if n is None:
+            n = self._new_entry(ip, STALE, now)
+            if n is not None:
+                n.mac = bytes(lla)
+        elif n.mac != lla:
+            self._update(ip, n, lla, STALE, now)
+        return n
+
     def entries(self, now: float) -> list[tuple[str, str, str]]:
         """(address, MAC, state) of every entry (for snapshots)."""
         return [(to_str(ip), n.mac.hex(":") if n.mac else "", n.state) for ip, n in self.cache.items()]
@@ -432,13 +444,7 @@ class NdpLayer:
             if len(lla) != 6 or lla[0] & 1:
                 stats.drop("ndp.bad_lla")
                 return
-            n = self.cache.get(src)
-            if n is None:
-                n = self._new_entry(src, STALE, now)
-                if n is not None:
-                    n.mac = bytes(lla)
-            elif n.mac != lla:
-                self._update(src, n, lla, STALE, now)
+            self._learn_stale(src, lla, now)
         n = self.cache.get(src)
         mac = n.mac if n is not None and n.mac is not None else lla
         if mac is None:
@@ -517,14 +523,7 @@ class NdpLayer:
         if not iface.learn_redirect(dest, target, self.redirect_lifetime, now):
             stats.inc("ndp.redirect_evicted")
         stats.inc("ndp.redirects_applied")
-        n = self.cache.get(target)
-        if lla is not None:
-            if n is None:
-                n = self._new_entry(target, STALE, now)
-                if n is not None:
-                    n.mac = bytes(lla)
-            elif n.mac != lla:
-                self._update(target, n, lla, STALE, now)
+        n = self._learn_stale(target, lla, now) if lla is not None else self.cache.get(target)
         if n is not None and target != dest:
             n.router = True  # 8.3: a target other than the destination is a router; else the flag stays
 
@@ -547,13 +546,7 @@ class NdpLayer:
             stats.drop("ndp.router_table_full")
         lla = ra.source_lla
         if lla is not None and len(lla) == 6 and not lla[0] & 1:
-            n = self.cache.get(src)
-            if n is None:
-                n = self._new_entry(src, STALE, now)
-                if n is not None:
-                    n.mac = bytes(lla)
-            elif n.mac != lla:
-                self._update(src, n, lla, STALE, now)
+            n = self._learn_stale(src, lla, now)
             if n is not None:
                 n.router = True
         mtu = ra.mtu
