@@ -110,7 +110,10 @@ class Icmpv6Layer(IcmpBase):
                 return
             self.mld.query(bytes(frame[pkt.l4:pkt.l3 + pkt.total_len]), src, pkt.ttl, now)
         elif itype in MLD_REPORTS:
-            stats.inc("mld.other_reports_ignored")  # other listeners' reports: a v2 host ignores them (RFC 3810 6)
+            if self.mld is not None and itype == 131:  # an MLDv1 Report: suppresses ours in MLDv1 mode
+                self.mld.report_heard(bytes(frame[pkt.l4:pkt.l3 + pkt.total_len]), now)
+            else:
+                stats.inc("mld.other_reports_ignored")  # other listeners' reports: a v2 host ignores them (RFC 3810 6)
         elif itype in (DEST_UNREACHABLE, PACKET_TOO_BIG, TIME_EXCEEDED, PARAMETER_PROBLEM):
             stats.inc(f"icmpv6.errors_received.type{itype}.code{msg.code}")
             self._error_in(msg, now)
