@@ -260,7 +260,7 @@ class Stack:
             ip6 = self.ipv6
             if ip6 is not None:
                 src, dst = pkt.src, pkt.dst
-                ours = self.iface6.preferred_set
+                ours = self.iface6.valid_set
                 # Cheap screen first (first octet 0 or 0xff, our own address); then the verdict.
                 if src[0] == 0 or src[0] == 0xFF or src in ours:  # ::, ::1 and ::ffff:0:0/96 start with 0
                     martian = ip6.martian_source(src, pkt.proto)

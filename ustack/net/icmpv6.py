@@ -127,7 +127,7 @@ class Icmpv6Layer(IcmpBase):
             stats.drop("icmpv6.bad_quote")
             return
         qsrc, qdst = bytes(quoted[8:24]), bytes(quoted[24:40])
-        if qsrc not in self.iface.preferred():
+        if qsrc not in self.iface.valid():
             stats.drop("icmpv6.error_not_ours")
             return
         try:
@@ -171,7 +171,7 @@ class Icmpv6Layer(IcmpBase):
         if dst == bytes(16) or dst[0] == 0xFF:
             return False  # (e.6)
         try:
-            src = qdst if qdst in self.iface.preferred() else self.ip.source(dst)
+            src = qdst if qdst in self.iface.valid() else self.ip.source(dst)
         except OSError:
             stats.drop("icmpv6.error_no_route")
             return False

@@ -292,7 +292,7 @@ class Ipv6Layer:
             return "ipv6.martian_source.loopback"
         if src[:12] == V4_MAPPED:
             return "ipv6.martian_source.v4mapped"
-        if proto != PROTO_ICMPV6 and src in self.iface.preferred():
+        if proto != PROTO_ICMPV6 and src in self.iface.valid():
             return "ipv6.martian_source.ours"
         return None
 

@@ -43,8 +43,10 @@ Addresses (RFC 4862): the link-local address fe80::/64 + an interface
 identifier from RFC 7217 (the first 64 bits of SHA-256 over the prefix, the
 MAC, the DAD counter and ``stable_secret``: stable for one secret, opaque,
 different per prefix), or with ``iid="random"`` 64 random bits per address
-(RFC 8981 3.3.1's identifier; the temporary-address lifetimes and
-regeneration of RFC 8981 are not implemented). Every new address is TENTATIVE while DAD runs
+(RFC 8981 3.3.1's identifier). With ``use_tempaddr`` 1 or 2, RFC 8981
+temporary addresses are made beside the SLAAC ones (``ustack.net.tempaddr``:
+lifetimes, regeneration, deprecation; ``temp_valid_lifetime``,
+``temp_preferred_lifetime``). Every new address is TENTATIVE while DAD runs
 (``dad_transmits`` NS from :: to its solicited-node group, ``retrans_timer``
 apart); an NS from :: or an NA for it means someone else has it: it becomes
 DUPLICATE (``ndp.dad_failed``); a generated one is retried with the next DAD
@@ -55,7 +57,7 @@ reachability hints (RFC 4861 7.3.1) are not used: STALE entries are probed.
 from __future__ import annotations
 
 import hashlib
-import os
+import random
 from collections import deque
 from typing import Callable, Optional
 
@@ -72,6 +74,7 @@ from ustack.net.route6 import (
     multicast_mac,
     solicited_node,
 )
+from ustack.net.tempaddr import TEMP_PREFERRED_LIFETIME, TEMP_VALID_LIFETIME, TempAddresses, random_iid, usable_iid
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
 from ustack.wire import WireError
@@ -101,20 +104,9 @@ PROBE = "PROBE"
 IDGEN_RETRIES = 3
 
 
-def _usable(iid: bytes) -> bytes:
-    if iid == bytes(8) or iid[:7] == b"\xfd\xff\xff\xff\xff\xff\xff":  # RFC 5453 reserved identifiers
-        return bytes(7) + b"\x01"
-    return iid
-
-
 def stable_iid(prefix: bytes, mac: bytes, dad_counter: int, secret: bytes) -> bytes:
     """RFC 7217 section 5: F(Prefix, Net_Iface, Network_ID, DAD_Counter, secret_key), 64 bits."""
-    return _usable(hashlib.sha256(prefix[:8] + mac + dad_counter.to_bytes(1, "big") + secret).digest()[:8])
-
-
-def random_iid() -> bytes:
-    """RFC 8981 3.3.1: 64 random bits (reserved identifiers avoided)."""
-    return _usable(os.urandom(8))
+    return usable_iid(hashlib.sha256(prefix[:8] + mac + dad_counter.to_bytes(1, "big") + secret).digest()[:8])
 
 
 class Neighbor:
@@ -143,7 +135,9 @@ class NdpLayer:
                  max_multicast_solicit: int = 3, max_unicast_solicit: int = 3, max_entries: int = 1024,
                  max_pending: int = 64, queue_per_host: int = 16, queue_total: int = 256, dad_transmits: int = 1,
                  max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0, iid: str = "stable",
-                 accept_redirects: bool = True, redirect_lifetime: float = 600.0):
+                 accept_redirects: bool = True, redirect_lifetime: float = 600.0, use_tempaddr: int = 0,
+                 temp_valid_lifetime: float = TEMP_VALID_LIFETIME,
+                 temp_preferred_lifetime: float = TEMP_PREFERRED_LIFETIME, rng: Optional[random.Random] = None):
         if iid not in ("stable", "random"):
             raise ValueError("iid is 'stable' (RFC 7217) or 'random' (RFC 8981)")
         self.iid = iid
@@ -174,6 +168,13 @@ class NdpLayer:
         self._rs_timer = timers.timer(self._send_rs)
         self._ra_seen = False
         self._dad_counter: dict[bytes, int] = {}  # generated address -> its RFC 7217 DAD counter
+        # RFC 8981 temporary addresses (None: off, as Linux's use_tempaddr=0)
+        self.temporary: Optional[TempAddresses] = None
+        if use_tempaddr:
+            self.temporary = TempAddresses(iface, timers, stats, self._start_dad, mode=use_tempaddr,
+                                           dad_transmits=dad_transmits, retrans_timer=retrans_timer,
+                                           valid_lifetime=temp_valid_lifetime,
+                                           preferred_lifetime=temp_preferred_lifetime, rng=rng)
 
     # -- addresses (RFC 4862) --------------------------------------------------
     def start(self, now: float) -> None:
@@ -232,6 +233,9 @@ class NdpLayer:
             entry.dad_timer.cancel()
         self.iface.set_state(addr, DUPLICATE)
         self.stats.inc("ndp.dad_failed")
+        if entry.temporary and self.temporary is not None:
+            self.temporary.dad_failed(entry, now)
+            return
         counters = self._dad_counter
         if addr in counters and counters[addr] < IDGEN_RETRIES:  # RFC 7217 6: the next identifier
             self._add_generated(addr[:8], entry.prefix.length, entry.origin, counters[addr] + 1, now)
@@ -566,6 +570,8 @@ class NdpLayer:
                 continue
             if pi.on_link and not iface.learn_prefix(prefix, pi.valid_lifetime, now):
                 stats.drop("ndp.prefix_table_full")
+            if pi.autonomous and pi.length == 64 and pi.valid_lifetime and self.temporary is not None:
+                self.temporary.prefix_seen(pi.prefix, pi.valid_lifetime, pi.preferred_lifetime, now)
             if pi.autonomous and pi.length == 64 and pi.valid_lifetime:
                 # RFC 4862 5.5.3: a global address from the prefix, unless we have one from it.
                 if not any(e.origin == "slaac" and e.addr[:8] == pi.prefix[:8] for e in iface.addresses.values()):
