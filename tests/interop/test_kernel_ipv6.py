@@ -1,4 +1,4 @@
-"""IPv6 interop with the Linux kernel over veth (packet, AF_XDP native) and TAP, in namespaces.
+"""IPv6 interop with the Linux kernel over veth (packet, AF_XDP native and generic) and TAP, in namespaces.
 
 ``ustack serve`` runs with an IPv4 and an IPv6 address on the same
 interface (and its own SLAAC link-local one); the kernel on the other side,
@@ -31,7 +31,8 @@ pytestmark = pytest.mark.privileged
 MB100 = 100_000_000
 
 
-@pytest.fixture(scope="module", params=[b for b in backend_params() if b in ("packet", "tap", "afxdp-native")])
+@pytest.fixture(scope="module", params=[b for b in backend_params()
+                                        if b in ("packet", "tap", "afxdp-native", "afxdp-generic")])
 def served(request, tmp_path_factory):
     if privilege_problem() is not None:
         require_privileged()
