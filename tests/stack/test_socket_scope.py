@@ -107,3 +107,63 @@ def test_interface_zone_is_the_kernel_index_of_the_backend_interface():
     assert interface_zone(St()) == (std.if_nametoindex("lo"), "lo")
     Caps.extra = {"ifname": "nosuchif9"}
     assert interface_zone(St()) == (1, "nosuchif9")
+
+
+def test_asyncio_transports_report_ipv6_addresses_as_the_socket_does():
+    """The native loop's transports: sockname/peername and datagram sources as 4-tuples with the scope id."""
+    import asyncio
+
+    from ustack.api.aio import EventLoop
+    from ustack.api.clock import MonotonicClock
+    from ustack.api.driver import Driver
+    from ustack.backends.pipe import PipeLink
+    from ustack.stack import Stack
+
+    clock = MonotonicClock()
+    link = PipeLink(clock, delay=0.0002)
+    sa, sb = Stack(link.a, "fd00::1/64"), Stack(link.b, "fd00::2/64")
+    da, db = Driver(sa, clock), Driver(sb, clock)
+    db.start()
+    for d in (da, db):
+        assert d.wait_until(lambda d=d: d.stack.iface6.link_local is not None and not any(
+            e.state == "tentative" for e in d.stack.iface6.addresses.values()), 5)
+    loop = EventLoop(da)
+    try:
+        got = loop.create_future()
+
+        class Proto(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                got.set_result((data, addr))
+
+        us = usocket(da, std.AF_INET6, std.SOCK_DGRAM)
+        us.bind(("::", 5600))
+        us.setblocking(False)
+        transport, _ = loop.run_until_complete(loop.create_datagram_endpoint(Proto, sock=us))
+        assert transport.get_extra_info("sockname") == ("::", 5600, 0, 0)
+        peer = usocket(db, std.AF_INET6, std.SOCK_DGRAM)
+        peer.sendto(b"to the loop", (lla(da) + "%1", 5600))
+        data, addr = loop.run_until_complete(asyncio.wait_for(got, 5))
+        assert data == b"to the loop" and addr == (lla(db), peer.getsockname()[1], 0, SCOPE)
+        transport.close()
+        srv = usocket(db, std.AF_INET6)
+        srv.bind(("::", 7600))
+        srv.listen()
+        c = usocket(da, std.AF_INET6)
+        c.setblocking(False)
+
+        async def connect():
+            await loop.sock_connect(c, (lla(db), 7600, 0, SCOPE))
+            return await loop.create_connection(asyncio.Protocol, sock=c)
+
+        tr, _ = loop.run_until_complete(asyncio.wait_for(connect(), 5))
+        assert tr.get_extra_info("peername") == (lla(db), 7600, 0, SCOPE)
+        assert tr.get_extra_info("sockname") == c.getsockname() and c.getsockname()[3] == SCOPE
+        tr.close()
+        loop.run_until_complete(asyncio.sleep(0))
+        srv.close()
+        peer.close()
+    finally:
+        loop.close()
+        da.close()
+        db.close()
+        link.close()
