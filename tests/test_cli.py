@@ -323,3 +323,33 @@ def test_run_needs_a_program():
 def test_run_missing_script_is_pythons_error(tmp_path):
     out = ustack(*RUN_PIPE, "nosuch.py", cwd=tmp_path)
     assert out.returncode != 0 and "nosuch.py" in out.stderr
+
+
+def test_ipv6_only_serve_and_run_over_the_pipe(tmp_path):
+    """--addr fd00::2/64 alone: serve answers the pipe peer's ICMPv6 pings and UDP echo; run reaches its echo."""
+    proc = subprocess.Popen([sys.executable, "-m", "ustack", "serve", "--backend", "pipe", "--addr", "fd00::2/64",
+                             "--udp-echo", "7"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "udp echo" in line or "timed out" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        lines += proc.stdout.readlines()
+        assert proc.wait(20) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines)
+    assert "ustack: fd00::2/64 mac" in text and "pipe peer fd00::3: 64 bytes from fd00::2: icmp_seq=3" in text, text
+    assert "pipe peer fd00::3: udp echo from fd00::2:7: b'hello over the pipe'" in text, text
+    assert any(l.split() == ["icmpv6.echo_replies_sent", "3"] for l in lines), text
+    prog = tmp_path / "six.py"
+    prog.write_text("import socket\n"
+                    "with socket.create_connection(('fd00::3', 7), timeout=5) as c:\n"
+                    "    c.sendall(b'six' * 1000)\n    c.shutdown(socket.SHUT_WR)\n"
+                    "    got = c.makefile('rb').read()\n"
+                    "    print(got == b'six' * 1000, c.getsockname()[0], c.getpeername()[:2])\n")
+    out = ustack("run", "--backend", "pipe", "--addr", "fd00::2/64", "six.py", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "True fd00::2 ('fd00::3', 7)\n", out.stdout + out.stderr

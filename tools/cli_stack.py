@@ -124,8 +124,9 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="packet")
     p.add_argument("--ifname", help="interface (veth end or TAP device) to attach to")
     p.add_argument("--addr", required=True, action="append", type=address,
-                   help="our address, A.B.C.D/N; repeat it for IPv6 ones (--addr fd00::2/64): one IPv4 "
-                        "address and any number of IPv6 ones (a link-local one is made, RFC 4862/7217)")
+                   help="our address, A.B.C.D/N; repeat it for IPv6 ones (--addr fd00::2/64): at most one IPv4 "
+                        "address and any number of IPv6 ones (a link-local one is made, RFC 4862/7217); "
+                        "IPv6 ones alone make an IPv6-only stack")
     p.add_argument("--gateway", action="append",
                    help="default gateway inside the subnet (repeat it for an IPv6 one)")
     p.add_argument("--mtu", type=int_range(MIN_MTU, MAX_MTU, "an IPv4 MTU"), help="IP MTU (default: the device's)")

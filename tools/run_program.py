@@ -37,7 +37,7 @@ import threading
 import types
 import zipfile
 
-from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack
+from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack, wait_ipv6_ready
 
 ECHO_PORT = 7  # RFC 862
 EXIT_LINGER = 1.0  # seconds the stack outlives the program for closing handshakes (finish_connections)
@@ -83,6 +83,9 @@ def cmd_run(args) -> int:
         if args.backend == "pipe":
             peer = PipeEchoPeer(stack, extras["link"], driver.clock)
         driver.start()
+        wait_ipv6_ready(stack, driver)  # RFC 4862 5.4: an IPv6 address is used once DAD has settled
+        if peer is not None:
+            wait_ipv6_ready(peer.stack, peer.driver)
         patch(driver)
         if args.asyncio == "native":
             install_policy(driver)
@@ -214,7 +217,7 @@ class PipeEchoPeer:
 
     def __init__(self, stack, link, clock):
         from ustack.api.driver import Driver
-        from ustack.net.addr import ANY4
+        from ustack.net.addr import ANY4, ANY6
         from ustack.tools.serve import _pipe_peer
         from ustack.tools.services import TcpEcho
 
@@ -222,7 +225,7 @@ class PipeEchoPeer:
         self.driver = Driver(self.stack, clock)
         self.tcp_echo = TcpEcho(self.stack, ECHO_PORT)
         self.udp = self.stack.udp.endpoint()
-        self.stack.udp.bind(self.udp, ANY4, ECHO_PORT)
+        self.stack.udp.bind(self.udp, ANY6 if self.stack.ipv6 is not None else ANY4, ECHO_PORT)  # :: hears IPv4 too
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="ustack-pipe-peer", daemon=True)
         self._thread.start()

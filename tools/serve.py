@@ -86,7 +86,8 @@ def cmd_serve(args) -> int:
           f"on {args.backend}:{args.ifname or '-'} ({caps.mode})", flush=True)
     if stack.ipv6 is not None:
         wait_ipv6_ready(stack, driver)
-        print(f"ustack: IPv6 {' '.join(stack.addrs()[1:])}", flush=True)
+        v6 = stack.addrs()[0 if stack.iface.addr is None else 1:]
+        print(f"ustack: IPv6 {' '.join(v6)}", flush=True)
     print(f"ustack: live stats with: ustack stats --socket {publisher.path}", flush=True)
     print("ready", flush=True)
     if args.backend == "pipe":
@@ -140,7 +141,7 @@ def _report_capture(writer) -> None:
 
 def _pipe_selftest(stack, peer, clock, args) -> None:
     """For --backend pipe: the peer stack pings the served stack and tries its UDP echo (own thread)."""
-    from ustack.api.socket import SOCK_DGRAM, socket as usocket
+    from ustack.api.socket import AF_INET, AF_INET6, SOCK_DGRAM, socket as usocket
 
     driver = Driver(peer, clock)
     served, here = interface_address(stack)[0], interface_address(peer)[0]
@@ -150,19 +151,22 @@ def _pipe_selftest(stack, peer, clock, args) -> None:
     def handler(seq, ident, data, src, now, ttl):
         got.setdefault(seq, now)
 
+    icmp = peer.icmpv6 if ":" in served else peer.icmp  # an IPv6-only stack is pinged over ICMPv6
+    if icmp is peer.icmpv6:
+        wait_ipv6_ready(peer, driver)
     with driver.lock:
-        peer.icmp.echo_handlers[peer_ident] = handler
+        icmp.echo_handlers[peer_ident] = handler
     for seq in range(1, 4):
         t0 = clock()
         with driver.lock:
-            peer.icmp.ping(ip_addr(served), peer_ident, seq, clock(), b"u" * 56)
+            icmp.ping(ip_addr(served), peer_ident, seq, clock(), b"u" * 56)
         if driver.wait_until(lambda: seq in got, 2.0):
             print(f"pipe peer {here}: 64 bytes from {served}: icmp_seq={seq} "
                   f"time={(got[seq] - t0) * 1000:.3f} ms", flush=True)
         else:
             print(f"pipe peer {here}: no reply to icmp_seq={seq}", flush=True)
     if args.udp_echo:
-        with usocket(driver, type=SOCK_DGRAM) as s:
+        with usocket(driver, AF_INET6 if icmp is peer.icmpv6 else AF_INET, SOCK_DGRAM) as s:
             s.settimeout(2.0)
             s.sendto(b"hello over the pipe", (served, args.udp_echo))
             try:

@@ -77,8 +77,12 @@ def _ipv6(stack, now: float) -> dict:
 
 
 def interface_address(stack) -> tuple[str, int, str | None]:
-    """Our address, prefix length and gateway as text."""
+    """Our address, prefix length and gateway as text (an IPv6-only stack: its first configured IPv6 address)."""
     iface = stack.iface
+    if iface.addr is None:
+        first = next(iter(stack.iface6.addresses.values())).prefix
+        gateway = stack.iface6.gateway
+        return to_str(first.addr), first.length, None if gateway is None else to_str(gateway)
     gateway = iface.gateway
     return to_str(iface.addr), iface.prefixlen, None if gateway is None else to_str(gateway)
 

@@ -74,15 +74,18 @@ from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
 MIN_MTU = 68  # RFC 791: the datagram every IPv4 module must forward without fragmenting further
 MAX_MTU = 65535  # the IPv4 total length field
+MIN_MTU6 = 1280  # RFC 8200 section 5: the minimum link MTU of IPv6
 MAX_TIMER_FAILURES = 64  # failing timers tolerated in one round before the rest wait for the next
 
 
 class Stack:
-    """A user-space IPv4 (and IPv6) host on one device.
+    """A user-space IPv4 and/or IPv6 host on one device.
 
-    ``addr`` is "A.B.C.D/N", or a list of addresses: one IPv4 "A.B.C.D/N"
+    ``addr`` is "A.B.C.D/N", or a list of addresses: at most one IPv4 "A.B.C.D/N"
     and any number of IPv6 "X::Y/N" (each runs duplicate address detection
-    at start; a link-local address is generated, RFC 4862/7217).
+    at start; a link-local address is generated, RFC 4862/7217). Without an
+    IPv4 address the stack is IPv6-only: IPv4 and ARP frames are dropped as
+    ``ipv4.disabled`` and IPv4 destinations are ENETUNREACH.
     ``gateway`` is an optional IPv4 default router inside the subnet,
     ``gateway6`` an IPv6 one (Router Advertisements may teach one too).
     ``ipv6`` (``Ipv6Layer`` keywords, ``ndp`` a dict of ``NdpLayer``'s) and
@@ -104,13 +107,15 @@ class Stack:
         texts = [addr] if isinstance(addr, str) else list(addr)
         v4 = [a for a in texts if ":" not in a]
         v6 = [Prefix(a) for a in texts if ":" in a]
-        if len(v4) != 1:
-            raise ValueError("give exactly one IPv4 address (A.B.C.D/N) besides any IPv6 ones")
-        addr = v4[0]
+        if len(v4) > 1 or not (v4 or v6):
+            raise ValueError("give one IPv4 address (A.B.C.D/N), IPv6 ones (X::Y/N), or both")
+        addr = v4[0] if v4 else None  # None: an IPv6-only stack (IPv4 unnumbered, its frames dropped)
         self.device = device
         self.stats = stats = Stats()
         self.timers = timers = TimerHeap()
         self.iface = iface = Interface(mac or caps.mac, addr, mtu or caps.mtu, gateway)
+        if addr is None and iface.mtu < MIN_MTU6:
+            raise ValueError(f"MTU {iface.mtu} is below IPv6's minimum link MTU of {MIN_MTU6} (RFC 8200 section 5)")
         if not MIN_MTU <= iface.mtu <= MAX_MTU:
             raise ValueError(f"MTU {iface.mtu} is outside {MIN_MTU}..{MAX_MTU} (RFC 791: every host takes 68-byte "
                              "datagrams; an IPv4 datagram is at most 65,535 bytes)")
@@ -138,6 +143,8 @@ class Stack:
         self.iface6 = self.ipv6 = self.ndp = self.icmpv6 = self.mld = None
         if v6 or ipv6 is not None or icmpv6 is not None or gateway6 is not None:
             self._enable_ipv6(v6, gateway6, ipv6 or {}, icmpv6 or {})
+        if addr is None:  # IPv6-only: IPv4 and ARP frames are counted and dropped, never answered
+            self._handlers.update(dict.fromkeys((K_UDP, K_TCP, K_ICMP, K_ARP, K_FRAG, K_IP_OTHER), self._no_ipv4))
         self._verify_l4 = not caps.rx_checksum_verified
         self._ip_kinds = frozenset((K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER))
         self._ip6_kinds = frozenset((K_UDP6, K_TCP6, K_ICMP6, K_IP6))
@@ -175,7 +182,7 @@ class Stack:
         """Bring the interface up: gratuitous ARP (RFC 5227); IPv6: link-local address, DAD, router solicitation."""
         if not self._started:
             self._started = True
-            if self._announce:
+            if self._announce and self.iface.addr is not None:
                 self.arp.announce()
             if self.ndp is not None:
                 self.ndp.start(now)
@@ -253,7 +260,7 @@ class Stack:
             ip6 = self.ipv6
             if ip6 is not None:
                 src, dst = pkt.src, pkt.dst
-                ours = self.iface6.preferred_set
+                ours = self.iface6.valid_set
                 # Cheap screen first (first octet 0 or 0xff, our own address); then the verdict.
                 if src[0] == 0 or src[0] == 0xFF or src in ours:  # ::, ::1 and ::ffff:0:0/96 start with 0
                     martian = ip6.martian_source(src, pkt.proto)
@@ -294,6 +301,9 @@ class Stack:
     def _no_ipv6(self, frame: memoryview, pkt, now: float) -> None:
         self.stats.drop("ipv6.disabled")
 
+    def _no_ipv4(self, frame: memoryview, pkt, now: float) -> None:
+        self.stats.drop("ipv4.disabled")
+
     def _icmp_input(self, frame: memoryview, pkt, now: float) -> None:
         if self.iface.is_local_dest(pkt.dst):
             self.icmp.input(frame, pkt, now)
@@ -323,12 +333,14 @@ class Stack:
 
     @property
     def addr(self) -> str:
-        """The interface address as text ('198.18.0.2')."""
+        """The interface address as text ('198.18.0.2'; an IPv6-only stack: its first configured address)."""
+        if self.iface.addr is None:
+            return to_str(next(iter(self.iface6.addresses.values())).prefix.addr)
         return to_str(self.iface.addr)
 
     def addrs(self) -> list[str]:
         """Every address as text with its prefix length, IPv6 ones with their state when not preferred."""
-        out = [str(self.iface)]
+        out = [str(self.iface)] if self.iface.addr is not None else []
         if self.iface6 is not None:
             for a in self.iface6.addresses.values():
                 out.append(str(a.prefix) + ("" if a.state == "preferred" else f" ({a.state})"))

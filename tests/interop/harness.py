@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,11 +42,12 @@ def ustack_cli(topo, backend_args, *args, timeout=120):
 class Served:
     """A running ``ustack serve`` and the topology around it."""
 
-    def __init__(self, backend: str, tmp_path, serve_args, ipv6: bool = False):
+    def __init__(self, backend: str, tmp_path, serve_args, ipv6: bool = False, ipv4: bool = True):
         from ustack.tools.netns import Topology
 
         self.backend = backend
-        self.ipv6 = ipv6
+        self.ipv6 = ipv6 = ipv6 or not ipv4
+        self.ipv4 = ipv4
         kind = "tap" if backend == "tap" else "veth"
         self.topo = Topology.tap(tag="i", ipv6=ipv6) if kind == "tap" else Topology.veth(tag="i", ipv6=ipv6)
         self.pcap = str(tmp_path / f"serve-{backend}.pcap")
@@ -68,6 +71,8 @@ class Served:
                 "--addr", f"{t.stack_addr}/{t.prefixlen}", *self.serve_args, "--pcap", self.pcap]
         if self.ipv6:
             argv[argv.index("--addr") + 2:argv.index("--addr") + 2] = ["--addr", f"{t.stack_addr6}/{t.prefixlen6}"]
+        if not self.ipv4:  # an IPv6-only ustack
+            del argv[argv.index("--addr"):argv.index("--addr") + 2]
         self.proc = t.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, bufsize=1)
         self.ready = threading.Event()
@@ -119,3 +124,33 @@ class Served:
             self.topo.close()
 
 
+
+
+class KernelSink:
+    """A kernel TCP listener in the peer namespace: takes one connection, hashes all it receives."""
+
+    def __init__(self, topo, host: str, port: int, family: int = socket.AF_INET6):
+        from ustack.tools.netns import peer_socket
+
+        self.sock = peer_socket(topo, family, socket.SOCK_STREAM)
+        self.sock.bind((host, port))
+        self.sock.listen(1)
+        self.sock.settimeout(30)
+        self.result: dict = {}
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        conn, addr = self.sock.accept()
+        h, n = hashlib.sha256(), 0
+        with conn:
+            while chunk := conn.recv(1 << 20):
+                h.update(chunk)
+                n += len(chunk)
+        self.result.update(n=n, sha=h.hexdigest(), peer=addr[0])
+
+    def close(self, timeout: float = 30) -> dict:
+        """Wait for the connection to end; returns {n, sha, peer} (empty when none came)."""
+        self.thread.join(timeout)
+        self.sock.close()
+        return self.result

@@ -1,4 +1,4 @@
-"""IPv6 interop with the Linux kernel over veth (packet, AF_XDP native) and TAP, in namespaces.
+"""IPv6 interop with the Linux kernel over veth (packet, AF_XDP native and generic) and TAP, in namespaces.
 
 ``ustack serve`` runs with an IPv4 and an IPv6 address on the same
 interface (and its own SLAAC link-local one); the kernel on the other side,
@@ -25,13 +25,14 @@ import threading
 import pytest
 
 from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import Served, backend_params
+from tests.interop.harness import KernelSink, Served, backend_params
 
 pytestmark = pytest.mark.privileged
 MB100 = 100_000_000
 
 
-@pytest.fixture(scope="module", params=[b for b in backend_params() if b in ("packet", "tap", "afxdp-native")])
+@pytest.fixture(scope="module", params=[b for b in backend_params()
+                                        if b in ("packet", "tap", "afxdp-native", "afxdp-generic")])
 def served(request, tmp_path_factory):
     if privilege_problem() is not None:
         require_privileged()
@@ -127,34 +128,15 @@ def test_serve_exits_0_then_ustack_pings_the_kernel_over_ipv6(served):
 
 def test_ustack_send_to_a_kernel_sink_over_ipv6_exact(served):
     """``ustack send --connect [fd00::1]:5001``: 10 MB into a kernel socket, sha256 compared."""
-    from ustack.tools.netns import peer_socket
-
     served.stop()
     t = served.topo
-    sink = peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM)
-    sink.bind((t.peer_addr6, 5001))
-    sink.listen(1)
-    sink.settimeout(30)
-    result = {}
-
-    def drain():
-        conn, addr = sink.accept()
-        h, n = hashlib.sha256(), 0
-        with conn:
-            while chunk := conn.recv(1 << 20):
-                h.update(chunk)
-                n += len(chunk)
-        result.update(n=n, sha=h.hexdigest(), peer=addr[0])
-
-    th = threading.Thread(target=drain, daemon=True)
-    th.start()
+    sink = KernelSink(t, t.peer_addr6, 5001)
     argv = [sys.executable, "-m", "ustack", "send", *served.cli_backend(), "--ifname", t.stack_ifname,
             "--addr", f"{t.stack_addr}/{t.prefixlen}", "--addr", f"{t.stack_addr6}/{t.prefixlen6}",
             "--connect", f"[{t.peer_addr6}]:5001", "--bytes", "10000000"]
     p = t.stack_popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out, _ = p.communicate(timeout=120)
-    th.join(30)
-    sink.close()
+    result = sink.close()
     assert p.returncode == 0, out
     m = re.search(r"bytes (\d+) .* sha256 ([0-9a-f]{64}) peer \[fd00::1\]:5001", out)
     assert m, out

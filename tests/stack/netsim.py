@@ -12,12 +12,13 @@ from ustack.stack import Stack
 
 class Net:
     def __init__(self, *, seed: int = 1, mtu: int = 1500, a_addr="198.18.0.1/24", b_addr="198.18.0.2/24",
-                 gateway_a=None, gateway_b=None, wrap_a=None, wrap_b=None, **impair):
+                 gateway_a=None, gateway_b=None, wrap_a=None, wrap_b=None, a_kw=None, b_kw=None, **impair):
         self.clock = ManualClock(1000.0)
         self.link = PipeLink(self.clock, seed=seed, mtu=mtu, **impair)
-        # Device decorators (capture, checks) go around an end before its stack is built.
-        self.a = Stack(wrap_a(self.link.a) if wrap_a else self.link.a, a_addr, gateway=gateway_a)
-        self.b = Stack(wrap_b(self.link.b) if wrap_b else self.link.b, b_addr, gateway=gateway_b)
+        # Device decorators (capture, checks) go around an end before its stack is built; a_kw/b_kw: more Stack
+        # keywords for each side.
+        self.a = Stack(wrap_a(self.link.a) if wrap_a else self.link.a, a_addr, gateway=gateway_a, **(a_kw or {}))
+        self.b = Stack(wrap_b(self.link.b) if wrap_b else self.link.b, b_addr, gateway=gateway_b, **(b_kw or {}))
         self.stacks = [self.a, self.b]
         # Drivers on the same manual clock, for tests that use sockets (which live on a driver).
         self.da, self.db = Driver(self.a, self.clock), Driver(self.b, self.clock)

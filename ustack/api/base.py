@@ -48,17 +48,21 @@ MSG_WAITALL = _std.MSG_WAITALL
 MSG_NOSIGNAL = _std.MSG_NOSIGNAL  # Python ignores SIGPIPE: EPIPE is raised either way
 
 
-def parse_address(address, family: int = AF_INET, v6only: bool = False) -> tuple[bytes, int]:
+def parse_address(address, family: int = AF_INET, v6only: bool = False, zone=None) -> tuple[bytes, int]:
     """An AF_INET (host, port) pair -> (packed address, port), with the stdlib's errors.
 
     AF_INET6 takes (host, port[, flowinfo[, scope_id]]); an IPv4-mapped
     address (::ffff:a.b.c.d) becomes the 4-byte IPv4 address below this
     edge (unless ``v6only``: ENETUNREACH, as Linux), "" and "::" the IPv6
-    wildcard (dual-stack unless ``v6only``). A link-local zone ("%eth0") is
-    dropped: the stack has one interface.
+    wildcard (dual-stack unless ``v6only``). ``zone`` is the stack's one
+    interface as (scope id, name) (``interface_zone``): a link-scoped
+    address (RFC 4007) may name it by a "%name" or "%index" suffix or by
+    ``scope_id``; 0 and no suffix mean it too (one interface); another
+    interface is ENETUNREACH (as Linux for a scope id of an interface it
+    cannot route from), an unknown zone name a gaierror (as the stdlib).
     """
     if family == AF_INET6:
-        return _parse6(address, v6only)
+        return _parse6(address, v6only, zone)
     if not isinstance(address, tuple) or len(address) != 2:
         raise TypeError("AF_INET address must be a tuple (host, port)")
     host, port = address
@@ -78,21 +82,31 @@ def parse_address(address, family: int = AF_INET, v6only: bool = False) -> tuple
     return a, port
 
 
-def _parse6(address, v6only: bool) -> tuple[bytes, int]:
+def _parse6(address, v6only: bool, zone) -> tuple[bytes, int]:
     if not isinstance(address, tuple) or not 2 <= len(address) <= 4:
         raise TypeError("AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]])")
     host, port = address[0], address[1]
     check_port(port)
+    flowinfo = address[2] if len(address) > 2 else 0
+    scope_id = address[3] if len(address) > 3 else 0
+    for value in (flowinfo, scope_id):
+        if not isinstance(value, int):
+            raise TypeError(f"'{type(value).__name__}' object cannot be interpreted as an integer")
+    if not 0 <= flowinfo <= 0xFFFFF:
+        raise OverflowError("flowinfo must be 0-1048575.")
     if host in ("", "::"):
         return ANY6, port
     if not isinstance(host, str):
         raise TypeError(f"str, bytes or bytearray expected, not {type(host).__name__}")
+    host, _, zone_name = host.partition("%")
     try:
-        a = addr.parse(host.split("%", 1)[0])
+        a = addr.parse(host)
     except ValueError:
         a = None
     if a is None or len(a) != 16:
         raise _std.gaierror(_std.EAI_NONAME, "Name or service not known (ustack takes IPv6 literals here)")
+    if zone is not None and link_scoped(a):
+        _check_zone(zone, zone_name, scope_id)
     if a[:12] == V4_MAPPED:
         if v6only:
             raise OSError(errno.ENETUNREACH, "Network is unreachable (IPv4-mapped address on an IPV6_V6ONLY socket)")
@@ -100,13 +114,51 @@ def _parse6(address, v6only: bool) -> tuple[bytes, int]:
     return a, port
 
 
-def format_address(packed: bytes, port: int, family: int = AF_INET) -> tuple:
-    """Packed address and port -> what the stdlib returns for ``family`` (IPv4 in AF_INET6 as ::ffff:a.b.c.d)."""
+def _check_zone(zone, name: str, scope_id: int) -> None:
+    """A link-scoped address's zone ("%name", "%index" or ``scope_id``) must be the stack's interface."""
+    ours, ifname = zone
+    if name:
+        if name.isdigit():
+            named = int(name)
+        elif name == ifname:
+            named = ours
+        else:
+            raise _std.gaierror(_std.EAI_NONAME, f"Name or service not known (no interface {name!r} on this "
+                                                 f"stack; its interface is {ifname or 'unnamed'})")
+        if scope_id and scope_id != named:
+            raise OSError(errno.EINVAL, f"Invalid argument (zone %{name} and scope id {scope_id} disagree)")
+        scope_id = named
+    if scope_id and scope_id != ours:
+        raise OSError(errno.ENETUNREACH, f"Network is unreachable (scope id {scope_id} is not this stack's "
+                                         f"interface {ifname or '(pipe)'}, scope id {ours})")
+
+
+def link_scoped(a: bytes) -> bool:
+    """Addresses that need a zone (RFC 4007 6): link-local unicast fe80::/10 and link-local multicast ff02::/16."""
+    return (a[0] == 0xFE and (a[1] & 0xC0) == 0x80) or (a[0] == 0xFF and (a[1] & 0x0F) == 2)
+
+
+def interface_zone(stack) -> tuple[int, Optional[str]]:
+    """The stack's interface as (scope id, name): the kernel's index of the backend's interface (the name in
+    ``Capabilities.extra['ifname']``, looked up in this process's namespace), or 1 for a device with none
+    (the pipe) or one the kernel does not know here."""
+    name = stack.device.capabilities.extra.get("ifname")
+    if name:
+        try:
+            return _std.if_nametoindex(name), name
+        except OSError:
+            pass
+    return 1, name
+
+
+def format_address(packed: bytes, port: int, family: int = AF_INET, scope_id: int = 0) -> tuple:
+    """Packed address and port -> what the stdlib returns for ``family`` (IPv4 in AF_INET6 as ::ffff:a.b.c.d;
+    a link-scoped IPv6 address with ``scope_id``, the interface's index, as Linux reports it)."""
     if family != AF_INET6:
         return addr.to_str(packed), port
     if len(packed) == 4:
         return ("::ffff:" + addr.to_str(packed) if packed != ANY4 else "::"), port, 0, 0
-    return addr.to_str(packed), port, 0, 0
+    return addr.to_str(packed), port, 0, (scope_id if link_scoped(packed) else 0)
 
 
 def set_callback(obj, attr: str, fn) -> None:
@@ -183,10 +235,20 @@ class SocketBase:
     _v6only = False  # IPV6_V6ONLY (AF_INET6 sockets; Linux's default net.ipv6.bindv6only = 0)
 
     def _parse(self, address) -> tuple[bytes, int]:
-        return parse_address(address, self._family, self._v6only)
+        return parse_address(address, self._family, self._v6only, self._zone if self._family == AF_INET6 else None)
 
     def _format(self, packed: bytes, port: int) -> tuple:
+        if self._family == AF_INET6 and len(packed) == 16 and link_scoped(packed):
+            return format_address(packed, port, AF_INET6, self._zone[0])
         return format_address(packed, port, self._family)
+
+    @property
+    def _zone(self) -> tuple[int, Optional[str]]:
+        """The stack's interface as (scope id, name), looked up once per socket (``interface_zone``)."""
+        zone = self.__dict__.get("_zone_cache")
+        if zone is None:
+            zone = self.__dict__["_zone_cache"] = interface_zone(self.stack)
+        return zone
 
     def _local_ok(self, packed: bytes) -> bool:
         """An address this socket may bind: ours (either family) or a wildcard."""

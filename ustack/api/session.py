@@ -79,6 +79,10 @@ class Session:
     def install(self) -> "Session":
         """Start the Driver thread, patch ``socket.socket`` onto this stack, set the asyncio policy."""
         self.driver.start()
+        stack = self.stack
+        if stack.iface6 is not None:  # RFC 4862 5.4: the program's first connect needs a settled address
+            self.driver.wait_until(lambda: stack.iface6.link_local is not None and not any(
+                a.state == "tentative" for a in stack.iface6.addresses.values()), 5.0)
         patch(self.driver)
         if self.asyncio == "native":
             install_policy(self.driver)

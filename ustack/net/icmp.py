@@ -27,36 +27,36 @@
 from __future__ import annotations
 
 import errno
-from typing import Callable, Optional
+from typing import Optional
 
 from ustack.net.addr import ANY4, is_multicast
+from ustack.net.icmp_base import MAX_BUCKETS, IcmpBase
 from ustack.net.ip import IpLayer, ProtocolTable
 from ustack.net.route import Interface
-from ustack.ratelimit import ErrorBudget
 from ustack.stats import Stats
 from ustack.wire import WireError
 from ustack.wire.icmp import DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, TIME_EXCEEDED, IcmpMessage
 from ustack.wire.proto import PROTO_ICMP
 
-MAX_BUCKETS = 4096  # default cap of per-destination rate limiters (remote traffic cannot push past it)
 
-
-class IcmpLayer:
+class IcmpLayer(IcmpBase):
     """ICMP for one IPv4 interface: answers through ``ip``, routes errors in through ``protocols``."""
+
+    prefix = "icmp"
+    proto = PROTO_ICMP
 
     def __init__(self, ip: IpLayer, iface: Interface, protocols: ProtocolTable, stats: Stats, *,
                  error_rate: float = 1.0, error_burst: float = 6.0, answer_broadcast_echo: bool = False,
                  max_buckets: int = MAX_BUCKETS, global_rate: float = 1000.0, global_burst: float = 50.0):
-        self.ip = ip
+        super().__init__(ip, protocols, stats, error_rate=error_rate, error_burst=error_burst,
+                         max_buckets=max_buckets, global_rate=global_rate, global_burst=global_burst)
         self.iface = iface
-        self.protocols = protocols
-        self.stats = stats
         self.answer_broadcast_echo = answer_broadcast_echo
-        # errors out: a bucket per destination (at most max_buckets) and one for the host
-        self.budget = ErrorBudget(stats, "icmp", rate=error_rate, burst=error_burst, max_buckets=max_buckets,
-                                  global_rate=global_rate, global_burst=global_burst)
-        # ident -> handler(seq, ident, payload, src, now, ttl)
-        self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
+
+    def _encode(self, msg: IcmpMessage, src: bytes, dst: bytes) -> bytearray:
+        buf = bytearray(msg.length)
+        msg.emit(buf)
+        return buf
 
     # -- input ----------------------------------------------------------------
     def input(self, frame: memoryview, pkt, now: float) -> None:
@@ -74,18 +74,9 @@ class IcmpLayer:
                 stats.drop("icmp.broadcast_echo_ignored")
                 return
             stats.inc("icmp.echo_requests_received")
-            reply = msg.echo_reply()
-            buf = bytearray(reply.length)
-            reply.emit(buf)
-            if self._output(src, buf, now, "icmp.echo_no_route"):
-                stats.inc("icmp.echo_replies_sent")
+            self._answer_echo(msg, self.iface.addr, src, now)
         elif itype == ECHO_REPLY:
-            stats.inc("icmp.echo_replies_received")
-            handler = self.echo_handlers.get(msg.ident)
-            if handler is None:
-                stats.drop("icmp.unmatched_echo_reply")
-                return
-            handler(msg.seq, msg.ident, msg.payload, src, now, pkt.ttl)
+            self._echo_reply_in(msg, msg.payload, src, now, pkt.ttl)
         elif itype in (DEST_UNREACHABLE, TIME_EXCEEDED):
             stats.inc(f"icmp.errors_received.type{itype}.code{msg.code}")
             self._error_in(msg, now)
@@ -106,15 +97,8 @@ class IcmpLayer:
         if qsrc != self.iface.addr:
             stats.drop("icmp.error_not_ours")
             return
-        transport = self.protocols.get(quoted[9])
-        if transport is None:
-            stats.drop("icmp.error_no_transport")
-            return
-        # RFC 792: the quote holds at least 8 bytes of the transport header (ports, and for TCP
-        # the sequence number, which RFC 5927 uses to tell a genuine error from a blind forgery).
-        l4 = bytes(quoted[qihl:qihl + 8])
-        transport.icmp_error(qsrc, int.from_bytes(l4[0:2], "big"), bytes(quoted[16:20]),
-                             int.from_bytes(l4[2:4], "big"), msg.type, msg.code, msg.seq, l4, now)
+        self._to_transport(quoted[9], qsrc, bytes(quoted[16:20]), bytes(quoted[qihl:qihl + 8]),
+                           msg.type, msg.code, msg.seq, now)
 
     # -- output ---------------------------------------------------------------
     def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0) -> bool:
@@ -141,32 +125,9 @@ class IcmpLayer:
                 raise
             stats.drop("icmp.error_no_route")
             return False
-        if not self.budget.allow(dst, now):
-            return False
-        msg = IcmpMessage.error(itype, code, original, rest)
-        buf = bytearray(msg.length)
-        msg.emit(buf)
-        if not self._output(dst, buf, now, "icmp.error_no_route"):
-            return False
-        stats.inc(f"icmp.errors_sent.type{itype}.code{code}")
-        return True
-
-    def _output(self, dst: bytes, buf: bytearray, now: float, no_route: str) -> bool:
-        """Send an ICMP message from our address; False (the drop ``no_route``) when ``dst`` is unroutable."""
-        try:
-            self.ip.output(self.iface.addr, dst, PROTO_ICMP, buf, now)
-        except OSError as e:
-            if e.errno != errno.ENETUNREACH:
-                raise
-            self.stats.drop(no_route)
-            return False
-        return True
+        return self._send_error(self.iface.addr, dst, IcmpMessage.error(itype, code, original, rest), itype, code, now)
 
     def ping(self, dst: bytes, ident: int, seq: int, now: float, payload: bytes = b"",
              ttl: Optional[int] = None) -> None:
         """Send one echo request (replies go to ``echo_handlers[ident]``)."""
-        msg = IcmpMessage.echo_request(ident, seq, payload)
-        buf = bytearray(msg.length)
-        msg.emit(buf)
-        self.ip.output(self.ip.source(dst), dst, PROTO_ICMP, buf, now, ttl=ttl)
-        self.stats.inc("icmp.echo_requests_sent")
+        self._ping(IcmpMessage.echo_request(ident, seq, payload), dst, now, ttl)

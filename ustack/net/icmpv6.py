@@ -29,11 +29,11 @@
 from __future__ import annotations
 
 import errno
-from typing import Callable, Optional
+from typing import Optional
 
+from ustack.net.icmp_base import MAX_BUCKETS, IcmpBase
 from ustack.net.ip import ProtocolTable
 from ustack.net.ipv6 import Ipv6Layer
-from ustack.ratelimit import ErrorBudget
 from ustack.stats import Stats
 from ustack.wire import WireError
 from ustack.wire.icmpv6 import (
@@ -50,29 +50,30 @@ from ustack.wire.icmpv6 import (
 from ustack.wire.ipv6 import HEADER_LEN, walk
 from ustack.wire.proto import PROTO_ICMPV6
 
-MAX_BUCKETS = 4096
 MLD_QUERY = 130  # RFC 3810 5.1 (ustack.net.mld answers it)
 MLD_REPORTS = frozenset((131, 132, 143))  # MLDv1 report/done (RFC 2710), MLDv2 report (RFC 3810)
 # ICMPv6 destination unreachable code -> the ICMPv4 code transports understand (RFC 1122 vocabulary).
 _UNREACH_AS_V4 = {0: 0, 1: 13, 2: 0, 3: 1, 4: 3, 5: 13, 6: 13}
 
 
-class Icmpv6Layer:
+class Icmpv6Layer(IcmpBase):
     """ICMPv6 for one interface: answers through ``ip``, routes errors in through ``protocols``."""
+
+    prefix = "icmpv6"
+    proto = PROTO_ICMPV6
+    unroutable = frozenset((errno.ENETUNREACH, errno.EADDRNOTAVAIL))
 
     def __init__(self, ip: Ipv6Layer, protocols: ProtocolTable, stats: Stats, *, error_rate: float = 1.0,
                  error_burst: float = 6.0, answer_multicast_echo: bool = True, max_buckets: int = MAX_BUCKETS,
                  global_rate: float = 1000.0, global_burst: float = 50.0):
-        self.ip = ip
+        super().__init__(ip, protocols, stats, error_rate=error_rate, error_burst=error_burst,
+                         max_buckets=max_buckets, global_rate=global_rate, global_burst=global_burst)
         self.iface = ip.iface
-        self.protocols = protocols
-        self.stats = stats
         self.answer_multicast_echo = answer_multicast_echo
-        # errors out: a bucket per destination (at most max_buckets) and one for the host, as for ICMP
-        self.budget = ErrorBudget(stats, "icmpv6", rate=error_rate, burst=error_burst, max_buckets=max_buckets,
-                                  global_rate=global_rate, global_burst=global_burst)
-        self.echo_handlers: dict[int, Callable[[int, int, bytes, bytes, float, int], None]] = {}
         self.mld = None  # the interface's MldListener (ustack.net.mld), set by the Stack
+
+    def _encode(self, msg: Icmpv6Message, src: bytes, dst: bytes) -> bytes:
+        return msg.to_bytes(src, dst)
 
     # -- input ----------------------------------------------------------------
     def input(self, frame: memoryview, pkt, now: float) -> None:
@@ -100,22 +101,19 @@ class Icmpv6Layer:
             except OSError:
                 stats.drop("icmpv6.echo_no_route")
                 return
-            if self._output(reply_src, src, msg.echo_reply(), now, "icmpv6.echo_no_route"):
-                stats.inc("icmpv6.echo_replies_sent")
+            self._answer_echo(msg, reply_src, src, now)
         elif itype == ECHO_REPLY:
-            stats.inc("icmpv6.echo_replies_received")
-            handler = self.echo_handlers.get(msg.ident)
-            if handler is None:
-                stats.drop("icmpv6.unmatched_echo_reply")
-                return
-            handler(msg.seq, msg.ident, msg.body, src, now, pkt.ttl)
+            self._echo_reply_in(msg, msg.body, src, now, pkt.ttl)
         elif itype == MLD_QUERY:
             if self.mld is None:
                 stats.drop("icmpv6.unsupported_type")
                 return
             self.mld.query(bytes(frame[pkt.l4:pkt.l3 + pkt.total_len]), src, pkt.ttl, now)
         elif itype in MLD_REPORTS:
-            stats.inc("mld.other_reports_ignored")  # other listeners' reports: a v2 host ignores them (RFC 3810 6)
+            if self.mld is not None and itype == 131:  # an MLDv1 Report: suppresses ours in MLDv1 mode
+                self.mld.report_heard(bytes(frame[pkt.l4:pkt.l3 + pkt.total_len]), now)
+            else:
+                stats.inc("mld.other_reports_ignored")  # other listeners' reports: a v2 host ignores them (RFC 3810 6)
         elif itype in (DEST_UNREACHABLE, PACKET_TOO_BIG, TIME_EXCEEDED, PARAMETER_PROBLEM):
             stats.inc(f"icmpv6.errors_received.type{itype}.code{msg.code}")
             self._error_in(msg, now)
@@ -129,7 +127,7 @@ class Icmpv6Layer:
             stats.drop("icmpv6.bad_quote")
             return
         qsrc, qdst = bytes(quoted[8:24]), bytes(quoted[24:40])
-        if qsrc not in self.iface.preferred():
+        if qsrc not in self.iface.valid():
             stats.drop("icmpv6.error_not_ours")
             return
         try:
@@ -154,13 +152,8 @@ class Icmpv6Layer:
             itype = 11
         else:
             itype, code = 12, 0
-        transport = self.protocols.get(chain.next_header)
-        if transport is None:
-            stats.drop("icmpv6.error_no_transport")
-            return
-        l4 = bytes(quoted[chain.offset:chain.offset + 8])
-        transport.icmp_error(qsrc, int.from_bytes(l4[0:2], "big"), qdst, int.from_bytes(l4[2:4], "big"),
-                             itype, code, info, l4, now)
+        self._to_transport(chain.next_header, qsrc, qdst, bytes(quoted[chain.offset:chain.offset + 8]),
+                           itype, code, info, now)
 
     # -- output ---------------------------------------------------------------
     def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0,
@@ -178,31 +171,13 @@ class Icmpv6Layer:
         if dst == bytes(16) or dst[0] == 0xFF:
             return False  # (e.6)
         try:
-            src = qdst if qdst in self.iface.preferred() else self.ip.source(dst)
+            src = qdst if qdst in self.iface.valid() else self.ip.source(dst)
         except OSError:
             stats.drop("icmpv6.error_no_route")
             return False
-        if not self.budget.allow(dst, now):
-            return False
-        if not self._output(src, dst, Icmpv6Message.error(itype, code, original, rest), now, "icmpv6.error_no_route"):
-            return False
-        stats.inc(f"icmpv6.errors_sent.type{itype}.code{code}")
-        return True
-
-    def _output(self, src: bytes, dst: bytes, msg: Icmpv6Message, now: float, no_route: str) -> bool:
-        try:
-            self.ip.output(src, dst, PROTO_ICMPV6, msg.to_bytes(src, dst), now)
-        except OSError as e:
-            if e.errno not in (errno.ENETUNREACH, errno.EADDRNOTAVAIL):
-                raise
-            self.stats.drop(no_route)
-            return False
-        return True
+        return self._send_error(src, dst, Icmpv6Message.error(itype, code, original, rest), itype, code, now)
 
     def ping(self, dst: bytes, ident: int, seq: int, now: float, payload: bytes = b"",
              ttl: Optional[int] = None) -> None:
         """Send one echo request (replies go to ``echo_handlers[ident]``)."""
-        src = self.ip.source(dst)
-        msg = Icmpv6Message.echo_request(ident, seq, payload)
-        self.ip.output(src, dst, PROTO_ICMPV6, msg.to_bytes(src, dst), now, ttl=ttl)
-        self.stats.inc("icmpv6.echo_requests_sent")
+        self._ping(Icmpv6Message.echo_request(ident, seq, payload), dst, now, ttl)

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 from ustack import _fastpath
 from ustack.net.addr import ANY4, BROADCAST4
 from ustack.net.arp import ArpLayer
+from ustack.net.fragment import fragment, piece_size
 from ustack.net.ipid import DEFAULT_BUCKETS, IpIdents
 from ustack.net.link import BROADCAST_MAC, Link
 from ustack.net.reassembly import Reassembler
@@ -118,6 +119,8 @@ class Ipv4Layer:
             raise OSError(errno.EMSGSIZE, "Message too long (DF set and larger than the MTU)")
         if len(payload) + HEADER_LEN > 65535:
             raise OSError(errno.EMSGSIZE, "Message too long for IPv4")
+        if iface.addr is None:
+            iface.next_hop(dst)  # unnumbered (an IPv6-only stack): ENETUNREACH, even for broadcasts
         if iface.is_broadcast(dst):
             self._emit(BROADCAST_MAC, src, dst, proto, ttl, tos, df, payload)
             return
@@ -144,20 +147,12 @@ class Ipv4Layer:
             link.sent(_fastpath.emit_ipv4(slot, tmpl, ident, IP_DF if df else 0, payload))
             stats.inc("ipv4.packets_sent")
             return
-        # RFC 791 section 3.2: fragment data in multiples of 8 octets.
-        chunk = (mtu - HEADER_LEN) & ~7
-        view = memoryview(payload)
-        off = 0
-        while off < n:
-            piece = view[off:off + chunk]
-            more = off + chunk < n
-            slot = link.slot()
-            if slot is None:
-                return
-            link.sent(_fastpath.emit_ipv4(slot, tmpl, ident, (IP_MF if more else 0) | (off >> 3), piece))
-            stats.inc("ipv4.fragments_sent")
-            off += chunk
-        stats.inc("ipv4.packets_sent")
+        # RFC 791 section 3.2: fragment data in multiples of 8 octets, MF on all but the last.
+        if fragment(link, payload, piece_size(mtu, HEADER_LEN),
+                    lambda slot, off, piece, more: _fastpath.emit_ipv4(slot, tmpl, ident,
+                                                                       (IP_MF if more else 0) | (off >> 3), piece),
+                    stats, "ipv4.fragments_sent"):
+            stats.inc("ipv4.packets_sent")
 
     def emit_udp(self, src: bytes, dst: bytes, sport: int, dport: int, payload, now: float) -> bool:
         """Fast emit of one UDP datagram (see ``IpLayer.emit_udp``); a full TX ring is ENOBUFS."""

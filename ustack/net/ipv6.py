@@ -46,6 +46,7 @@ from typing import Callable, Optional
 
 from ustack import _fastpath
 from ustack.net.addr import ANY6
+from ustack.net.fragment import fragment, piece_size
 from ustack.net.link import Link
 from ustack.net.ndp import NdpLayer
 from ustack.net.reassembly import Reassembler
@@ -200,29 +201,23 @@ class Ipv6Layer:
             link.sent(_fastpath.emit_ipv6(slot, tmpl, payload))
             self.stats.inc("ipv6.packets_sent")
             return
-        # RFC 8200 4.5: the fragmentable part in pieces of a multiple of 8 bytes, each behind a Fragment header.
+        # RFC 8200 4.5: the fragmentable part in pieces of a multiple of 8 bytes, each behind a Fragment header
+        # with an unpredictable identification (RFC 7739).
         self._frag_counter += 1
         ident = int.from_bytes(hashlib.blake2s(dst + self._frag_counter.to_bytes(8, "big"), key=self._secret,
                                                digest_size=4).digest(), "big")
-        chunk = (mtu - HEADER_LEN - 8) & ~7
-        view = memoryview(payload)
-        off = 0
-        while off < n:
-            piece = view[off:off + chunk]
-            more = off + chunk < n
-            slot = link.slot()
-            if slot is None:
-                return
+
+        def emit_piece(slot, off: int, piece, more: bool) -> int:
             size = len(piece)
             slot[0:54] = tmpl
             slot[18:20] = (8 + size).to_bytes(2, "big")
             slot[20] = NH_FRAGMENT
             _FRAG.pack_into(slot, 54, proto, 0, off | int(more), ident)
             slot[62:62 + size] = piece
-            link.sent(62 + size)
-            self.stats.inc("ipv6.fragments_sent")
-            off += chunk
-        self.stats.inc("ipv6.packets_sent")
+            return 62 + size
+
+        if fragment(link, payload, piece_size(mtu, HEADER_LEN + 8), emit_piece, self.stats, "ipv6.fragments_sent"):
+            self.stats.inc("ipv6.packets_sent")
 
     def send_mld(self, src: bytes, dst: bytes, packet: bytes) -> None:
         """An MLD report to the multicast ``dst``: ``packet`` starts with its Hop-by-Hop (Router Alert)
@@ -244,18 +239,26 @@ class Ipv6Layer:
             return None
         return self.ndp.lookup(hop, now)
 
-    def emit_udp(self, src: bytes, dst: bytes, sport: int, dport: int, payload, now: float) -> bool:
-        """Fast emit of one UDP datagram (see ``IpLayer.emit_udp``); a full TX ring is ENOBUFS."""
-        if 48 + len(payload) > self.mtu(dst):
-            return False
+    def _flow_template(self, src: bytes, dst: bytes, proto: int, sport: int, dport: int, size: int,
+                       now: float) -> Optional[bytes]:
+        """For the fast emits: the flow's header template when a ``size``-byte packet fits the path MTU and
+        the next hop is resolved, else None (the caller takes the slow path, ``output``)."""
+        if size > self.mtu(dst):
+            return None
         mac = self._resolved(dst, now)
         if mac is None:
+            return None
+        return self._template(mac, src, dst, proto, self.ndp.cur_hop_limit or self.hop_limit, 0,
+                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+
+    def emit_udp(self, src: bytes, dst: bytes, sport: int, dport: int, payload, now: float) -> bool:
+        """Fast emit of one UDP datagram (see ``IpLayer.emit_udp``); a full TX ring is ENOBUFS."""
+        tmpl = self._flow_template(src, dst, PROTO_UDP, sport, dport, 48 + len(payload), now)
+        if tmpl is None:
             return False
         slot = self.link.slot()
         if slot is None:
             raise BlockingIOError(errno.ENOBUFS, "No buffer space available (TX ring full)")
-        tmpl = self._template(mac, src, dst, PROTO_UDP, self.ndp.cur_hop_limit or self.hop_limit, 0,
-                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
         self.link.sent(_fastpath.emit_udp6(slot, tmpl, sport, dport, payload))
         self.stats.inc("ipv6.packets_sent")
         return True
@@ -263,16 +266,13 @@ class Ipv6Layer:
     def emit_tcp(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
                  window: int, ts, payload, now: float) -> bool:
         """Fast emit of one established TCP segment (see ``IpLayer.emit_tcp``)."""
-        if HEADER_LEN + (32 if ts is not None else 20) + len(payload) > self.mtu(dst):
-            return False
-        mac = self._resolved(dst, now)
-        if mac is None:
+        tmpl = self._flow_template(src, dst, PROTO_TCP, sport, dport,
+                                   HEADER_LEN + (32 if ts is not None else 20) + len(payload), now)
+        if tmpl is None:
             return False
         slot = self.link.slot()
         if slot is None:
             return False
-        tmpl = self._template(mac, src, dst, PROTO_TCP, self.ndp.cur_hop_limit or self.hop_limit, 0,
-                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
         if ts is None:
             length = _fastpath.emit_tcp6(slot, tmpl, sport, dport, seq, ack, flags, window, None, 0, payload)
         else:
@@ -292,7 +292,7 @@ class Ipv6Layer:
             return "ipv6.martian_source.loopback"
         if src[:12] == V4_MAPPED:
             return "ipv6.martian_source.v4mapped"
-        if proto != PROTO_ICMPV6 and src in self.iface.preferred():
+        if proto != PROTO_ICMPV6 and src in self.iface.valid():
             return "ipv6.martian_source.ours"
         return None
 

@@ -20,9 +20,21 @@ solicited-node groups. This module keeps the groups of the interface
   and a Hop-by-Hop Router Alert option (RFC 2711, 5.2.15), from our
   link-local address, or from :: while there is none yet (5.2.13).
 
-Only MLDv2 is spoken: an MLDv1 querier (RFC 2710) is not answered in v1
-(the compatibility mode of RFC 3810 8 is not implemented). Source-specific
-filtering is not used (we never join with a source list).
+MLDv1 compatibility (RFC 3810 8.2.1, RFC 2710): a Query of exactly 24
+octets is an MLDv1 query (one of 25-27 octets is dropped as
+``mld.bad_query_length``, 8.1). It puts the interface in MLDv1 mode for the
+Older Version Querier Present Timeout (9.13: robustness x ``query_interval``
++ ``query_response_interval``, 260 s by default), re-armed by each further
+MLDv1 query; entering and leaving the mode cancel the pending answers and
+retransmissions. In MLDv1 mode only MLDv1 is spoken: each group queried is
+answered by its own Report (type 131, to the group) after a random delay
+within the query's Maximum Response Delay (a running delay is only ever
+shortened, RFC 2710 4), another listener's Report for the group cancels ours
+(report suppression); a join is reported with MLDv1 Reports and a leave with
+a Done (type 132, to ff02::2), repeated as the MLDv2 change records would be;
+an MLDv2 query heard meanwhile is answered in MLDv1 too. When the timeout
+passes, MLDv2 again. Source-specific filtering is not used (we never join
+with a source list).
 """
 
 from __future__ import annotations
@@ -37,8 +49,12 @@ from ustack.timers import TimerHeap
 from ustack.wire.icmpv6 import checksum_of
 
 QUERY = 130
+REPORT_V1 = 131
+DONE_V1 = 132
 REPORT_V2 = 143
 ALL_MLDV2_ROUTERS = bytes.fromhex("ff020000000000000000000000000016")
+ALL_ROUTERS = bytes.fromhex("ff020000000000000000000000000002")
+V1_QUERY_LEN, V2_QUERY_MIN_LEN = 24, 28  # RFC 3810 8.1: how the two versions' queries are told apart
 ANY6 = bytes(16)
 MODE_IS_EXCLUDE, CHANGE_TO_INCLUDE, CHANGE_TO_EXCLUDE = 2, 3, 4
 # Hop-by-Hop header before the report: next header ICMPv6, length 0 (8 bytes), Router Alert (type 5,
@@ -53,6 +69,13 @@ def report(records: list[tuple[int, bytes]], src: bytes) -> bytes:
     for rtype, group in records:
         body += struct.pack("!BBH", rtype, 0, 0) + group
     struct.pack_into("!H", body, 2, checksum_of(body, src, ALL_MLDV2_ROUTERS))
+    return bytes(body)
+
+
+def v1_message(mtype: int, group: bytes, src: bytes, dst: bytes) -> bytes:
+    """An MLDv1 Report or Done (RFC 2710 3) for ``group``, checksum filled."""
+    body = bytearray(struct.pack("!BBHHH", mtype, 0, 0, 0, 0) + group)
+    struct.pack_into("!H", body, 2, checksum_of(body, src, dst))
     return bytes(body)
 
 
@@ -75,13 +98,20 @@ class MldListener:
     """
 
     def __init__(self, iface, timers: TimerHeap, stats: Stats, send: Callable[[bytes, bytes, bytes], None], *,
-                 robustness: int = 2, unsolicited_interval: float = 1.0, rng: Optional[random.Random] = None):
+                 robustness: int = 2, unsolicited_interval: float = 1.0, query_interval: float = 125.0,
+                 query_response_interval: float = 10.0, rng: Optional[random.Random] = None):
         self.iface = iface
         self.stats = stats
         self.send = send
         self.robustness = robustness
         self.unsolicited_interval = unsolicited_interval
+        # RFC 3810 9.13: how long an MLDv1 querier is assumed present after its last query
+        self.older_querier_timeout = robustness * query_interval + query_response_interval
         self.rng = rng or random.Random()
+        self.v1_until: Optional[float] = None  # MLDv1 compatibility mode until then (RFC 3810 8.2.1)
+        self._v1_due: dict[bytes, float] = {}  # group -> when its MLDv1 answer is due
+        self._v1_timer = timers.timer(self._v1_answer)
+        self._v1_end_timer = timers.timer(self._leave_v1)
         self.announced: frozenset = frozenset()  # groups we have reported joining
         self.seen = None  # the interface's groups object at the last sync
         self._pending: dict[bytes, tuple[int, int]] = {}  # group -> (change record type, retransmissions left)
@@ -95,8 +125,21 @@ class MldListener:
     def _source(self) -> bytes:
         return self.iface.link_local or ANY6
 
+    @property
+    def v1_mode(self) -> bool:
+        return self.v1_until is not None
+
     def _emit(self, records: list[tuple[int, bytes]]) -> None:
         src = self._source()
+        if self.v1_until is not None:  # MLDv1 mode: a Report per group joined or present, a Done per group left
+            for rtype, group in records:
+                if rtype == CHANGE_TO_INCLUDE:
+                    self.send(src, ALL_ROUTERS, ROUTER_ALERT_HBH + v1_message(DONE_V1, group, src, ALL_ROUTERS))
+                    self.stats.inc("mld.v1_dones_sent")
+                else:
+                    self.send(src, group, ROUTER_ALERT_HBH + v1_message(REPORT_V1, group, src, group))
+                    self.stats.inc("mld.v1_reports_sent")
+            return
         for i in range(0, len(records), MAX_RECORDS):
             self.send(src, ALL_MLDV2_ROUTERS, ROUTER_ALERT_HBH + report(records[i:i + MAX_RECORDS], src))
             self.stats.inc("mld.reports_sent")
@@ -143,12 +186,18 @@ class MldListener:
         if hop_limit != 1 or src[:2] != b"\xfe\x80":
             self.stats.drop("mld.bad_query_source")  # RFC 3810 5.1.14: link-local source, hop limit 1
             return
-        if len(body) == 24:
-            self.stats.drop("mld.v1_query_ignored")  # an MLDv1 querier (RFC 2710): no v1 compatibility here
-            return
-        self.stats.inc("mld.queries_received")
         code = struct.unpack_from("!H", body, 4)[0]
         group = bytes(body[8:24])
+        if len(body) == V1_QUERY_LEN:
+            self._v1_query(group, code / 1000.0, now)  # RFC 2710 3.4: milliseconds, no exponential form
+            return
+        if len(body) < V2_QUERY_MIN_LEN:
+            self.stats.drop("mld.bad_query_length")  # RFC 3810 8.1: neither version's query
+            return
+        self.stats.inc("mld.queries_received")
+        if self.v1_until is not None:
+            self._v1_answer_query(group, max_response_delay(code), now)  # MLDv1 mode: only MLDv1 is spoken
+            return
         delay = self.rng.uniform(0, max_response_delay(code))
         due = self._answer_timer.deadline
         if group == ANY6:
@@ -167,3 +216,62 @@ class MldListener:
         self._answer_groups = None
         if groups:
             self._emit([(MODE_IS_EXCLUDE, g) for g in sorted(groups)])
+
+    # -- MLDv1 compatibility (RFC 3810 8.2.1, RFC 2710 4) -------------------------------------------
+    def _v1_query(self, group: bytes, max_delay: float, now: float) -> None:
+        stats = self.stats
+        stats.inc("mld.v1_queries_received")
+        if self.v1_until is None:
+            stats.inc("mld.v1_mode_entered")
+            self._cancel_pending()
+        self.v1_until = now + self.older_querier_timeout
+        self._v1_end_timer.arm(self.v1_until)
+        self._v1_answer_query(group, max_delay, now)
+
+    def _v1_answer_query(self, group: bytes, max_delay: float, now: float) -> None:
+        reportable = self._reportable()
+        groups = reportable if group == ANY6 else reportable & {group}
+        due = self._v1_due
+        for g in groups:
+            t = now + self.rng.uniform(0, max_delay)
+            if g not in due or t < due[g]:  # RFC 2710 4: a running delay is only ever shortened
+                due[g] = t
+        if due:
+            self._v1_timer.arm(min(due.values()))
+
+    def _v1_answer(self, now: float) -> None:
+        due = self._v1_due
+        ready = sorted(g for g, t in due.items() if t <= now)
+        for g in ready:
+            del due[g]
+        ready = [g for g in ready if g in self._reportable()]
+        if ready:
+            self._emit([(MODE_IS_EXCLUDE, g) for g in ready])
+        if due:
+            self._v1_timer.arm(min(due.values()))
+
+    def report_heard(self, body: bytes, now: float) -> None:
+        """Another listener's MLDv1 Report: in MLDv1 mode, ours for the same group is not needed (RFC 2710 4)."""
+        if self.v1_until is None or len(body) < 24:
+            self.stats.inc("mld.other_reports_ignored")  # an MLDv2 host ignores other listeners (RFC 3810 6)
+            return
+        group = bytes(body[8:24])
+        if self._v1_due.pop(group, None) is not None:
+            self.stats.inc("mld.v1_reports_suppressed")
+            if not self._v1_due:
+                self._v1_timer.cancel()
+
+    def _leave_v1(self, now: float) -> None:
+        """The Older Version Querier Present timer expired: back to MLDv2 (RFC 3810 8.2.1)."""
+        self.v1_until = None
+        self._cancel_pending()
+        self.stats.inc("mld.v1_mode_left")
+
+    def _cancel_pending(self) -> None:
+        """RFC 3810 8.2.1: a change of compatibility mode cancels pending answers and retransmissions."""
+        self._pending.clear()
+        self._change_timer.cancel()
+        self._answer_timer.cancel()
+        self._answer_groups = None
+        self._v1_due.clear()
+        self._v1_timer.cancel()

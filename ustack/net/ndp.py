@@ -25,12 +25,28 @@ an autonomous /64 prefix gives a global address (RFC 4862 5.5.3) with the
 stable interface identifier. Router Solicitations are ignored (a host).
 ``start`` sends up to ``max_rtr_solicitations`` RS, ``rtr_solicitation_interval`` apart, until an RA comes.
 
+Redirects (RFC 4861 8) are validated as 8.1 asks, each failure a named drop:
+a link-local source (``ndp.redirect_not_link_local``), hop limit 255 and
+code 0 (as every NDP message), 40 octets or more (``ndp.bad_length``), a
+unicast destination (``ndp.redirect_bad_destination``), a target that is
+link-local or the destination itself and not ours
+(``ndp.redirect_bad_target``), sent by the current first-hop router for that
+destination (``ndp.redirect_not_from_router``: no one else may steer our
+traffic), options of non-zero length. A valid one is applied (8.3): the
+destination cache sends the destination to the target for
+``redirect_lifetime`` seconds (``ndp.redirects_applied``); a Target
+Link-Layer Address option creates or updates the target's neighbour entry as
+STALE (IsRouter set when the target is not the destination). ``accept_redirects=False``
+drops them all as ``ndp.redirect_ignored`` (Linux's accept_redirects=0).
+
 Addresses (RFC 4862): the link-local address fe80::/64 + an interface
 identifier from RFC 7217 (the first 64 bits of SHA-256 over the prefix, the
 MAC, the DAD counter and ``stable_secret``: stable for one secret, opaque,
 different per prefix), or with ``iid="random"`` 64 random bits per address
-(RFC 8981 3.3.1's identifier; the temporary-address lifetimes and
-regeneration of RFC 8981 are not implemented). Every new address is TENTATIVE while DAD runs
+(RFC 8981 3.3.1's identifier). With ``use_tempaddr`` 1 or 2, RFC 8981
+temporary addresses are made beside the SLAAC ones (``ustack.net.tempaddr``:
+lifetimes, regeneration, deprecation; ``temp_valid_lifetime``,
+``temp_preferred_lifetime``). Every new address is TENTATIVE while DAD runs
 (``dad_transmits`` NS from :: to its solicited-node group, ``retrans_timer``
 apart); an NS from :: or an NA for it means someone else has it: it becomes
 DUPLICATE (``ndp.dad_failed``); a generated one is retried with the next DAD
@@ -41,7 +57,7 @@ reachability hints (RFC 4861 7.3.1) are not used: STALE entries are probed.
 from __future__ import annotations
 
 import hashlib
-import os
+import random
 from collections import deque
 from typing import Callable, Optional
 
@@ -58,6 +74,7 @@ from ustack.net.route6 import (
     multicast_mac,
     solicited_node,
 )
+from ustack.net.tempaddr import TEMP_PREFERRED_LIFETIME, TEMP_VALID_LIFETIME, TempAddresses, random_iid, usable_iid
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
 from ustack.wire import WireError
@@ -69,10 +86,12 @@ from ustack.wire.icmpv6 import (
     OPT_SOURCE_LLA,
     OPT_TARGET_LLA,
     ROUTER_ADVERT,
+    REDIRECT,
     ROUTER_SOLICIT,
     Icmpv6Message,
     NeighborAdvert,
     NeighborSolicit,
+    Redirect,
     RouterAdvert,
     RouterSolicit,
 )
@@ -85,20 +104,9 @@ PROBE = "PROBE"
 IDGEN_RETRIES = 3
 
 
-def _usable(iid: bytes) -> bytes:
-    if iid == bytes(8) or iid[:7] == b"\xfd\xff\xff\xff\xff\xff\xff":  # RFC 5453 reserved identifiers
-        return bytes(7) + b"\x01"
-    return iid
-
-
 def stable_iid(prefix: bytes, mac: bytes, dad_counter: int, secret: bytes) -> bytes:
     """RFC 7217 section 5: F(Prefix, Net_Iface, Network_ID, DAD_Counter, secret_key), 64 bits."""
-    return _usable(hashlib.sha256(prefix[:8] + mac + dad_counter.to_bytes(1, "big") + secret).digest()[:8])
-
-
-def random_iid() -> bytes:
-    """RFC 8981 3.3.1: 64 random bits (reserved identifiers avoided)."""
-    return _usable(os.urandom(8))
+    return usable_iid(hashlib.sha256(prefix[:8] + mac + dad_counter.to_bytes(1, "big") + secret).digest()[:8])
 
 
 class Neighbor:
@@ -126,10 +134,15 @@ class NdpLayer:
                  reachable_time: float = 30.0, retrans_timer: float = 1.0, delay_first_probe: float = 5.0,
                  max_multicast_solicit: int = 3, max_unicast_solicit: int = 3, max_entries: int = 1024,
                  max_pending: int = 64, queue_per_host: int = 16, queue_total: int = 256, dad_transmits: int = 1,
-                 max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0, iid: str = "stable"):
+                 max_rtr_solicitations: int = 3, rtr_solicitation_interval: float = 4.0, iid: str = "stable",
+                 accept_redirects: bool = True, redirect_lifetime: float = 600.0, use_tempaddr: int = 0,
+                 temp_valid_lifetime: float = TEMP_VALID_LIFETIME,
+                 temp_preferred_lifetime: float = TEMP_PREFERRED_LIFETIME, rng: Optional[random.Random] = None):
         if iid not in ("stable", "random"):
             raise ValueError("iid is 'stable' (RFC 7217) or 'random' (RFC 8981)")
         self.iid = iid
+        self.accept_redirects = accept_redirects
+        self.redirect_lifetime = redirect_lifetime
         self.iface = iface
         self.timers = timers
         self.stats = stats
@@ -155,6 +168,13 @@ class NdpLayer:
         self._rs_timer = timers.timer(self._send_rs)
         self._ra_seen = False
         self._dad_counter: dict[bytes, int] = {}  # generated address -> its RFC 7217 DAD counter
+        # RFC 8981 temporary addresses (None: off, as Linux's use_tempaddr=0)
+        self.temporary: Optional[TempAddresses] = None
+        if use_tempaddr:
+            self.temporary = TempAddresses(iface, timers, stats, self._start_dad, mode=use_tempaddr,
+                                           dad_transmits=dad_transmits, retrans_timer=retrans_timer,
+                                           valid_lifetime=temp_valid_lifetime,
+                                           preferred_lifetime=temp_preferred_lifetime, rng=rng)
 
     # -- addresses (RFC 4862) --------------------------------------------------
     def start(self, now: float) -> None:
@@ -213,6 +233,9 @@ class NdpLayer:
             entry.dad_timer.cancel()
         self.iface.set_state(addr, DUPLICATE)
         self.stats.inc("ndp.dad_failed")
+        if entry.temporary and self.temporary is not None:
+            self.temporary.dad_failed(entry, now)
+            return
         counters = self._dad_counter
         if addr in counters and counters[addr] < IDGEN_RETRIES:  # RFC 7217 6: the next identifier
             self._add_generated(addr[:8], entry.prefix.length, entry.origin, counters[addr] + 1, now)
@@ -351,6 +374,18 @@ class NdpLayer:
             for send in queue:
                 send(n.mac)
 
+    def _learn_stale(self, ip: bytes, lla: bytes, now: float) -> Optional[Neighbor]:
+        """A link-layer address heard from ``ip`` (an NS, RA or Redirect option, RFC 4861 7.2.3, 6.3.4, 8.3):
+        a new entry is STALE, an entry with another address becomes STALE with this one."""
+        n = self.cache.get(ip)
+        if n is None:
+            n = self._new_entry(ip, STALE, now)
+            if n is not None:
+                n.mac = bytes(lla)
+        elif n.mac != lla:
+            self._update(ip, n, lla, STALE, now)
+        return n
+
     def entries(self, now: float) -> list[tuple[str, str, str]]:
         """(address, MAC, state) of every entry (for snapshots)."""
         return [(to_str(ip), n.mac.hex(":") if n.mac else "", n.state) for ip, n in self.cache.items()]
@@ -371,8 +406,11 @@ class NdpLayer:
             elif msg.type == ROUTER_SOLICIT:
                 RouterSolicit.from_message(msg)
                 stats.drop("ndp.rs_ignored")  # we are a host (RFC 4861 6.2.6)
-            else:
-                stats.drop("ndp.redirect_ignored")
+            elif msg.type == REDIRECT:
+                if not self.accept_redirects:
+                    stats.drop("ndp.redirect_ignored")
+                    return
+                self._redirect_in(Redirect.from_message(msg), src, now)
         except WireError as e:
             stats.drop(e.reason)
 
@@ -410,13 +448,7 @@ class NdpLayer:
             if len(lla) != 6 or lla[0] & 1:
                 stats.drop("ndp.bad_lla")
                 return
-            n = self.cache.get(src)
-            if n is None:
-                n = self._new_entry(src, STALE, now)
-                if n is not None:
-                    n.mac = bytes(lla)
-            elif n.mac != lla:
-                self._update(src, n, lla, STALE, now)
+            self._learn_stale(src, lla, now)
         n = self.cache.get(src)
         mac = n.mac if n is not None and n.mac is not None else lla
         if mac is None:
@@ -467,6 +499,38 @@ class NdpLayer:
         elif changed:
             self._update(target, n, lla, STALE, now)
 
+    def _redirect_in(self, rd: Redirect, src: bytes, now: float) -> None:
+        """RFC 4861 8.1 validity checks, then 8.3: the destination cache and the target's entry."""
+        stats = self.stats
+        iface = self.iface
+        target, dest = rd.target, rd.destination
+        if not is_link_local(src):
+            stats.drop("ndp.redirect_not_link_local")
+            return
+        if dest[0] == 0xFF:
+            stats.drop("ndp.redirect_bad_destination")
+            return
+        if target[0] == 0xFF or not (is_link_local(target) or target == dest) or target in iface.addresses:
+            stats.drop("ndp.redirect_bad_target")
+            return
+        try:
+            first_hop = iface.next_hop(dest, now)
+        except OSError:
+            first_hop = None
+        if first_hop != src or first_hop == dest:
+            stats.drop("ndp.redirect_not_from_router")  # only the router we use for dest may redirect it
+            return
+        lla = rd.target_lla
+        if lla is not None and (len(lla) != 6 or lla[0] & 1):
+            stats.drop("ndp.bad_lla")
+            return
+        if not iface.learn_redirect(dest, target, self.redirect_lifetime, now):
+            stats.inc("ndp.redirect_evicted")
+        stats.inc("ndp.redirects_applied")
+        n = self._learn_stale(target, lla, now) if lla is not None else self.cache.get(target)
+        if n is not None and target != dest:
+            n.router = True  # 8.3: a target other than the destination is a router; else the flag stays
+
     def _ra_in(self, ra: RouterAdvert, src: bytes, now: float) -> None:
         stats = self.stats
         iface = self.iface
@@ -486,13 +550,7 @@ class NdpLayer:
             stats.drop("ndp.router_table_full")
         lla = ra.source_lla
         if lla is not None and len(lla) == 6 and not lla[0] & 1:
-            n = self.cache.get(src)
-            if n is None:
-                n = self._new_entry(src, STALE, now)
-                if n is not None:
-                    n.mac = bytes(lla)
-            elif n.mac != lla:
-                self._update(src, n, lla, STALE, now)
+            n = self._learn_stale(src, lla, now)
             if n is not None:
                 n.router = True
         mtu = ra.mtu
@@ -512,6 +570,8 @@ class NdpLayer:
                 continue
             if pi.on_link and not iface.learn_prefix(prefix, pi.valid_lifetime, now):
                 stats.drop("ndp.prefix_table_full")
+            if pi.autonomous and pi.length == 64 and pi.valid_lifetime and self.temporary is not None:
+                self.temporary.prefix_seen(pi.prefix, pi.valid_lifetime, pi.preferred_lifetime, now)
             if pi.autonomous and pi.length == 64 and pi.valid_lifetime:
                 # RFC 4862 5.5.3: a global address from the prefix, unless we have one from it.
                 if not any(e.origin == "slaac" and e.addr[:8] == pi.prefix[:8] for e in iface.addresses.values()):

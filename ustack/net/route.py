@@ -3,6 +3,8 @@
 Addresses are packed bytes (``ustack.net.addr``). ``next_hop`` is the
 routing decision of RFC 1122 section 3.3.1: on-link destinations directly,
 everything else through the gateway, or ENETUNREACH when there is none.
+An IPv6-only stack has an unnumbered interface (``addr`` None): nothing is
+local to it, only the wildcard may be bound, and every route is ENETUNREACH.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ class Interface:
 
     __slots__ = ("mac", "mtu", "prefix", "addr", "prefixlen", "broadcast", "gateway", "_local")
 
-    def __init__(self, mac: bytes, addr: str, mtu: int, gateway: Optional[str] = None):
+    def __init__(self, mac: bytes, addr: Optional[str], mtu: int, gateway: Optional[str] = None):
+        self.mac = bytes(mac)
+        self.mtu = mtu
+        if addr is None:  # unnumbered: an IPv6-only stack
+            if gateway:
+                raise ValueError("an IPv4 gateway needs an IPv4 address")
+            self.prefix = self.addr = self.broadcast = self.gateway = None
+            self.prefixlen = 0
+            self._local = frozenset()
+            return
         self.prefix = Prefix(addr)
         if len(self.prefix.addr) != 4:
             raise ValueError("the interface address must be IPv4 (A.B.C.D/N)")
@@ -28,19 +39,17 @@ class Interface:
         self.gateway = parse(gateway) if gateway else None
         if self.gateway is not None and not self.prefix.contains(self.gateway):
             raise ValueError("the gateway must be inside the connected subnet")
-        self.mac = bytes(mac)
-        self.mtu = mtu
         self._local = frozenset((self.addr, self.broadcast, BROADCAST4))
 
     def __str__(self) -> str:
-        return str(self.prefix)
+        return str(self.prefix) if self.prefix is not None else "(no IPv4 address)"
 
     def is_local_dest(self, dst: bytes) -> bool:
         """Addressed to us: our unicast address, our subnet broadcast or the limited broadcast."""
         return dst in self._local
 
     def is_broadcast(self, dst: bytes) -> bool:
-        return dst == self.broadcast or dst == BROADCAST4
+        return dst == BROADCAST4 or (dst == self.broadcast and dst is not None)
 
     def is_ours(self, addr: bytes) -> bool:
         """A local address a socket may bind: ours or the wildcard."""
@@ -48,6 +57,8 @@ class Interface:
 
     def next_hop(self, dst: bytes) -> bytes:
         """The neighbour to hand a packet for ``dst`` to (RFC 1122 section 3.3.1)."""
+        if self.prefix is None:
+            raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv4 address on this stack)")
         if dst == BROADCAST4 or self.prefix.contains(dst):
             return dst
         if self.gateway is None:

@@ -4,9 +4,13 @@ default routers, multicast groups, next hop and source address selection.
 Addresses are packed 16-byte ``bytes`` (``ustack.net.addr``). Each unicast
 address is ``TENTATIVE`` until duplicate address detection passes
 (RFC 4862 5.4, run by ``ustack.net.ndp``), then ``PREFERRED``; a duplicate
-is ``DUPLICATE`` and never used. Only preferred addresses receive packets
-or are chosen as a source; a tentative one still sees Neighbor
-Solicitations/Advertisements for itself (that is how DAD hears a conflict).
+is ``DUPLICATE`` and never used. A temporary address (RFC 8981,
+``ustack.net.tempaddr``) past its preferred lifetime is ``DEPRECATED``
+(RFC 4862 5.5.4): still valid, so it receives packets and keeps the
+connections that use it, but new ones choose another source. Only valid
+(preferred or deprecated) addresses receive packets; a tentative one still
+sees Neighbor Solicitations/Advertisements for itself (that is how DAD
+hears a conflict).
 
 Multicast groups joined (RFC 4291 2.7.1, RFC 4861 7.2.1): all-nodes
 (ff02::1) and the solicited-node group of every unicast address, tentative
@@ -14,7 +18,9 @@ ones included. A frame to a multicast MAC (33:33:xx:xx:xx:xx, RFC 2464 7)
 is accepted only when it maps a group we joined and carries that group as
 its IPv6 destination (``accepts_multicast``).
 
-Routing (RFC 4861 5.2, simplified): link-local and multicast destinations
+Routing (RFC 4861 5.2, simplified): the destination cache first (the next
+hops Redirects taught, RFC 4861 8.3, each kept ``redirect_lifetime`` seconds,
+at most ``MAX_REDIRECTS``, the oldest evicted); then link-local and multicast destinations
 and those inside an on-link prefix (our configured prefixes, and prefixes
 a Router Advertisement marked on-link while their lifetime lasts) are sent
 directly; anything else goes to the first default router still alive
@@ -22,9 +28,11 @@ directly; anything else goes to the first default router still alive
 
 Source selection (RFC 6724, simplified to the rules that matter on one
 interface): a link-local or link-scoped multicast destination gets the
-link-local address (rule 2, scope); otherwise the preferred global address
-with the longest prefix in common with the destination (rule 8), falling
-back to the link-local address only when no global address exists.
+link-local address (rule 2, scope); otherwise among the valid global
+addresses: a preferred one before a deprecated one (rule 3), a temporary one
+before a public one when ``prefer_temporary`` (rule 7, Linux's
+use_tempaddr=2), then the longest prefix in common with the destination
+(rule 8); the link-local address only when no global address exists.
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ from ustack.net.addr import Prefix, to_int
 
 TENTATIVE = "tentative"
 PREFERRED = "preferred"
+DEPRECATED = "deprecated"
 DUPLICATE = "duplicate"
+VALID_STATES = frozenset((PREFERRED, DEPRECATED))
 
 ALL_NODES = bytes.fromhex("ff020000000000000000000000000001")
 ALL_ROUTERS = bytes.fromhex("ff020000000000000000000000000002")
@@ -44,6 +54,7 @@ LINK_LOCAL_PREFIX = bytes.fromhex("fe80000000000000")
 _SOLICITED_PREFIX = bytes.fromhex("ff0200000000000000000001ff")
 MAX_ONLINK = 16  # prefixes learned from RAs (remote traffic cannot push past it)
 MAX_ROUTERS = 8  # default routers learned from RAs
+MAX_REDIRECTS = 1024  # destination cache entries made by Redirects
 
 
 def is_link_local(addr: bytes) -> bool:
@@ -62,15 +73,25 @@ def multicast_mac(group: bytes) -> bytes:
 
 
 class Address:
-    __slots__ = ("addr", "prefix", "state", "origin", "dad_timer", "dad_sent")
+    __slots__ = ("addr", "prefix", "state", "origin", "dad_timer", "dad_sent", "valid_until", "preferred_until",
+                 "regenerated", "attempt")
 
     def __init__(self, prefix: Prefix, state: str, origin: str):
         self.addr = prefix.addr
         self.prefix = prefix
         self.state = state
-        self.origin = origin  # "static", "link-local" or "slaac"
+        self.origin = origin  # "static", "link-local", "slaac" or "temporary"
         self.dad_timer = None
         self.dad_sent = 0
+        # Lifetimes (absolute times; None: forever). Only temporary addresses have them (ustack.net.tempaddr).
+        self.valid_until: Optional[float] = None
+        self.preferred_until: Optional[float] = None
+        self.regenerated = False  # a temporary address whose successor was made (RFC 8981 3.5)
+        self.attempt = 0  # DAD attempts behind a temporary address's identifier (RFC 8981 3.4, TEMP_IDGEN_RETRIES)
+
+    @property
+    def temporary(self) -> bool:
+        return self.origin == "temporary"
 
 
 class Interface6:
@@ -84,9 +105,12 @@ class Interface6:
         self.static_prefixes: list[Prefix] = []
         self.onlink: dict[tuple[bytes, int], tuple[Prefix, float]] = {}  # learned: (network, length) -> expiry
         self.routers: dict[bytes, float] = {}  # learned default routers -> expiry
+        self.redirects: dict[bytes, tuple[bytes, float]] = {}  # destination -> (next hop, expiry), RFC 4861 8.3
         self.gateway = gateway
         self.groups: set[bytes] = {ALL_NODES}
         self.preferred_set: frozenset = frozenset()  # the preferred unicast addresses (replaced on change)
+        self.valid_set: frozenset = frozenset()  # preferred or deprecated: ours to receive on (replaced on change)
+        self.prefer_temporary = False  # RFC 6724 rule 7 (set by NDP with use_tempaddr=2)
         self._macs: frozenset = frozenset((multicast_mac(ALL_NODES),))
 
     # -- addresses ----------------------------------------------------------
@@ -102,8 +126,16 @@ class Interface6:
         self.addresses[addr].state = state
         self._changed()
 
+    def remove(self, addr: bytes) -> None:
+        """An address whose valid lifetime ended (RFC 4862 5.5.4): gone, its solicited-node group too."""
+        entry = self.addresses.pop(addr, None)
+        if entry is not None and entry.dad_timer is not None:
+            entry.dad_timer.cancel()
+        self._changed()
+
     def _changed(self) -> None:
         self.preferred_set = frozenset(a for a, e in self.addresses.items() if e.state == PREFERRED)
+        self.valid_set = frozenset(a for a, e in self.addresses.items() if e.state in VALID_STATES)
         self.groups = {ALL_NODES} | {solicited_node(a) for a, e in self.addresses.items() if e.state != DUPLICATE}
         self._macs = frozenset(multicast_mac(g) for g in self.groups)
 
@@ -117,13 +149,16 @@ class Interface6:
     def preferred(self) -> frozenset:
         return self.preferred_set
 
+    def valid(self) -> frozenset:
+        return self.valid_set
+
     def is_local_dest(self, dst: bytes) -> bool:
-        """Addressed to us: a preferred address of ours or a group we joined."""
-        return dst in self.preferred_set or dst in self.groups
+        """Addressed to us: a valid (preferred or deprecated) address of ours or a group we joined."""
+        return dst in self.valid_set or dst in self.groups
 
     def is_ours(self, addr: bytes) -> bool:
-        """A local address a socket may bind: a preferred address of ours."""
-        return addr in self.preferred_set
+        """A local address a socket may bind: a valid address of ours (a deprecated one too, as Linux)."""
+        return addr in self.valid_set
 
     def accepts_multicast(self, dst_mac: bytes, dst: bytes) -> bool:
         """RFC 2464 7: a multicast frame maps the group it is addressed to, and we joined it."""
@@ -142,6 +177,11 @@ class Interface6:
         return False
 
     def next_hop(self, dst: bytes, now: float) -> bytes:
+        redirected = self.redirects.get(dst)
+        if redirected is not None:
+            if redirected[1] > now:
+                return redirected[0]
+            del self.redirects[dst]
         if self.on_link(dst, now):
             return dst
         if self.gateway is not None:
@@ -153,18 +193,22 @@ class Interface6:
 
     def source(self, dst: bytes) -> bytes:
         """RFC 6724, simplified (see the module docstring); EADDRNOTAVAIL when nothing is usable yet."""
-        best, best_len = None, -1
+        best, best_key = None, None
         link_scope = is_link_local(dst) or (dst[0] == 0xFF and (dst[1] & 0x0F) <= 2)
-        for a in self.preferred_set:
+        addresses = self.addresses
+        for a in self.valid_set:
             if is_link_local(a):
-                if link_scope:
+                if link_scope and addresses[a].state == PREFERRED:
                     return a
                 continue
             if link_scope:
                 continue
-            common = 128 - (to_int(a) ^ to_int(dst)).bit_length()
-            if common > best_len:
-                best, best_len = a, common
+            entry = addresses[a]
+            key = (entry.state == PREFERRED,  # rule 3: avoid deprecated addresses
+                   entry.temporary == self.prefer_temporary,  # rule 7: temporary ones when asked to
+                   128 - (to_int(a) ^ to_int(dst)).bit_length())  # rule 8: longest matching prefix
+            if best_key is None or key > best_key:
+                best, best_key = a, key
         if best is None:
             best = self.link_local
         if best is None:
@@ -183,6 +227,20 @@ class Interface6:
                 return False
         self.routers[router] = now + lifetime
         return True
+
+    def learn_redirect(self, dst: bytes, hop: bytes, lifetime: float, now: float) -> bool:
+        """A validated Redirect (RFC 4861 8.3): ``dst`` via ``hop`` (itself when on-link). False if one was
+        evicted to make room (the caller counts it)."""
+        table = self.redirects
+        evicted = False
+        if table.pop(dst, None) is None and len(table) >= MAX_REDIRECTS:
+            for d in [d for d, (_, t) in table.items() if t <= now]:
+                del table[d]
+            if len(table) >= MAX_REDIRECTS:
+                del table[next(iter(table))]
+                evicted = True
+        table[dst] = (hop, now + lifetime)
+        return not evicted
 
     def learn_prefix(self, prefix: Prefix, lifetime: float, now: float) -> bool:
         key = (prefix.network, prefix.length)

@@ -341,3 +341,28 @@ class RouterAdvert:
         rest = (self.cur_hop_limit << 24) | (self.flags << 16) | self.router_lifetime
         return Icmpv6Message(ROUTER_ADVERT, 0, rest,
                              _RA.pack(self.reachable_time, self.retrans_timer) + encode_options(self.options))
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """Redirect (RFC 4861 4.5): ``destination`` is better reached through ``target`` (a router, or the
+    destination itself when it is on-link)."""
+
+    target: bytes
+    destination: bytes
+    options: tuple = ()
+
+    @property
+    def target_lla(self):
+        return _option(self.options, OPT_TARGET_LLA)
+
+    @classmethod
+    def from_message(cls, msg: Icmpv6Message) -> Redirect:
+        # RFC 4861 8.1: the ICMP length is 40 octets or more (8 of header, the two addresses).
+        if len(msg.body) < 32:
+            raise WireError("ndp.bad_length", "redirect")
+        return cls(bytes(msg.body[:16]), bytes(msg.body[16:32]), parse_options(msg.body[32:]))
+
+    def to_message(self) -> Icmpv6Message:
+        return Icmpv6Message(REDIRECT, 0, 0, bytes(self.target) + bytes(self.destination)
+                             + encode_options(self.options))

@@ -37,7 +37,6 @@ import threading
 from asyncio import constants, futures, protocols, transports, trsock
 
 from ustack.api.base import MSG_DONTWAIT
-from ustack.net.addr import to_str
 from ustack.transport.tcp.tcb import State
 
 logger = logging.getLogger("asyncio")
@@ -117,8 +116,9 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
         self._driver = usock._driver
         self._conn = conn = usock._conn
         self._extra["socket"] = trsock.TransportSocket(sock)
-        self._extra.setdefault("sockname", (to_str(conn.local_addr), conn.local_port))
-        self._extra.setdefault("peername", (to_str(conn.remote_addr), conn.remote_port))
+        # as the socket reports them (AF_INET6: 4-tuples, a link-local address with its scope id), as asyncio's
+        self._extra.setdefault("sockname", usock._format(conn.local_addr, conn.local_port))
+        self._extra.setdefault("peername", usock._format(conn.remote_addr, conn.remote_port))
         self._server = server
         self._buffer = bytearray()
         self._conn_lost = 0
@@ -385,7 +385,7 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
         self._ep = ep = usock._ep
         self._address = address
         self._extra["socket"] = trsock.TransportSocket(sock)
-        self._extra.setdefault("sockname", (to_str(ep.local_addr), ep.local_port))
+        self._extra.setdefault("sockname", usock._format(ep.local_addr, ep.local_port))
         if address is not None:
             self._extra.setdefault("peername", address)
         self._protocol = protocol
@@ -429,7 +429,7 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
                     item, err = None, ep.take_error()
             if item is not None:
                 payload, src, sport = item
-                self._protocol.datagram_received(payload, (to_str(src), sport))
+                self._protocol.datagram_received(payload, self._usock._format(src, sport))
             elif err is not None:
                 self._protocol.error_received(err)
             else:
