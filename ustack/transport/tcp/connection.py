@@ -1091,6 +1091,8 @@ class Connection:
             timestamps=tcb.ts_ok, sack=tcb.sack_ok, congestion=cc.name, in_recovery=recovery.in_recovery,
             segs_in=self.segs_in, segs_out=self.out.segs_out, bytes_acked=sender.bytes_acked,
             bytes_received=self.receiver.bytes_received, challenge_acks=self.challenge_acks,
+            loss_recovery=recovery.name, lost=recovery.lost_segs, reordering=recovery.reorderings,
+            spurious_undone=recovery.undos, tlps=recovery.tlps, dsacks=recovery.dsacks,
         )
 
 
