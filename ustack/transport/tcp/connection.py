@@ -434,6 +434,8 @@ class Connection:
                 stats.drop("tcp.rst_out_of_window")
                 return
             stats.drop("tcp.unacceptable")
+            if dlen and seq_le(seq_add(seq, dlen), rcv_nxt):
+                self.receiver.duplicate(seq, seq_add(seq, dlen))  # RFC 2883: D-SACK the old data
             self.out.send_ack(now)
             return
 
@@ -443,6 +445,8 @@ class Connection:
         dseq = seq
         if seq_lt(seq, rcv_nxt):
             skip = seq_diff(rcv_nxt, seq)
+            if data:
+                self.receiver.duplicate(seq, seq_add(seq, min(skip, len(data))))  # RFC 2883
             data = data[skip:]
             dseq = rcv_nxt
         room = rcv_wnd - seq_diff(dseq, rcv_nxt)

@@ -384,10 +384,13 @@ class RackRecovery:
             if fl & (SACKED | LOST):
                 continue
             x = r[2]
-            if x > rx or (x == rx and r[1] >= re_):
+            if x > rx or (x == rx and (r[1] >= re_ or fl & RETRANS)):
+                # Sent after RACK.xmit_ts, and so is everything above it never retransmitted. The
+                # tie-break by sequence number holds for first transmissions only: a retransmission
+                # sent in the same instant as the delivered segment cannot be called earlier.
                 if fl & RETRANS:
                     continue
-                break  # sent after RACK.xmit_ts, and so is everything above it never retransmitted
+                break
             remaining = x + wait - now
             if remaining <= 0 and x < now:  # (what left at this very instant is not overdue)
                 r[3] = fl | LOST
