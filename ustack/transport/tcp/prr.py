@@ -4,7 +4,7 @@ At the start of recovery ``start(recover_fs, ssthresh)`` records RecoverFS
 (the flight size) and clears prr_delivered and prr_out. On every ACK in
 recovery ``sndcnt(delivered, pipe, ssthresh, mss)`` adds DeliveredData
 (bytes newly cumulatively acknowledged or SACKed) to prr_delivered and
-returns what may be sent now (RFC 6937 section 3.1):
+returns what may be sent now, rounded up to whole segments (RFC 6937 section 3.1):
 
 - pipe > ssthresh (proportional part): ceil(prr_delivered * ssthresh /
   RecoverFS) - prr_out, so that the window comes down to ssthresh over one
@@ -44,9 +44,9 @@ class Prr:
         else:
             # PRR-SSRB
             n = min(ssthresh - pipe, max(self.delivered - self.out, delivered) + mss)
-        if n <= 0 and self.out == 0:
-            n = mss  # the fast retransmit goes on the first ACK of recovery
-        return n if n > 0 else 0
+        if n <= 0:
+            return mss if self.out == 0 else 0  # the fast retransmit goes on the first ACK of recovery
+        return -(-n // mss) * mss  # whole segments (Linux counts packets)
 
     def sent(self, n: int) -> None:
         self.out += n

@@ -79,7 +79,7 @@ class RackRecovery:
                  "segs", "una", "una_seq", "sacked_bytes", "lost_bytes", "prr", "delivered", "dsack",
                  "rack_xmit", "rack_end", "rack_rtt", "min_rtt", "fack", "reordering_seen", "reo_wnd_mult",
                  "reo_wnd_persist", "dsack_round", "reo_deadline", "tlp_end", "tlp_retrans", "tlp_time",
-                 "advanced", "undo_snap", "undo_retrans", "undo_marker", "undo_until", "retrans_stamp", "frto", "frto_high",
+                 "advanced", "undo_rto", "undo_snap", "undo_retrans", "undo_marker", "undo_until", "retrans_stamp", "frto", "frto_high",
                  "lost_segs", "tlps", "undos", "reorderings", "dsacks")
 
     name = "rack"
@@ -114,6 +114,7 @@ class RackRecovery:
         self.tlp_retrans = False  # TLP.is_retrans
         self.tlp_time = 0.0
         self.undo_snap = None  # the controller's state before the reduction (RFC 3708)
+        self.undo_rto = False  # the episode began with a timeout (else with a fast retransmit)
         self.undo_retrans = 0  # retransmissions of the episode not yet shown spurious by a D-SACK
         self.undo_marker = None  # SND.UNA when the episode began (None: nothing to undo)
         self.undo_until = None  # a finished episode can still be undone until SND.UNA passes this
@@ -224,8 +225,8 @@ class RackRecovery:
         # RFC 8985 section 3.4 keeps DupThresh as a complement: the third duplicate ACK marks the
         # first segment lost (for a peer that sends duplicate ACKs without SACK blocks), unless the
         # ACK does not cover "recover" (RFC 6582 3.2 step 2).
-        if (self.dupacks == DUP_THRESH and not (self.in_recovery or self.in_loss) and self.segs
-                and seq_diff(ack, self.recover) > 0):
+        if (self.dupacks == DUP_THRESH and not (self.in_recovery or self.in_loss or self.sacked_bytes)
+                and self.segs and seq_diff(ack, self.recover) > 0):
             r = self.segs[0]
             if not r[3] & (SACKED | LOST):
                 r[3] |= LOST
@@ -241,7 +242,7 @@ class RackRecovery:
             self._sack(sack_blocks, now)
         self._dsack_round()
         if self.tlp_end is not None:
-            self._tlp_ack(now)
+            self._tlp_ack(now, advanced)
         if tcb.snd_max == tcb.snd_una:
             self.reo_deadline = None
             self.delivered = 0
@@ -267,11 +268,13 @@ class RackRecovery:
         self.reo_deadline = None
         if not ((self.in_recovery or self.in_loss) and self.undo_marker is not None):
             self._start_undo()
+            self.undo_rto = True
 
     def rto_retransmit(self, now: float) -> bool:
         """Timeout recovery (RFC 8985 6.3): every unSACKed segment is lost; retransmit in slow start."""
         tcb = self.sender.tcb
         self._sync(now)
+        again = self.in_loss  # a repeated timeout: F-RTO only on the first (RFC 5682 2.1)
         self.in_recovery = False
         self.in_loss = True
         self.dupacks = 0
@@ -283,7 +286,7 @@ class RackRecovery:
                 self.lost_bytes += r[1] - r[0]
                 self.lost_segs += 1
         # F-RTO (RFC 5682 2.1) when timestamps cannot tell a spurious timeout (Eifel, RFC 3522)
-        self.frto = 0 if tcb.ts_ok or self.in_loss else 1
+        self.frto = 0 if tcb.ts_ok or again else 1
         self._send(now)
         self.frto_high = self.segs[0][1] if self.segs else self.una
         return True
@@ -483,6 +486,7 @@ class RackRecovery:
         self.fast_retransmits += 1
         sender.stats.inc("tcp.fast_retransmits")
         self._start_undo()
+        self.undo_rto = False
         sender.cc.on_congestion(flight, now)
         self.prr.start(flight)
 
@@ -517,8 +521,10 @@ class RackRecovery:
         self.undo_snap = self.undo_marker = self.undo_until = None
         self.undos += 1
         sender.stats.inc("tcp.spurious_undo")
-        if self.in_recovery:
+        if not self.undo_rto and not self.reordering_seen:
             self.reordering_seen = True  # a spurious fast retransmit: the path reorders
+            self.reorderings += 1
+            sender.stats.inc("tcp.reordering_seen")
         self.in_recovery = self.in_loss = False
         self.frto = 0
         if self.lost_bytes:
@@ -562,7 +568,6 @@ class RackRecovery:
             pipe = 0
         if self.in_recovery:
             budget = self.prr.sndcnt(self.delivered, pipe, cc.ssthresh, mss)
-            budget = -(-budget // mss) * mss
         else:
             budget = cc.window - pipe
         self.delivered = 0
@@ -623,22 +628,26 @@ class RackRecovery:
         self.tlp_end = self._pos(tcb.snd_max)
         self.tlp_time = now
 
-    def _tlp_ack(self, now: float) -> None:
-        """RFC 8985 7.4: did the probe repair a loss?"""
+    def _tlp_ack(self, now: float, advanced: bool) -> None:
+        """RFC 8985 7.4: did the probe repair a loss? Decided by the first ACK past the probe, a
+        D-SACK of it, or a duplicate ACK once the probe is acknowledged (both copies arrived)."""
         dsack = self.dsack
         end = self.tlp_end
-        if dsack is not None and self.tlp_retrans and dsack[1] >= end:
-            self.tlp_end = None  # both the original and the probe arrived: nothing was lost
-            return
         if self.una < end:
             return
-        self.tlp_end = None
-        if not self.tlp_retrans:
+        if not self.tlp_retrans or (dsack is not None and dsack[1] >= end):
+            self.tlp_end = None  # a probe of new data, or both the original and the probe arrived
             return
         sender = self.sender
         tsecr = sender.ack_tsecr
         if tsecr is not None and _ts_before(tsecr, ts_clock(self.tlp_time, sender.tcb.ts_offset)):
-            return  # the ACK was for the original: nothing was lost
+            self.tlp_end = None  # the ACK was for the original: nothing was lost
+            return
+        if self.una == end:
+            if not advanced and not self.delivered:
+                self.tlp_end = None  # a duplicate ACK after the probe was acknowledged: no loss
+            return
+        self.tlp_end = None
         if self.in_recovery or self.in_loss:
             return
         # The probe repaired a tail loss: reduce the window once, as for a fast retransmit (7.4.2).
