@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
-import threading
 import time
 
 from ustack.tools import bench_pipe
@@ -52,45 +51,77 @@ def _drop(topo, percent: int) -> None:
                   capture_output=True)
 
 
-def _sink(lsock: socket.socket, result: dict) -> None:
-    try:
-        conn, _ = lsock.accept()
-        with conn:
-            n = 0
-            while chunk := conn.recv(1 << 20):
-                n += len(chunk)
-            result["bytes"] = n
-            result["end"] = time.monotonic()
-    except OSError as e:
-        result["error"] = e
+# The kernel ends run as processes of their own (no GIL shared with the stack under test); each
+# prints one JSON line. time.monotonic() is CLOCK_MONOTONIC, the same clock in every process.
+SINK = """
+import json, socket, sys, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print(json.dumps({"ready": 1}), flush=True)
+c, _ = l.accept(); n = 0; start = time.monotonic()
+while chunk := c.recv(1 << 20):
+    n += len(chunk)
+print(json.dumps({"bytes": n, "start": start, "end": time.monotonic()}), flush=True)
+"""
+SOURCE = """
+import json, socket, sys, threading, time
+size, echo = int(sys.argv[3]), sys.argv[4] == "echo"
+c = socket.create_connection((sys.argv[1], int(sys.argv[2]))); start = time.monotonic()
+if not echo:
+    c.sendall(bytes(size)); c.shutdown(socket.SHUT_WR); c.recv(1)
+    print(json.dumps({"bytes": size, "start": start, "end": time.monotonic()}), flush=True)
+    sys.exit(0)
+data = bytes((i * 7 + i // 4096) % 251 for i in range(1 << 20)); reps = max(1, size // len(data))
+back = bytearray()
+def reader():
+    while len(back) < reps * len(data) and (chunk := c.recv(1 << 20)):
+        back.extend(chunk)
+r = threading.Thread(target=reader); r.start()
+for _ in range(reps):
+    c.sendall(data)
+r.join()
+ok = len(back) == reps * len(data) and all(back[i:i + len(data)] == data for i in range(0, len(back), len(data)))
+print(json.dumps({"bytes": len(back), "exact": ok, "start": start, "end": time.monotonic()}), flush=True)
+"""
+
+
+def _json_line(proc, timeout: float) -> dict:
+    import json
+    import select
+
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        raise RuntimeError("kernel end: no answer")
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"kernel end exited: {proc.wait()}")
+    return json.loads(line)
+
+
+def _spawn(popen, script: str, *args) -> "subprocess.Popen":
+    import subprocess
+    import sys
+
+    return popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE, text=True)
 
 
 def linux_to_linux(size: int, percent: int) -> float:
     """A kernel sender in the peer namespace to a kernel sink in the stack namespace: MB/s."""
     from pyroute2 import IPRoute
 
-    from ustack.tools.netns import Topology, peer_socket
+    from ustack.tools.netns import Topology
 
     with Topology.veth(tag="bll") as topo:
         with topo.in_stack_ns(), IPRoute() as ipr:
             index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
             ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
-            lsock = socket.socket()
         _drop(topo, percent)
-        with lsock:
-            lsock.bind((topo.stack_addr, PORT))
-            lsock.listen(1)
-            result: dict = {}
-            t = threading.Thread(target=_sink, args=(lsock, result), daemon=True)
-            t.start()
-            with peer_socket(topo, socket.AF_INET, socket.SOCK_STREAM) as c:
-                start = time.monotonic()
-                c.connect((topo.stack_addr, PORT))
-                c.sendall(bytes(size))
-            t.join(600)
-        if result.get("bytes") != size:
-            raise RuntimeError(f"Linux -> Linux: {result}")
-        return size / (result["end"] - start) / 1e6
+        sink = _spawn(topo.stack_popen, SINK, topo.stack_addr, PORT)
+        _json_line(sink, 10)
+        src = _spawn(topo.peer_popen, SOURCE, topo.stack_addr, PORT, size, "bulk")
+        sent = _json_line(src, 600)
+        got = _json_line(sink, 60)
+        if got["bytes"] != size:
+            raise RuntimeError(f"Linux -> Linux: {got}")
+        return size / (got["end"] - sent["start"]) / 1e6
 
 
 class _Ustack:
@@ -130,84 +161,50 @@ class _Ustack:
 
 
 def ustack_to_kernel(size: int, percent: int, backend: str) -> dict:
-    from ustack.tools.netns import peer_socket
+    import select
+
     from ustack.transport.tcp import State
 
     u = _Ustack(backend, percent)
     try:
-        lsock = peer_socket(u.topo, socket.AF_INET, socket.SOCK_STREAM)
-        with lsock:
-            lsock.bind((u.topo.peer_addr, PORT))
-            lsock.listen(1)
-            result: dict = {}
-            t = threading.Thread(target=_sink, args=(lsock, result), daemon=True)
-            t.start()
-            start = time.monotonic()
-            conn = u.layer.connect(None, (socket.inet_aton(u.topo.peer_addr), PORT), u.driver.clock())
-            u.wait(lambda: conn.state == State.ESTABLISHED, 10.0)
-            chunk = memoryview(bytes(1 << 16))
-            sent = 0
+        sink = _spawn(u.topo.peer_popen, SINK, u.topo.peer_addr, PORT)
+        _json_line(sink, 10)
+        start = time.monotonic()
+        conn = u.layer.connect(None, (socket.inet_aton(u.topo.peer_addr), PORT), u.driver.clock())
+        u.wait(lambda: conn.state == State.ESTABLISHED, 10.0)
+        chunk = memoryview(bytes(1 << 16))
+        sent = 0
 
-            def pump():
-                nonlocal sent
-                while sent < size:
-                    n = conn.send(chunk[:min(len(chunk), size - sent)])
-                    if not n:
-                        break
-                    sent += n
-                if sent == size and not conn.tcb.fin_queued:
-                    conn.shutdown(socket.SHUT_WR)
-                return "bytes" in result or "error" in result
+        def pump():
+            nonlocal sent
+            while sent < size:
+                n = conn.send(chunk[:min(len(chunk), size - sent)])
+                if not n:
+                    break
+                sent += n
+            if sent == size and not conn.tcb.fin_queued:
+                conn.shutdown(socket.SHUT_WR)
+            return bool(select.select([sink.stdout], [], [], 0)[0])
 
-            u.wait(pump, 600.0)
-            t.join(10)
-        if result.get("bytes") != size:
-            raise RuntimeError(f"ustack -> kernel: {result}")
+        u.wait(pump, 600.0)
+        got = _json_line(sink, 10)
+        if got["bytes"] != size:
+            raise RuntimeError(f"ustack -> kernel: {got}")
         info = conn.info()
-        return {"mb_s": size / (result["end"] - start) / 1e6, "retransmits": info.retransmits,
+        return {"mb_s": size / (got["end"] - start) / 1e6, "retransmits": info.retransmits,
                 "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone}
     finally:
         u.close()
 
 
-def _client(topo, size: int, echo: bool, result: dict) -> None:
-    from ustack.tools.netns import peer_socket
-
-    try:
-        with peer_socket(topo, socket.AF_INET, socket.SOCK_STREAM) as c:
-            c.connect((topo.stack_addr, PORT))
-            if not echo:
-                c.sendall(bytes(size))
-                c.shutdown(socket.SHUT_WR)
-                c.recv(1)
-                return
-            data = bytes((i * 7 + i // 4096) % 251 for i in range(min(size, 1 << 20)))
-            reps, back = size // len(data), bytearray()
-
-            def reader():
-                while len(back) < reps * len(data) and (chunk := c.recv(1 << 20)):
-                    back.extend(chunk)
-
-            r = threading.Thread(target=reader, daemon=True)
-            r.start()
-            for _ in range(reps):
-                c.sendall(data)
-            r.join(1200)
-            result["exact"] = bytes(back) == data * reps
-            result["bytes"] = len(back)
-    except OSError as e:
-        result["error"] = e
-
-
 def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False) -> dict:
+    import select
+
     u = _Ustack(backend, percent)
     try:
         lst = u.layer.listen((bytes(4), PORT), 4)
-        result: dict = {}
-        t = threading.Thread(target=_client, args=(u.topo, size, echo, result), daemon=True)
-        start = time.monotonic()
-        t.start()
-        state = {"conn": None, "got": 0, "pending": bytearray()}
+        src = _spawn(u.topo.peer_popen, SOURCE, u.topo.stack_addr, PORT, size, "echo" if echo else "bulk")
+        state = {"conn": None, "got": 0, "pending": bytearray(), "end": None}
 
         def pump():
             conn = state["conn"]
@@ -222,21 +219,20 @@ def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False) 
             if echo and state["pending"]:
                 n = conn.send(state["pending"])
                 del state["pending"][:n]
-            if not echo:
-                return state["got"] >= size
-            return "exact" in result or "error" in result
+            if not echo and state["got"] >= size and state["end"] is None:
+                state["end"] = time.monotonic()
+                conn.close()
+            return bool(select.select([src.stdout], [], [], 0)[0])
 
-        u.wait(pump, 1200.0)
-        end = time.monotonic()
-        conn = state["conn"]
-        if not echo:
-            conn.close()
-        t.join(10)
-        if "error" in result or (echo and not result.get("exact")):
-            raise RuntimeError(f"kernel -> ustack: {result}")
-        info = conn.info()
-        return {"mb_s": size / (end - start) / 1e6, "retransmits": info.retransmits, "timeouts": info.timeouts,
-                "tlps": info.tlps, "undone": info.spurious_undone, "exact": result.get("exact")}
+        u.wait(pump, 1800.0)
+        res = _json_line(src, 10)
+        if echo and not res.get("exact"):
+            raise RuntimeError(f"echo through ustack not exact: {res}")
+        end = res["end"] if echo else state["end"]
+        info = state["conn"].info()
+        return {"mb_s": res["bytes"] / (end - res["start"]) / 1e6, "retransmits": info.retransmits,
+                "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone,
+                "exact": res.get("exact")}
     finally:
         u.close()
 
