@@ -251,6 +251,26 @@ def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, l
     return out
 
 
+def format_lines(pipe: list, veth: dict | None, percent: int) -> list[str]:
+    lines = [f"bulk under loss, pipe {r['loss']:.0%} each way: {r['mb_s_simulated']:.1f} MB/s (simulated time), "
+             f"{r['retransmits']} retransmitted, {r['timeouts']} RTOs, exact {r['exact']}" for r in pipe]
+    if not veth:
+        return lines
+    base = veth["linux"]["mb_s"]
+    for name, row in veth.items():
+        extra = ""
+        if name != "linux":
+            rto = statistics.median(r["timeouts"] for r in row["runs"])
+            rtx = statistics.median(r["retransmits"] for r in row["runs"])
+            extra = f", ustack retransmitted {rtx:.0f}, RTOs {rto:.0f}"
+            if name == "echo":
+                extra += f", exact {row['runs'][0]['exact']}"
+        runs = ", ".join(f"{r['mb_s']:.1f}" for r in row["runs"])
+        lines.append(f"bulk under loss, veth {percent}% each way, {name.replace('_', ' ')}: {row['mb_s']:.1f} MB/s "
+                     f"({row['mb_s'] / base:.2f}x Linux -> Linux){extra}; runs {runs}")
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ustack.tools.bench_loss", description=__doc__.splitlines()[0])
     p.add_argument("--loss", type=int, default=3, help="percent of TCP segments dropped each way on veth (default 3)")
@@ -262,24 +282,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not 0 <= args.loss < 100 or args.bytes <= 0 or args.reps <= 0:
         p.error("need 0 <= --loss < 100, --bytes > 0, --reps > 0")
-    for r in pipe_rows(min(args.bytes, 5_000_000)):
-        print(f"pipe {r['loss']:.0%} loss: {r['mb_s_simulated']:.1f} MB/s (simulated time), "
-              f"{r['retransmits']} retransmitted, {r['timeouts']} RTOs, exact {r['exact']}")
-    if args.pipe_only:
-        return 0
-    out = veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo)
-    base = out["linux"]["mb_s"]
-    for name, row in out.items():
-        extra = ""
-        if name != "linux":
-            rto = statistics.median(r["timeouts"] for r in row["runs"])
-            rtx = statistics.median(r["retransmits"] for r in row["runs"])
-            extra = f", ustack retransmitted {rtx:.0f}, RTOs {rto:.0f}"
-            if name == "echo":
-                extra += f", exact {row['runs'][0]['exact']}"
-        print(f"veth {args.loss}% loss each way, {name}: {row['mb_s']:.1f} MB/s "
-              f"({row['mb_s'] / base:.2f}x Linux -> Linux){extra}; runs "
-              + ", ".join(f"{r['mb_s']:.1f}" for r in row["runs"]))
+    pipe = pipe_rows(min(args.bytes, 5_000_000))
+    veth = None if args.pipe_only else veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo)
+    print("\n".join(format_lines(pipe, veth, args.loss)))
     return 0
 
 

@@ -79,3 +79,15 @@ def test_echo_under_loss_with_the_other_recoveries(recovery, sack):
     for c in (conn, server):
         info = c.info()
         assert info.loss_recovery == recovery and info.sack == sack and info.retransmits
+
+
+def test_bench_loss_pipe_rows():
+    """The bench's loss row (pipe part): exact transfers at 1% and 3%, figures that make sense."""
+    from ustack.tools import bench_loss
+
+    rows = bench_loss.pipe_rows(300_000)
+    assert [r["loss"] for r in rows] == [0.01, 0.03]
+    assert all(r["exact"] and r["mb_s_simulated"] > 0 and r["timeouts"] <= 1 for r in rows)
+    assert rows[1]["retransmits"] > 0
+    lines = bench_loss.format_lines(rows, None, 3)
+    assert len(lines) == 2 and lines[1].startswith("bulk under loss, pipe 3% each way:")
