@@ -744,7 +744,7 @@ class Connection:
             return
         if tcb.snd_max == tcb.snd_una or st == State.TIME_WAIT:
             return
-        if self.orphaned and self._orphan_gives_up(now):
+        if self.orphaned and self.sender.timer_is_rto and self._orphan_gives_up(now):
             return
         if not self.sender.retransmit_timeout(now):
             self._fail(self._timeout_error())

@@ -440,6 +440,11 @@ class Sender:
         return True
 
     @property
+    def timer_is_rto(self) -> bool:
+        """The retransmission timer runs as the RTO (not RACK-TLP's reorder timer or probe timeout)."""
+        return self.rtx_kind == RTO
+
+    @property
     def busy(self) -> bool:
         """Data is outstanding or a window probe is due: a timer watches the peer already."""
         tcb = self.tcb
