@@ -29,12 +29,17 @@ Lost segments start fast recovery (congestion controller's
 ``on_congestion``); what is sent on each ACK during recovery is PRR's
 (``prr``, RFC 6937): lost segments first, then new data.
 
-Tail loss probe (section 7): outside recovery, with nothing SACKed and no
-probe outstanding, the sender's one timer runs as the PTO (2 SRTT, plus
+Tail loss probe (section 7): with no probe outstanding, outside recovery
+with nothing SACKed, the sender's one timer runs as the PTO (2 SRTT, plus
 the worst-case delayed ACK when a single segment is in flight, never past
 the RTO). On expiry one new segment is sent, or the last one again; the
-ACK for it either shows the loss repaired (the window is reduced as for a
-fast retransmit) or, by a D-SACK or its timestamp, that nothing was lost.
+ACK beyond it shows the loss repaired (the window is reduced as for a fast
+retransmit), a D-SACK, its timestamp or a duplicate ACK that nothing was
+lost. Unlike Linux (which probes only outside recovery) the PTO also runs
+during fast recovery, sending new data or the highest unSACKed segment:
+with the small windows of a lossy path, a lost retransmission at the end
+of a flight otherwise has no later segment whose SACK would reveal it and
+waits for the RTO.
 
 After a retransmission timeout every unSACKed segment is marked lost and
 they are retransmitted in slow start (timeout recovery), SACKed ones are
