@@ -115,6 +115,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the IPv6 rows (the kernel and each ustack backend again over IPv6: RTT, MB/s, conn/s)")
     p.add_argument("--no-program", action="store_true",
                    help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
+    p.add_argument("--no-loss", action="store_true",
+                   help="skip the bulk-under-loss row (pipe at 1%% and 3%%, veth with nftables drops: bench_loss)")
+    p.add_argument("--loss", type=int, default=3, metavar="PERCENT",
+                   help="TCP segments the kernel side drops each way in the loss row (default: %(default)s)")
     tune = p.add_argument_group("sizes (override the suite's)")
     tune.add_argument("--reps", type=_positive(int), help="repetitions per metric (median reported)")
     tune.add_argument("--rtt-count", type=_positive(int), help="timed round trips per RTT repetition")
@@ -201,6 +205,15 @@ def cmd_bench(args) -> int:
         if cfg.rings:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["rings"].append(run_ring(kind, cfg, placement, args.xdp_mode, log))
+        if not args.no_loss:
+            from ustack.tools import bench_loss
+            size = 5_000_000 if args.quick else 20_000_000
+            backend = next((k for k in kinds if k in USTACK_BACKENDS), "packet")
+            log(f"ustack bench: bulk under loss ({args.loss}% each way, {backend})")
+            pipe = bench_loss.pipe_rows(size)
+            veth = bench_loss.veth_rows(size, args.loss, cfg.reps, backend)
+            result["loss"] = {"percent": args.loss, "backend": backend, "pipe": pipe, "veth": veth,
+                              "lines": bench_loss.format_lines(pipe, veth, args.loss)}
     except KeyboardInterrupt:
         interrupted = True
         result["notes"].append("interrupted: partial results")
@@ -220,6 +233,8 @@ def cmd_bench(args) -> int:
     if args.json:
         write_json(result, args.json)
     print(format_table(result))
+    if "loss" in result:
+        print("\n".join(result["loss"]["lines"]))
     written = [f for f in (args.json, args.png if args.png and not chart_problem else None) if f]
     if written:
         print(f"wrote {', '.join(written)}")

@@ -40,6 +40,7 @@ def test_holes_and_is_lost():
 # -- scripted recovery -------------------------------------------------------------
 
 def sack_established(**cfg):
+    cfg.setdefault("loss_recovery", "rfc6675")  # this file is about RFC 6675 (RACK-TLP: test_tcp_rack.py)
     h = Harness(delayed_ack=False, sack=True, **cfg)
     conn = h.layer.connect(None, (h.peer.addr, h.peer.port), h.now)
     h.peer.local_port = conn.local_port

@@ -17,6 +17,9 @@ from ustack.transport.tcp.congestion import ALGORITHMS
 # beyond what it holds (Linux's tcp_rmem[0] / tcp_wmem[0]), so every connection keeps moving.
 PRESSURE_MIN = 4096
 
+# Loss recovery with SACK (transport/tcp/rack.py, recovery.py); without SACK it is always NewReno.
+LOSS_RECOVERIES = ("rack", "rfc6675", "newreno")
+
 
 @dataclass(slots=True)
 class TcpConfig:
@@ -45,6 +48,7 @@ class TcpConfig:
     timestamps: bool = True  # RFC 7323
     sack: bool = True  # RFC 2018: offer SACK-permitted; send SACK blocks when both agree
     congestion: str = "newreno"
+    loss_recovery: str = "rack"  # with SACK: "rack" (RFC 8985), "rfc6675" or "newreno"; set at the handshake
     mss: int = 0  # TCP_MAXSEG clamp; 0 = from the route MTU (MTU - 40)
     challenge_ack_interval: float = 0.5  # RFC 5961 7: at most one challenge ACK per interval per connection
     challenge_ack_limit: int = 1000  # layer-wide challenge ACKs per second: limit/2 + random(limit) (CVE-2016-5696)
@@ -88,5 +92,7 @@ class TcpConfig:
             raise ValueError("tcp_mem_pressure must be in (0, tcp_mem]")
         if self.mss and self.mss < 88:
             raise ValueError("mss clamp below 88 bytes")
+        if self.loss_recovery not in LOSS_RECOVERIES:
+            raise ValueError(f"unknown loss recovery {self.loss_recovery!r} (known: {', '.join(LOSS_RECOVERIES)})")
         if self.congestion.lower() not in ALGORITHMS:
             raise ValueError(f"unknown congestion control {self.congestion!r} (known: {', '.join(sorted(ALGORITHMS))})")

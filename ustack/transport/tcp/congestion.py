@@ -17,6 +17,9 @@ sender reports:
   from FlightSize, cwnd = the loss window (one SMSS, RFC 5681 3.1).
 - ``set_mss(mss)``: the handshake fixed SMSS; ``lower_mss(mss)``: path MTU
   discovery shrank it (RFC 1191).
+- ``snapshot()`` / ``restore(snap)``: loss recovery keeps the state from
+  before a reduction and puts it back when the reduction proves spurious
+  (D-SACK, RFC 3708; timestamps, RFC 3522; F-RTO, RFC 5682).
 
 Loss recovery (duplicate ACKs, NewReno's window inflation, SACK's pipe) is
 not here: see ``ustack.transport.tcp.recovery``, which calls
@@ -77,6 +80,12 @@ class CongestionControl(Protocol):
     def on_rto(self, in_flight: int, now: float) -> None:
         """The retransmission timer expired: ssthresh from FlightSize, cwnd = one SMSS."""
 
+    def snapshot(self) -> tuple:
+        """The state a reduction changes."""
+
+    def restore(self, snap: tuple) -> None:
+        """Undo a spurious reduction."""
+
 
 class Window:
     """What every algorithm keeps: SMSS, cwnd and ssthresh, and the MSS rules (RFC 5681 3.1).
@@ -103,6 +112,21 @@ class Window:
 
     def lower_mss(self, mss: int) -> None:
         self.mss = mss
+
+    def snapshot(self) -> tuple:
+        """The state a loss response changes, kept so that a spurious one can be undone (RFC 3708, RFC 4015)."""
+        return tuple(getattr(self, name) for name in self._undo_slots())
+
+    def restore(self, snap: tuple) -> None:
+        """Undo a spurious reduction: the window and threshold as they were (never lower than now)."""
+        cwnd, ssthresh = self.cwnd, self.ssthresh
+        for name, value in zip(self._undo_slots(), snap):
+            setattr(self, name, value)
+        self.cwnd = max(self.cwnd, cwnd)
+        self.ssthresh = max(self.ssthresh, ssthresh)
+
+    def _undo_slots(self) -> tuple:
+        return ("cwnd", "ssthresh")
 
 
 class NewReno(Window):
@@ -170,6 +194,9 @@ class Cubic(Window):
         self.k = 0.0  # time (s) the cubic function takes to return to w_max
         self.epoch = None  # start of the current congestion avoidance epoch
         self.w_est = 0.0  # Reno-friendly estimate (segments)
+
+    def _undo_slots(self) -> tuple:
+        return ("cwnd", "ssthresh", "w_max", "k", "epoch", "w_est")
 
     def on_ack(self, acked: int, rtt: float | None, now: float) -> None:
         mss = self.mss

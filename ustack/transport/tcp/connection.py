@@ -434,6 +434,8 @@ class Connection:
                 stats.drop("tcp.rst_out_of_window")
                 return
             stats.drop("tcp.unacceptable")
+            if dlen and seq_le(seq_add(seq, dlen), rcv_nxt):
+                self.receiver.duplicate(seq, seq_add(seq, dlen))  # RFC 2883: D-SACK the old data
             self.out.send_ack(now)
             return
 
@@ -443,6 +445,8 @@ class Connection:
         dseq = seq
         if seq_lt(seq, rcv_nxt):
             skip = seq_diff(rcv_nxt, seq)
+            if data:
+                self.receiver.duplicate(seq, seq_add(seq, min(skip, len(data))))  # RFC 2883
             data = data[skip:]
             dseq = rcv_nxt
         room = rcv_wnd - seq_diff(dseq, rcv_nxt)
@@ -740,7 +744,7 @@ class Connection:
             return
         if tcb.snd_max == tcb.snd_una or st == State.TIME_WAIT:
             return
-        if self.orphaned and self._orphan_gives_up(now):
+        if self.orphaned and self.sender.timer_is_rto and self._orphan_gives_up(now):
             return
         if not self.sender.retransmit_timeout(now):
             self._fail(self._timeout_error())
@@ -1091,6 +1095,8 @@ class Connection:
             timestamps=tcb.ts_ok, sack=tcb.sack_ok, congestion=cc.name, in_recovery=recovery.in_recovery,
             segs_in=self.segs_in, segs_out=self.out.segs_out, bytes_acked=sender.bytes_acked,
             bytes_received=self.receiver.bytes_received, challenge_acks=self.challenge_acks,
+            loss_recovery=recovery.name, lost=recovery.lost_segs, reordering=recovery.reorderings,
+            spurious_undone=recovery.undos, tlps=recovery.tlps, dsacks=recovery.dsacks,
         )
 
 

@@ -49,3 +49,9 @@ class TcpInfo:
     bytes_acked: int
     bytes_received: int
     challenge_acks: int
+    loss_recovery: str = ""  # "rack" (RFC 8985), "rfc6675" or "newreno"
+    lost: int = 0  # segments loss detection marked lost (RACK, and every unSACKed one at a timeout)
+    reordering: int = 0  # times reordering was seen (RACK.reordering_seen set)
+    spurious_undone: int = 0  # reductions undone as spurious (D-SACK RFC 3708, Eifel RFC 3522, F-RTO RFC 5682)
+    tlps: int = 0  # tail loss probes sent (RFC 8985 7)
+    dsacks: int = 0  # D-SACKs received (RFC 2883)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "delack", "rtt", "recv_high",
                  "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "budget")
+                 "budget", "dsack")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, delack_timer, high_water: Callable[[], None]):
         self.tcb = tcb
@@ -54,6 +54,7 @@ class Receiver:
         self.unacked = 0  # in-order bytes received since our last ACK
         self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
         self.bytes_received = 0
+        self.dsack = None  # (left, right) of duplicate data to report first in the next ACK (RFC 2883)
         self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
@@ -74,12 +75,15 @@ class Receiver:
         off = seq_diff(dseq, tcb.rcv_nxt)
         had_gap = rcvbuf.ooo_bytes > 0
         before = len(rcvbuf)
+        dup = had_gap and off > 0 and rcvbuf.holds(off, len(data))
         adv = rcvbuf.write(off, data)
         if adv < 0:
             self.stats.drop("tcp.ooo_overflow")
             self.ack_now = True
             return
         if off > 0:
+            if dup:
+                self.duplicate(dseq, seq_add(dseq, len(data)))  # already held out of order
             self.stats.inc("tcp.ooo_segs")
             self.ack_now = True  # RFC 5681 4.2: an out-of-order segment is ACKed at once
             return
@@ -203,16 +207,31 @@ class Receiver:
             tcb.rcv_adv = seq_add(tcb.rcv_nxt, window)
         return window
 
+    def duplicate(self, left: int, right: int) -> None:
+        """Data [left, right) arrived that was already received: a D-SACK (RFC 2883) in the next ACK, sent now."""
+        if self.tcb.sack_ok and left != right:
+            self.dsack = (left, right)
+            self.ack_now = True
+
     def sack_blocks(self, limit: int) -> tuple:
-        """SACK blocks for the out-of-order runs, the most recently changed first (RFC 2018 4)."""
+        """SACK blocks for the out-of-order runs, the most recently changed first (RFC 2018 4), after
+        a D-SACK block for duplicate data when one is owed (RFC 2883 4, reported once)."""
         rcvbuf = self.rcvbuf
+        dsack = self.dsack
         if not rcvbuf.ooo_bytes:
-            return ()
+            if dsack is None:
+                return ()
+            self.stats.inc("tcp.dsack_sent")
+            return (dsack,)
         runs = rcvbuf.runs()
         base = self.tcb.rcv_nxt
         last = rcvbuf.last_run
         ordered = [r for r in runs if r[0] == last] + [r for r in runs if r[0] != last]
-        return tuple((seq_add(base, s), seq_add(base, e)) for s, e in ordered[:limit])
+        blocks = tuple((seq_add(base, s), seq_add(base, e)) for s, e in ordered[:limit - (dsack is not None)])
+        if dsack is not None:
+            self.stats.inc("tcp.dsack_sent")
+            blocks = (dsack,) + blocks
+        return blocks
 
     def ack_sent(self, now: float, data: bool) -> None:
         """A segment acknowledging RCV.NXT left (``data``: it carried data): nothing is owed any more."""
@@ -222,6 +241,7 @@ class Receiver:
         delack.ack_sent(self.unacked > 0)
         self.ack_now = False
         self.wnd_update = False
+        self.dsack = None
         self.unacked = 0
         if self.delack_timer.deadline is not None:
             self.delack_timer.cancel()

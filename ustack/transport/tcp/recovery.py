@@ -95,11 +95,28 @@ class Recovery(Protocol):
     def on_rto(self) -> None:
         """The retransmission timer expired."""
 
+    def on_send(self, seq: int, length: int, now: float) -> None:
+        """``length`` sequence numbers from ``seq`` were sent (RACK keeps per-segment send times)."""
+
+    def arm_timer(self, now: float) -> None:
+        """After an ACK or new data: run the sender's timer as RTO, reorder timer or PTO (RACK-TLP)."""
+
+    def on_timer(self, kind: int, now: float) -> None:
+        """The sender's timer expired as the reorder timer or the probe timeout (``rack.REO``/``rack.PTO``)."""
+
+    def before_rto(self, now: float) -> None:
+        """The retransmission timer expired, before the controller reduces the window."""
+
+    def rto_retransmit(self, now: float) -> bool:
+        """After the reduction: True when the recovery retransmits itself (else go-back-N from SND.UNA)."""
+
 
 class _FastRecovery:
     """Duplicate ACK counting, limited transmit and the entry/exit rules both recoveries share."""
 
     __slots__ = ("sender", "dupacks", "in_recovery", "recover", "inflation", "fast_retransmits")
+    # What RACK-TLP counts (``info()``); these recoveries do not tell them apart.
+    lost_segs = tlps = undos = reorderings = dsacks = 0
 
     def __init__(self, sender: RecoveryHost, recover: int):
         self.sender = sender
@@ -141,6 +158,21 @@ class _FastRecovery:
     def after_ack(self, ack: int, sack_blocks, now: float) -> None:
         pass
 
+    def on_send(self, seq: int, length: int, now: float) -> None:
+        pass
+
+    def arm_timer(self, now: float) -> None:
+        pass
+
+    def on_timer(self, kind: int, now: float) -> None:
+        pass
+
+    def before_rto(self, now: float) -> None:
+        pass
+
+    def rto_retransmit(self, now: float) -> bool:
+        return False
+
     def on_rto(self) -> None:
         # RFC 6582 3.2 step 5: no fast retransmit for losses from before the timeout.
         self.recover = seq_add(self.sender.tcb.snd_max, -1)
@@ -173,6 +205,7 @@ class _FastRecovery:
 class NewRenoRecovery(_FastRecovery):
     """RFC 6582 fast recovery (with RFC 5681 3.2 window inflation)."""
 
+    name = "newreno"
     __slots__ = ()
 
     def _fast_retransmit(self, now: float) -> None:
@@ -198,6 +231,7 @@ class NewRenoRecovery(_FastRecovery):
 class SackRecovery(_FastRecovery):
     """RFC 6675 conservative SACK-based loss recovery."""
 
+    name = "rfc6675"
     __slots__ = ("board", "high_rxt", "rescue_rxt")
 
     def __init__(self, sender: RecoveryHost, recover: int):

@@ -102,6 +102,16 @@ class ReceiveBuffer:
         self.last_run = start
         return True
 
+    def holds(self, offset: int, n: int) -> bool:
+        """Bytes [offset, offset + n) past RCV.NXT are all held out of order already (a duplicate)."""
+        end = offset + n
+        for s, r in self._runs:
+            if s <= offset and end <= s + len(r):
+                return True
+            if s > offset:
+                break
+        return False
+
     def runs(self) -> list:
         """Out-of-order runs as ``(start, end)`` offsets past RCV.NXT."""
         return [(s, s + len(r)) for s, r in self._runs]

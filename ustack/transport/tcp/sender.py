@@ -46,6 +46,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from ustack.transport.tcp.congestion import make
+from ustack.transport.tcp.rack import RTO, RackRecovery
 from ustack.transport.tcp.recovery import NewRenoRecovery, SackRecovery
 from ustack.transport.tcp.rtt import RttEstimator, tsecr_rtt
 from ustack.transport.tcp.sendbuf import SendBuffer
@@ -68,7 +69,7 @@ class Sender:
     __slots__ = ("tcb", "out", "stats", "sndbuf", "rtt", "cc", "recovery", "rtx_timer", "persist_timer",
                  "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
-                 "retransmits", "timeouts", "dup_acks", "bytes_acked")
+                 "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
                  low_water: Callable[[], None], mss: int, cork_timer):
@@ -91,6 +92,8 @@ class Sender:
         self.rtt_time = 0.0
         self.force = False  # the persist timer forces a small segment (SWS override)
         self.retransmits = self.timeouts = self.dup_acks = self.bytes_acked = 0
+        self.rtx_kind = RTO  # what the retransmission timer stands for (RACK-TLP: RTO, REO or PTO)
+        self.ack_tsecr = None  # TSecr of the ACK in progress (RACK, Eifel)
         self.configure(config)
 
     def configure(self, config: TcpConfig) -> None:
@@ -100,6 +103,7 @@ class Sender:
         self.cork = config.cork
         self.max_retries = config.max_retries
         self.persist_max = config.persist_max
+        self.loss_recovery = config.loss_recovery
         self.send_low = config.send_low_water if config.send_low_water is not None else config.sndbuf // 2
 
     def set_congestion(self, name: str) -> None:
@@ -112,9 +116,11 @@ class Sender:
     # -- the handshake ---------------------------------------------------
 
     def use_sack(self, sack_ok: bool) -> None:
-        """The handshake settled SACK (RFC 2018): loss recovery by the scoreboard (RFC 6675) or
-        NewReno's (RFC 6582), with "recover" initialised to the ISS (RFC 6582 3.2 step 1)."""
-        cls = SackRecovery if sack_ok else NewRenoRecovery
+        """The handshake settled SACK (RFC 2018): loss recovery as ``loss_recovery`` says when SACK
+        is on (RACK-TLP, RFC 8985; the scoreboard, RFC 6675; or NewReno), NewReno's (RFC 6582)
+        without it; "recover" is initialised to the ISS (RFC 6582 3.2 step 1)."""
+        kind = self.loss_recovery if sack_ok else "newreno"
+        cls = RackRecovery if kind == "rack" else SackRecovery if kind == "rfc6675" else NewRenoRecovery
         self.recovery = cls(self, self.tcb.iss)
 
     def arm_rtx(self, now: float, restart: bool = True) -> None:
@@ -161,6 +167,8 @@ class Sender:
         ack = seg.ack
         una = tcb.snd_una
         snd_max = tcb.snd_max
+        ts = seg.timestamps
+        self.ack_tsecr = ts[1] if ts is not None and tcb.ts_ok else None
         advanced = seq_diff(ack, una)
         seg_wnd = seg.window << tcb.snd_wscale
         if advanced > 0:
@@ -184,7 +192,9 @@ class Sender:
                 self.persist_timer.cancel()
                 self.persist_backoff = 0
         if tcb.state in SENDING:
-            self.recovery.after_ack(ack, seg.sack_blocks, now)
+            recovery = self.recovery
+            recovery.after_ack(ack, seg.sack_blocks, now)
+            recovery.arm_timer(now)
 
     def _advance(self, ack: int, advanced: int, ts, now: float) -> None:
         """SND.UNA moves to ``ack``, ``advanced`` sequence numbers on."""
@@ -211,6 +221,7 @@ class Sender:
             self.rtt_seq = None
         if not self.recovery.on_ack(ack, advanced, acked, seq_diff(tcb.snd_max, ack), now):
             self.cc.on_ack(acked, rtt.srtt, now)
+        self.rtx_kind = RTO
         if tcb.snd_max == ack:
             self.rtx_timer.cancel()  # RFC 6298 5.2
         else:
@@ -233,6 +244,7 @@ class Sender:
             flags |= PSH
         self.out.emit(seq, flags, now, payload)
         end = seq_add(seq, n + 1 if fin else n)
+        self.recovery.on_send(seq, n + 1 if fin else n, now)
         if seq_lt(seq, tcb.snd_max):
             self.retransmits += 1
             self.stats.inc("tcp.retrans_segs")
@@ -247,6 +259,7 @@ class Sender:
         if seq_gt(end, tcb.snd_max):
             tcb.snd_max = end
         if not probe and self.rtx_timer.deadline is None:
+            self.rtx_kind = RTO
             self.rtx_timer.arm(now + self.rtt.rto)
 
     def retransmit(self, seq: int, n: int, now: float) -> None:
@@ -283,6 +296,7 @@ class Sender:
         sndbuf = self.sndbuf
         buffered = len(sndbuf)
         una = tcb.snd_una
+        snd_max = tcb.snd_max
         if tcb.snd_wnd == 0 and buffered and seq_gt(tcb.snd_nxt, una):
             # The window closed with data outstanding: pull SND.NXT back and
             # probe instead of retransmitting into a closed window (as BSD does).
@@ -333,9 +347,12 @@ class Sender:
         # data with nothing outstanding needs the persist timer.
         if self.rtx_timer.deadline is None and self.persist_timer.deadline is None:
             if tcb.snd_max != tcb.snd_una:
+                self.rtx_kind = RTO
                 self.rtx_timer.arm(now + self.rtt.rto)
             elif seq_diff(tcb.snd_nxt, una) < len(sndbuf) and not corked:
                 self.arm_persist(now)
+        if tcb.snd_max != snd_max and budget is None:
+            self.recovery.arm_timer(now)  # new data: RACK-TLP may run the timer as the PTO (RFC 8985 7.2)
         # The cork's 200 ms cap runs from when it first held a partial segment.
         cork_timer = self.cork_timer
         if corked:
@@ -351,19 +368,30 @@ class Sender:
 
         False, having done nothing, when ``max_retries`` timeouts in a row were not enough.
         """
+        recovery = self.recovery
+        kind = self.rtx_kind
+        if kind != RTO:
+            # RACK-TLP's reorder timer or probe timeout (RFC 8985 6.2, 7.3); the RTO runs again behind it.
+            self.rtx_kind = RTO
+            self.rtx_timer.arm(now + self.rtt.rto)
+            recovery.on_timer(kind, now)
+            return True
         if self.rtx_count >= self.max_retries:
             return False
         tcb = self.tcb
         self.rtx_count += 1
         self.timeouts += 1
         self.stats.inc("tcp.rto_expired")
+        recovery.before_rto(now)
         self.cc.on_rto(seq_diff(tcb.snd_max, tcb.snd_una), now)
-        self.recovery.on_rto()
+        recovery.on_rto()
         self.rtt.backoff()
         self.rtt_seq = None  # Karn
-        tcb.snd_nxt = tcb.snd_una
-        self.output(now)
+        if not recovery.rto_retransmit(now):
+            tcb.snd_nxt = tcb.snd_una  # go back N
+            self.output(now)
         if self.rtx_timer.deadline is None and tcb.snd_max != tcb.snd_una:
+            self.rtx_kind = RTO
             self.rtx_timer.arm(now + self.rtt.rto)
         return True
 
@@ -410,6 +438,11 @@ class Sender:
                 tcb.snd_wnd == 0 or seq_diff(tcb.snd_nxt, tcb.snd_una) < len(self.sndbuf)):
             self.arm_persist(now)
         return True
+
+    @property
+    def timer_is_rto(self) -> bool:
+        """The retransmission timer runs as the RTO (not RACK-TLP's reorder timer or probe timeout)."""
+        return self.rtx_kind == RTO
 
     @property
     def busy(self) -> bool:

@@ -1,0 +1,297 @@
+"""RACK-TLP (RFC 8985), PRR (RFC 6937), D-SACK (RFC 2883) with undo (RFC 3708, Eifel RFC 3522) and
+F-RTO (RFC 5682) against a scripted receiver on the manual clock.
+
+``Wire`` stands between the engine and a minimal SACK receiver written here:
+every data segment the engine emits reaches the receiver ``rtt / 2`` later
+unless the test drops that transmission (by segment index and transmission
+number); the receiver ACKs each arrival at once (SACK blocks, the most recent
+first, a D-SACK block first for duplicates) and the ACK reaches the engine
+``rtt / 2`` later. Timers fire at their own deadlines in between.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tcp.harness import Harness
+from ustack.transport.tcp.prr import Prr
+from ustack.transport.tcp.seq import seq_add, seq_diff
+
+MSS = 1000
+RTT = 0.01
+
+
+class Wire:
+    def __init__(self, h: Harness, conn, base: int, rtt: float = RTT, delays=None, drops=(), ts=False,
+                 ack_stall: float = 0.0):
+        self.h = h
+        self.conn = conn
+        self.base = base  # sequence number of segment index 0
+        self.rtt = rtt
+        self.delays = dict(delays or {})  # (index, transmission) -> extra one-way delay
+        self.drops = set(drops)  # (index, transmission) not delivered
+        self.ts = ts
+        self.ack_stall = ack_stall  # ACKs the receiver sends before this time arrive only then
+        self.sent: dict = {}  # index -> transmissions so far
+        self.log: list = []  # (time, index, transmission) of every data segment the engine sent
+        self.events: list = []  # (time, kind, payload)
+        self.rcv_nxt = base
+        self.ooo: list = []  # [start, end] received above rcv_nxt, most recent first
+        self.received = bytearray()
+
+    def collect(self) -> None:
+        h = self.h
+        for seg in h.drain():
+            if not seg.payload:
+                continue
+            idx = seq_diff(seg.seq, self.base) // MSS
+            n = self.sent[idx] = self.sent.get(idx, 0) + 1
+            self.log.append((h.now, idx, n))
+            if (idx, n) in self.drops:
+                continue
+            when = h.now + self.rtt / 2 + self.delays.get((idx, n), 0.0)
+            self.events.append((when, "data", (seg.seq, bytes(seg.payload), seg.hdr.timestamps)))
+
+    def arrive(self, seq: int, payload: bytes, ts) -> None:
+        end = seq_add(seq, len(payload))
+        dsack = None
+        if seq_diff(end, self.rcv_nxt) <= 0 or any(seq_diff(seq, s) >= 0 and seq_diff(e, end) >= 0 for s, e, _ in self.ooo):
+            dsack = (seq, end)
+        elif seq_diff(seq, self.rcv_nxt) <= 0:
+            self.received += payload[seq_diff(self.rcv_nxt, seq):]
+            self.rcv_nxt = end
+            moved = True
+            while moved:
+                moved = False
+                for r in list(self.ooo):
+                    if seq_diff(r[0], self.rcv_nxt) <= 0:
+                        self.ooo.remove(r)
+                        if seq_diff(r[1], self.rcv_nxt) > 0:
+                            self.received += r[2][seq_diff(self.rcv_nxt, r[0]):]
+                            self.rcv_nxt = r[1]
+                        moved = True
+        else:
+            self.ooo.insert(0, [seq, end, payload])
+        blocks = ([dsack] if dsack else []) + [(s, e) for s, e, _ in self.ooo]
+        tsopt = (7000, ts[0]) if self.ts and ts else None
+        when = max(self.h.now + self.rtt / 2, self.ack_stall)
+        self.events.append((when, "ack", (self.rcv_nxt, tuple(blocks[:3]), tsopt)))
+
+    def run(self, until: float) -> None:
+        h = self.h
+        self.collect()
+        while True:
+            nd = h.timers.next_deadline()
+            ev = min(self.events, default=None, key=lambda e: e[0])
+            t = min(x for x in (nd, ev[0] if ev else None) if x is not None) if (nd or ev) else None
+            if t is None or t > until:
+                break
+            h.clock.set(max(t, h.now))
+            if ev is not None and ev[0] <= h.now:
+                self.events.remove(ev)
+                if ev[1] == "data":
+                    self.arrive(*ev[2])
+                else:
+                    ack, blocks, tsopt = ev[2]
+                    h.peer.send(flags="A", ack=ack, sack=blocks, ts=tsopt if tsopt else False, advance=False)
+            else:
+                h.timers.run(h.now)
+                h.layer.flush(h.now)
+            self.collect()
+
+    def retransmissions(self) -> list:
+        return [(idx, n) for _, idx, n in self.log if n > 1]
+
+
+def established(ts: bool = False, cwnd_segs: int = 10, **cfg):
+    """A RACK connection (SACK on) with cwnd grown to ``cwnd_segs`` and an RTT estimate of ``RTT``."""
+    h = Harness(delayed_ack=False, sack=True, timestamps=ts, **cfg)
+    conn = h.layer.connect(None, (h.peer.addr, h.peer.port), h.now)
+    h.peer.local_port = conn.local_port
+    syn = h.peer.expect(flags="S")
+    h.advance(RTT)
+    opts = dict(ts=(h.peer.ts_clock, syn.hdr.timestamps[0])) if ts else {}
+    h.peer.send(flags="SA", ack=syn.seq + 1, mss=MSS + (12 if ts else 0), sack_perm=True, **opts)
+    h.peer.use_ts = ts
+    h.peer.expect(flags="A")
+    while conn.sender.cc.window < cwnd_segs * MSS:
+        conn.send(b"g" * MSS, now=h.now)
+        h.drain()
+        h.advance(RTT)
+        h.peer.ack()
+    h.drain()
+    assert conn.info().loss_recovery == "rack"
+    return h, conn
+
+
+def payload(n: int) -> bytes:
+    return b"".join(bytes([65 + i % 26]) * MSS for i in range(n))
+
+
+def test_recover_starts_at_the_iss():
+    """RFC 6582 3.2 step 1: "recover" is the ISS, for every recovery."""
+    for recovery, sack in (("rack", True), ("rfc6675", True), ("newreno", True), ("rack", False)):
+        h = Harness(sack=sack, loss_recovery=recovery)
+        conn = h.open_active(peer_options={"sack_perm": sack})
+        assert conn.sender.recovery.recover == conn.tcb.iss
+        assert conn.info().loss_recovery == (recovery if sack else "newreno")
+
+
+def test_lost_retransmission_is_detected_without_a_timeout():
+    """RFC 8985 6.2: a retransmission is one more transmission; SACKs of later ones show it lost."""
+    h, conn = established()
+    data = payload(30)
+    conn.send(data, now=h.now)
+    base = conn.tcb.snd_una
+    wire = Wire(h, conn, base, drops={(2, 1), (2, 2)})  # segment 2 and its first retransmission are lost
+    wire.run(until=h.now + 0.15)  # well below the 200 ms minimum RTO
+    assert bytes(wire.received) == data
+    assert wire.sent[2] == 3 and wire.retransmissions() == [(2, 2), (2, 3)]
+    info = conn.info()
+    assert info.timeouts == 0 and info.tlps == 0 and info.lost == 2 and info.fast_retransmits == 1
+    # the second retransmission went once RACK.rtt passed after the first, at a SACK of later data
+    (t2,) = [t for t, i, n in wire.log if (i, n) == (2, 2)]
+    (t3,) = [t for t, i, n in wire.log if (i, n) == (2, 3)]
+    assert RTT <= t3 - t2 < 2 * RTT
+
+
+def test_tail_loss_is_recovered_by_a_probe():
+    """RFC 8985 7: the last two segments of a flight are lost; the PTO (2 SRTT) retransmits the last,
+    its SACK shows the other lost, and RACK recovers it, all without an RTO."""
+    h, conn = established()
+    data = payload(10)
+    conn.send(data, now=h.now)
+    start = h.now
+    wire = Wire(h, conn, conn.tcb.snd_una, drops={(8, 1), (9, 1)})
+    wire.run(until=h.now + 0.15)
+    assert bytes(wire.received) == data
+    info = conn.info()
+    assert info.tlps == 1 and info.timeouts == 0
+    assert wire.retransmissions() == [(9, 2), (8, 2)]  # the probe (the last segment), then the hole
+    (probe_at,) = [t for t, i, n in wire.log if (i, n) == (9, 2)]
+    srtt = conn.sender.rtt.srtt
+    assert probe_at - start == pytest.approx(RTT + 2 * srtt, abs=1e-3)  # last ACK + PTO
+    assert conn.tcb.snd_una == seq_add(wire.base, len(data))
+
+
+def test_tail_probe_that_was_not_needed_keeps_the_window():
+    """RFC 8985 7.4: the probe's D-SACK shows nothing was lost: no reduction."""
+    h, conn = established()
+    cwnd = conn.sender.cc.window
+    conn.send(payload(4), now=h.now)
+    # segments 2 and 3 are 25 ms late: the PTO (20 ms after the ACK of 1) fires first and resends 3
+    wire = Wire(h, conn, conn.tcb.snd_una, delays={(2, 1): 0.025, (3, 1): 0.025})
+    wire.run(until=h.now + 0.15)
+    info = conn.info()
+    assert info.tlps == 1 and info.timeouts == 0 and info.dsacks == 1
+    assert wire.retransmissions() == [(3, 2)]
+    assert conn.sender.cc.window >= cwnd and not conn.sender.recovery.in_recovery
+
+
+def test_spurious_fast_retransmit_is_undone_by_dsack():
+    """RFC 2883 / RFC 3708: reordering makes a segment look lost; the D-SACK of its retransmission
+    gives the window back and RACK learns the path reorders."""
+    h, conn = established()
+    cwnd, ssthresh = conn.sender.cc.window, conn.sender.cc.ssthresh
+    data = payload(10)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, delays={(0, 1): 0.004})  # segment 0 arrives 4 ms late
+    wire.run(until=h.now + 0.1)
+    assert bytes(wire.received) == data
+    info = conn.info()
+    assert wire.retransmissions() == [(0, 2)] and info.fast_retransmits == 1
+    assert info.dsacks == 1 and info.spurious_undone == 1 and info.reordering == 1
+    assert conn.sender.cc.window >= cwnd and conn.sender.cc.ssthresh == ssthresh
+    assert conn.sender.recovery.reo_wnd_mult == 2  # RFC 8985 6.2 step 4: a D-SACK round widens reo_wnd
+
+
+def test_reordering_within_the_window_retransmits_nothing():
+    """Once reordering is seen, reo_wnd (min_RTT / 4) absorbs a 2 ms late segment."""
+    h, conn = established()
+    conn.sender.recovery.reordering_seen = True
+    data = payload(10)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, delays={(3, 1): 0.002})
+    wire.run(until=h.now + 0.1)
+    assert bytes(wire.received) == data and wire.retransmissions() == []
+    assert conn.info().fast_retransmits == 0
+
+
+def test_spurious_timeout_is_undone_by_frto():
+    """RFC 5682 2.1 (no timestamps): the RTO resends the first segment only; the first ACK brings two
+    new segments, the second ACK acknowledges data never retransmitted: the timeout was spurious."""
+    h, conn = established()
+    cwnd = conn.sender.cc.window
+    data = payload(20)
+    conn.send(data, now=h.now)
+    # the ACK path stalls for 300 ms (beyond the 200 ms RTO), then all the ACKs arrive
+    wire = Wire(h, conn, conn.tcb.snd_una, ack_stall=h.now + 0.3)
+    wire.run(until=h.now + 0.45)
+    info = conn.info()
+    assert info.timeouts == 1 and info.spurious_undone == 1
+    assert wire.retransmissions() == [(0, 2)]  # no go-back-N
+    assert conn.sender.cc.window >= cwnd
+    wire.run(until=h.now + 0.5)
+    assert bytes(wire.received) == data
+
+
+def test_spurious_timeout_is_undone_by_timestamps():
+    """Eifel (RFC 3522): the first ACK after the RTO echoes a TSval older than the retransmission."""
+    h, conn = established(ts=True)
+    cwnd = conn.sender.cc.window
+    data = payload(20)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, ack_stall=h.now + 0.3, ts=True)
+    wire.run(until=h.now + 0.45)
+    info = conn.info()
+    assert info.timeouts == 1 and info.spurious_undone == 1
+    assert wire.retransmissions() == [(0, 2)]
+    assert conn.sender.cc.window >= cwnd
+    wire.run(until=h.now + 0.5)
+    assert bytes(wire.received) == data
+
+
+def test_genuine_timeout_is_not_undone():
+    """The whole flight and the probe are lost: F-RTO's second ACK is a duplicate (a SACK of a new
+    segment), recovery is conventional."""
+    h, conn = established()
+    data = payload(20)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, drops={(i, 1) for i in range(11)})
+    wire.run(until=h.now + 1.0)
+    assert bytes(wire.received) == data
+    info = conn.info()
+    assert info.timeouts == 1 and info.spurious_undone == 0
+    assert conn.sender.cc.ssthresh < 10 * MSS
+
+
+def test_prr_sends_one_segment_per_two_acks_down_to_ssthresh():
+    """RFC 6937 section 3 and its example: one loss in a flight of 20, ssthresh 10 (Reno's half): on
+    each duplicate ACK (one segment delivered) PRR sends ceil(delivered * 10 / 20) - out, so a segment
+    on every other ACK, the retransmission first, and pipe ends at ssthresh."""
+    prr = Prr()
+    prr.start(20 * MSS)
+    pipe = 19 * MSS  # the lost segment is not in the pipe
+    schedule = []
+    for _ in range(19):
+        pipe -= MSS  # the segment this ACK reports left the network
+        n = prr.sndcnt(MSS, pipe, 10 * MSS, MSS)
+        schedule.append(n // MSS)
+        prr.sent(n)
+        pipe += n
+    # worked by hand from section 3.1: proportional while pipe > ssthresh, then PRR-SSRB (pipe
+    # reaches ssthresh after 16 ACKs: nothing on the 17th, one each on the last two)
+    assert schedule == [1, 0] * 8 + [0, 1, 1]
+    assert sum(schedule) == 10 and pipe == 10 * MSS
+
+
+def test_prr_slow_start_reduction_bound():
+    """RFC 6937 3.1 PRR-SSRB: when pipe falls below ssthresh (a burst of losses) the sender catches up
+    by at most what was delivered plus one segment per ACK, never beyond ssthresh."""
+    prr = Prr()
+    prr.start(20 * MSS)
+    assert prr.sndcnt(MSS, 4 * MSS, 10 * MSS, MSS) == 2 * MSS  # delivered 1 + 1
+    prr.sent(2 * MSS)
+    assert prr.sndcnt(3 * MSS, 6 * MSS, 10 * MSS, MSS) == 4 * MSS  # max(4 - 2, 3) + 1, = ssthresh - pipe
+    prr.sent(4 * MSS)
+    assert prr.sndcnt(MSS, 9 * MSS, 10 * MSS, MSS) == MSS  # ssthresh - pipe binds

@@ -1,0 +1,296 @@
+"""Bulk TCP under random loss: ustack beside the kernel in the same run (``ustack bench``'s loss row).
+
+    python -m ustack.tools.bench_loss [--loss 3] [--bytes 20000000] [--reps 3] [--pipe-only]
+                                      [--backend packet] [--echo BYTES]
+
+Two parts:
+
+- pipe (no privileges): two ustack stacks on a manual clock over the pipe
+  backend (1 ms RTT) at 1% and 3% random loss each way: simulated MB/s of a
+  ``--bytes`` transfer, retransmissions and retransmission timeouts
+  (``bench_pipe.transfer``);
+- veth (root): a veth topology whose kernel side drops ``--loss`` percent of
+  TCP segments in each direction with nftables (``meta l4proto tcp numgen
+  random mod 100 < N drop`` on input and output, FACTS.md: no netem here).
+  Rows, medians of ``--reps``: Linux -> Linux (a kernel sink in the stack
+  namespace of a topology of its own, the same rules on its peer side),
+  ustack -> kernel sink, kernel -> ustack, each ``--bytes``, in MB/s, with
+  ustack's retransmissions and RTOs; with ``--echo`` also an echo through
+  ustack of that many bytes each way (checked exact). Ratios to Linux ->
+  Linux are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import time
+
+from ustack.tools import bench_pipe
+
+NFT_RULES = """table inet ustack_loss {{
+  chain input {{ type filter hook input priority 0; meta l4proto tcp numgen random mod 100 < {p} drop; }}
+  chain output {{ type filter hook output priority 0; meta l4proto tcp numgen random mod 100 < {p} drop; }}
+}}
+"""
+PORT = 7100
+
+
+def pipe_rows(size: int, losses=(0.01, 0.03)) -> list[dict]:
+    rows = []
+    for loss in losses:
+        t = bench_pipe.transfer(size, loss=loss)
+        rows.append({"loss": loss, "mb_s_simulated": size / t.simulated / 1e6, "retransmits": t.retransmits,
+                     "timeouts": t.timeouts, "exact": t.received == size})
+    return rows
+
+
+def _drop(topo, percent: int) -> None:
+    topo.peer_run(["nft", "-f", "-"], input=NFT_RULES.format(p=percent), text=True, check=True,
+                  capture_output=True)
+
+
+# The kernel ends run as processes of their own (no GIL shared with the stack under test); each
+# prints one JSON line. time.monotonic() is CLOCK_MONOTONIC, the same clock in every process.
+SINK = """
+import json, socket, sys, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print(json.dumps({"ready": 1}), flush=True)
+c, _ = l.accept(); n = 0; start = time.monotonic()
+while chunk := c.recv(1 << 20):
+    n += len(chunk)
+print(json.dumps({"bytes": n, "start": start, "end": time.monotonic()}), flush=True)
+"""
+SOURCE = """
+import json, socket, sys, threading, time
+size, echo = int(sys.argv[3]), sys.argv[4] == "echo"
+c = socket.create_connection((sys.argv[1], int(sys.argv[2]))); start = time.monotonic()
+if not echo:
+    c.sendall(bytes(size)); c.shutdown(socket.SHUT_WR); c.recv(1)
+    print(json.dumps({"bytes": size, "start": start, "end": time.monotonic()}), flush=True)
+    sys.exit(0)
+data = bytes((i * 7 + i // 4096) % 251 for i in range(1 << 20)); reps = max(1, size // len(data))
+back = bytearray()
+def reader():
+    while len(back) < reps * len(data) and (chunk := c.recv(1 << 20)):
+        back.extend(chunk)
+r = threading.Thread(target=reader); r.start()
+for _ in range(reps):
+    c.sendall(data)
+r.join()
+ok = len(back) == reps * len(data) and all(back[i:i + len(data)] == data for i in range(0, len(back), len(data)))
+print(json.dumps({"bytes": len(back), "exact": ok, "start": start, "end": time.monotonic()}), flush=True)
+"""
+
+
+def _json_line(proc, timeout: float) -> dict:
+    import json
+    import select
+
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        raise RuntimeError("kernel end: no answer")
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"kernel end exited: {proc.wait()}")
+    return json.loads(line)
+
+
+def _spawn(popen, script: str, *args) -> "subprocess.Popen":
+    import subprocess
+    import sys
+
+    return popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE, text=True)
+
+
+def linux_to_linux(size: int, percent: int) -> float:
+    """A kernel sender in the peer namespace to a kernel sink in the stack namespace: MB/s."""
+    from pyroute2 import IPRoute
+
+    from ustack.tools.netns import Topology
+
+    with Topology.veth(tag="bll") as topo:
+        with topo.in_stack_ns(), IPRoute() as ipr:
+            index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
+            ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
+        _drop(topo, percent)
+        sink = _spawn(topo.stack_popen, SINK, topo.stack_addr, PORT)
+        _json_line(sink, 10)
+        src = _spawn(topo.peer_popen, SOURCE, topo.stack_addr, PORT, size, "bulk")
+        sent = _json_line(src, 600)
+        got = _json_line(sink, 60)
+        if got["bytes"] != size:
+            raise RuntimeError(f"Linux -> Linux: {got}")
+        return size / (got["end"] - sent["start"]) / 1e6
+
+
+class _Ustack:
+    """A stack on ``backend`` in the stack namespace of a fresh veth topology, driven in this thread."""
+
+    def __init__(self, backend: str, percent: int):
+        from ustack.api.driver import Driver
+        from ustack.stack import Stack
+        from ustack.tools.netns import Topology
+
+        self.topo = Topology.veth(tag="blu")
+        self.dev = None
+        try:
+            self.dev = self.topo.open_device(backend)
+            self.stack = Stack(self.dev, f"{self.topo.stack_addr}/{self.topo.prefixlen}")
+            self.layer = self.stack.tcp
+            self.driver = Driver(self.stack)
+            _drop(self.topo, percent)
+        except BaseException:
+            self.close()
+            raise
+
+    def wait(self, predicate, timeout: float) -> None:
+        """Busy-poll the stack (this process is the stack's, as a dedicated server would be) until
+        ``predicate()``; what it sends goes out in the same round."""
+        clock, stack, layer = self.driver.clock, self.stack, self.layer
+        end = clock() + timeout
+        while True:
+            now = clock()
+            stack.poll(now)
+            if predicate():
+                return
+            layer.flush(clock())
+            if now > end:
+                raise RuntimeError("ustack: timed out")
+
+    def close(self) -> None:
+        if self.dev is not None:
+            self.dev.close()
+        self.topo.close()
+
+
+def ustack_to_kernel(size: int, percent: int, backend: str) -> dict:
+    import select
+
+    from ustack.transport.tcp import State
+
+    u = _Ustack(backend, percent)
+    try:
+        sink = _spawn(u.topo.peer_popen, SINK, u.topo.peer_addr, PORT)
+        _json_line(sink, 10)
+        start = time.monotonic()
+        conn = u.layer.connect(None, (socket.inet_aton(u.topo.peer_addr), PORT), u.driver.clock())
+        u.wait(lambda: conn.state == State.ESTABLISHED, 10.0)
+        chunk = memoryview(bytes(1 << 16))
+        sent = 0
+
+        def pump():
+            nonlocal sent
+            while sent < size:
+                n = conn.send(chunk[:min(len(chunk), size - sent)])
+                if not n:
+                    break
+                sent += n
+            if sent == size and not conn.tcb.fin_queued:
+                conn.shutdown(socket.SHUT_WR)
+            return bool(select.select([sink.stdout], [], [], 0)[0])
+
+        u.wait(pump, 600.0)
+        got = _json_line(sink, 10)
+        if got["bytes"] != size:
+            raise RuntimeError(f"ustack -> kernel: {got}")
+        info = conn.info()
+        return {"mb_s": size / (got["end"] - start) / 1e6, "retransmits": info.retransmits,
+                "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone}
+    finally:
+        u.close()
+
+
+def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False) -> dict:
+    import select
+
+    u = _Ustack(backend, percent)
+    try:
+        lst = u.layer.listen((bytes(4), PORT), 4)
+        src = _spawn(u.topo.peer_popen, SOURCE, u.topo.stack_addr, PORT, size, "echo" if echo else "bulk")
+        state = {"conn": None, "got": 0, "pending": bytearray(), "end": None}
+
+        def pump():
+            conn = state["conn"]
+            if conn is None:
+                conn = state["conn"] = lst.accept()
+                if conn is None:
+                    return False
+            while chunk := conn.recv(1 << 20):
+                state["got"] += len(chunk)
+                if echo:
+                    state["pending"] += chunk
+            if echo and state["pending"]:
+                n = conn.send(state["pending"])
+                del state["pending"][:n]
+            if not echo and state["got"] >= size and state["end"] is None:
+                state["end"] = time.monotonic()
+                conn.close()
+            return bool(select.select([src.stdout], [], [], 0)[0])
+
+        u.wait(pump, 1800.0)
+        res = _json_line(src, 10)
+        if echo and not res.get("exact"):
+            raise RuntimeError(f"echo through ustack not exact: {res}")
+        end = res["end"] if echo else state["end"]
+        info = state["conn"].info()
+        return {"mb_s": res["bytes"] / (end - res["start"]) / 1e6, "retransmits": info.retransmits,
+                "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone,
+                "exact": res.get("exact")}
+    finally:
+        u.close()
+
+
+def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, log=print) -> dict:
+    runs: dict = {"linux": [], "ustack_to_kernel": [], "kernel_to_ustack": []}
+    for _ in range(reps):  # interleaved, so that the machine's load falls on every row alike
+        runs["linux"].append({"mb_s": linux_to_linux(size, percent)})
+        runs["ustack_to_kernel"].append(ustack_to_kernel(size, percent, backend))
+        runs["kernel_to_ustack"].append(kernel_to_ustack(size, percent, backend))
+    if echo:
+        runs["echo"] = [kernel_to_ustack(echo, percent, backend, echo=True)]
+    out = {}
+    for name, rs in runs.items():
+        out[name] = {"mb_s": statistics.median(r["mb_s"] for r in rs), "runs": rs}
+    return out
+
+
+def format_lines(pipe: list, veth: dict | None, percent: int) -> list[str]:
+    lines = [f"bulk under loss, pipe {r['loss']:.0%} each way: {r['mb_s_simulated']:.1f} MB/s (simulated time), "
+             f"{r['retransmits']} retransmitted, {r['timeouts']} RTOs, exact {r['exact']}" for r in pipe]
+    if not veth:
+        return lines
+    base = veth["linux"]["mb_s"]
+    for name, row in veth.items():
+        extra = ""
+        if name != "linux":
+            rto = statistics.median(r["timeouts"] for r in row["runs"])
+            rtx = statistics.median(r["retransmits"] for r in row["runs"])
+            extra = f", ustack retransmitted {rtx:.0f}, RTOs {rto:.0f}"
+            if name == "echo":
+                extra += f", exact {row['runs'][0]['exact']}"
+        runs = ", ".join(f"{r['mb_s']:.1f}" for r in row["runs"])
+        lines.append(f"bulk under loss, veth {percent}% each way, {name.replace('_', ' ')}: {row['mb_s']:.1f} MB/s "
+                     f"({row['mb_s'] / base:.2f}x Linux -> Linux){extra}; runs {runs}")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ustack.tools.bench_loss", description=__doc__.splitlines()[0])
+    p.add_argument("--loss", type=int, default=3, help="percent of TCP segments dropped each way on veth (default 3)")
+    p.add_argument("--bytes", type=int, default=20_000_000, help="bytes per transfer (default 20 MB)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions (median reported)")
+    p.add_argument("--backend", default="packet", help="ustack backend on veth (default packet)")
+    p.add_argument("--echo", type=int, default=0, help="also echo this many bytes each way through ustack")
+    p.add_argument("--pipe-only", action="store_true", help="only the pipe part (no privileges needed)")
+    args = p.parse_args(argv)
+    if not 0 <= args.loss < 100 or args.bytes <= 0 or args.reps <= 0:
+        p.error("need 0 <= --loss < 100, --bytes > 0, --reps > 0")
+    pipe = pipe_rows(min(args.bytes, 5_000_000))
+    veth = None if args.pipe_only else veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo)
+    print("\n".join(format_lines(pipe, veth, args.loss)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
