@@ -154,3 +154,19 @@ class KernelSink:
         self.thread.join(timeout)
         self.sock.close()
         return self.result
+
+
+def echoed_exactly(sock, data: bytes, timeout: float = 30) -> bool:
+    """Send ``data`` on a connected socket from a thread while reading the echo; True when the same bytes
+    came back (compared by sha256, so a large transfer needs no second copy)."""
+    sender = threading.Thread(target=sock.sendall, args=(data,), daemon=True)
+    sender.start()
+    h = hashlib.sha256()
+    got = 0
+    while got < len(data):
+        chunk = sock.recv(1 << 20)
+        assert chunk, f"EOF after {got} bytes"
+        h.update(chunk)
+        got += len(chunk)
+    sender.join(timeout)
+    return got == len(data) and h.hexdigest() == hashlib.sha256(data).hexdigest()

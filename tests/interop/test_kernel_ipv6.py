@@ -20,12 +20,11 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import KernelSink, Served, backend_params
+from tests.interop.harness import KernelSink, Served, backend_params, echoed_exactly
 
 pytestmark = pytest.mark.privileged
 MB100 = 100_000_000
@@ -68,17 +67,7 @@ def test_tcp_echo_10mb_exact_both_directions(served):
         s.settimeout(30)
         s.connect((t.stack_addr6, 7))
         assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) <= 1440
-        sender = threading.Thread(target=s.sendall, args=(data,), daemon=True)
-        sender.start()
-        h = hashlib.sha256()
-        got = 0
-        while got < len(data):
-            chunk = s.recv(1 << 20)
-            assert chunk, f"EOF after {got} bytes"
-            h.update(chunk)
-            got += len(chunk)
-        sender.join(30)
-    assert got == len(data) and h.hexdigest() == hashlib.sha256(data).hexdigest()
+        assert echoed_exactly(s, data)
 
 
 def test_kernel_pulls_100mb_over_ipv6_sha256_exact(served):

@@ -21,7 +21,7 @@ import threading
 import pytest
 
 from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import KernelSink, Served
+from tests.interop.harness import KernelSink, Served, echoed_exactly
 
 pytestmark = pytest.mark.privileged
 
@@ -61,15 +61,7 @@ def test_tcp_echo_1mb_exact(served):
     with peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM) as s:
         s.settimeout(30)
         s.connect((t.stack_addr6, 7))
-        sender = threading.Thread(target=s.sendall, args=(data,), daemon=True)
-        sender.start()
-        got = bytearray()
-        while len(got) < len(data):
-            chunk = s.recv(1 << 20)
-            assert chunk, f"EOF after {len(got)} bytes"
-            got += chunk
-        sender.join(30)
-    assert bytes(got) == data
+        assert echoed_exactly(s, data)
 
 
 def test_serve_counted_ipv4_as_disabled_then_cli_ping_and_send_ipv6_only(served):
