@@ -70,6 +70,7 @@ from __future__ import annotations
 import errno
 import socket
 
+from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
 from ustack.transport.tcp.info import TcpInfo
 from ustack.transport.tcp.output import Output
@@ -120,16 +121,19 @@ class Connection:
         if config.mss:
             own_mss = min(own_mss, config.mss)
         self._own_mss = max(own_mss, 88)
+        # Timers call ``Connection._on_*(self, now)`` (no bound method each); the delayed-ACK,
+        # keepalive and close timers are made when first armed (``timers.UNARMED`` until then).
         timers = host.timers
-        self.receiver = Receiver(tcb, config, host.stats, timers.timer(self._on_delack_timer), self._recv_high_water)
+        cls = Connection
+        self.receiver = Receiver(tcb, config, host.stats, timers, self, cls._on_delack_timer, self._recv_high_water)
         self.out = Output(tcb, self.receiver, host, (self.local_addr, self.local_port),
                           (self.remote_addr, self.remote_port))
-        self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(self._on_rtx_timer),
-                             timers.timer(self._on_persist_timer), self._send_low_water, min(self._own_mss, 536),
-                             timers.timer(self._on_cork_timer))
+        self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(cls._on_rtx_timer, self),
+                             timers.timer(cls._on_persist_timer, self), self._send_low_water,
+                             min(self._own_mss, 536), timers.timer(cls._on_cork_timer, self))
         self.receiver.rtt = self.sender.rtt
-        self._keepalive_timer = timers.timer(self._on_keepalive_timer)
-        self._close_timer = timers.timer(self._on_close_timer)
+        self._keepalive_timer = UNARMED
+        self._close_timer = UNARMED
         self.error = None
         self._pending_error = None
         self.wr_shutdown = False
@@ -270,7 +274,7 @@ class Connection:
         self._set_state(State.FIN_WAIT_1 if tcb.fin_queued else State.ESTABLISHED)
         self.host.stats.inc("tcp.established")
         if self.config.keepalive:
-            self._keepalive_timer.arm(now + self.config.keepidle)
+            self._keepalive().arm(now + self.config.keepidle)
         if self.listener is not None:
             self.listener.child_established(self)
 
@@ -404,7 +408,7 @@ class Connection:
             # restarts the 2 MSL and is ACKed at once; anything else is out of window and draws a
             # rate-limited ACK, so forged FINs can neither keep the TCB alive nor make us an ACK pump.
             if flags & FIN and seq_add(seq, len(payload) + 1) == tcb.rcv_nxt:
-                self._close_timer.arm(now + 2 * self.config.msl)
+                self._closer().arm(now + 2 * self.config.msl)
                 stats.inc("tcp.time_wait_fin_acked")
                 self.out.send_ack(now)
                 return
@@ -550,7 +554,7 @@ class Connection:
             if st == State.FIN_WAIT_1:
                 self._set_state(State.FIN_WAIT_2)
                 if self.orphaned:
-                    self._close_timer.arm(now + self.config.fin_wait2_timeout)
+                    self._closer().arm(now + self.config.fin_wait2_timeout)
             elif st == State.CLOSING:
                 self._enter_time_wait(now)
             elif st == State.LAST_ACK:
@@ -612,6 +616,20 @@ class Connection:
 
     # -- state changes ---------------------------------------------------
 
+    def _keepalive(self):
+        """The keepalive timer, made on first use."""
+        timer = self._keepalive_timer
+        if timer is UNARMED:
+            timer = self._keepalive_timer = self.host.timers.timer(Connection._on_keepalive_timer, self)
+        return timer
+
+    def _closer(self):
+        """The close timer (TIME-WAIT's 2 MSL, the FIN-WAIT-2 timeout), made on first use."""
+        timer = self._close_timer
+        if timer is UNARMED:
+            timer = self._close_timer = self.host.timers.timer(Connection._on_close_timer, self)
+        return timer
+
     def _set_state(self, state: State) -> None:
         self.tcb.state = state
         self._notify()
@@ -622,7 +640,7 @@ class Connection:
         self._keepalive_timer.cancel()
         self._set_state(State.TIME_WAIT)
         self._uncount_orphan()  # TIME-WAIT holds no data: no longer an orphan that costs memory
-        self._close_timer.arm(now + 2 * self.config.msl)
+        self._closer().arm(now + 2 * self.config.msl)
 
     def terminate(self) -> None:
         """Enter CLOSED and delete the TCB (leave the layer), sending nothing."""
@@ -774,10 +792,10 @@ class Connection:
         if self._keep_probes == 0:
             due = self._last_rcv + cfg.keepidle
             if now < due:
-                self._keepalive_timer.arm(due)
+                self._keepalive().arm(due)
                 return
         if self.sender.busy:
-            self._keepalive_timer.arm(now + cfg.keepidle)  # data in flight: the RTO watches the peer
+            self._keepalive().arm(now + cfg.keepidle)  # data in flight: the RTO watches the peer
             return
         if self._keep_probes >= cfg.keepcnt:
             self.host.stats.inc("tcp.keepalive_timeouts")
@@ -788,7 +806,7 @@ class Connection:
         self._keep_probes += 1
         self.host.stats.inc("tcp.keepalive_probes")
         self.out.emit(seq_add(tcb.snd_una, -1), ACK, now)
-        self._keepalive_timer.arm(now + cfg.keepintvl)
+        self._keepalive().arm(now + cfg.keepintvl)
 
     def _on_close_timer(self, now: float) -> None:
         if self.tcb.state in (State.TIME_WAIT, State.FIN_WAIT_2):
@@ -937,7 +955,7 @@ class Connection:
         self.shutdown(socket.SHUT_RDWR, now)
         if tcb.state == State.FIN_WAIT_2:
             t = now if now is not None else self._last_rcv
-            self._close_timer.arm(t + self.config.fin_wait2_timeout)
+            self._closer().arm(t + self.config.fin_wait2_timeout)
         if tcb.state not in (State.CLOSED, State.TIME_WAIT) and not self._orphan_counted:
             layer = self.layer
             if layer.orphans >= layer.config.max_orphans:
@@ -1063,7 +1081,7 @@ class Connection:
             self.sender.set_congestion(cfg.congestion)
         if cfg.keepalive and self.tcb.state in (State.ESTABLISHED, State.CLOSE_WAIT):
             base = now if now is not None else self._last_rcv
-            self._keepalive_timer.arm(base + cfg.keepidle)
+            self._keepalive().arm(base + cfg.keepidle)
         elif not cfg.keepalive:
             self._keepalive_timer.cancel()
         if knobs.get("nodelay") or ("cork" in knobs and not cfg.cork):
