@@ -73,6 +73,7 @@ import socket
 from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
 from ustack.transport.tcp.info import TcpInfo
+from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.sender import Sender
@@ -104,7 +105,7 @@ class Connection:
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
         "segs_in", "segs_fast", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
-        "_charged", "_fast", "_notify_due",
+        "_charged", "_fast", "_notify_due", "_isn_f",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -162,7 +163,8 @@ class Connection:
         self._fast = layer.established.input if layer.fastpath else None
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
-        tcb.ts_offset = layer.keyed.ts_offset(*self.key)
+        # RFC 6528's F and the timestamp offset (RFC 7323 7.1) from one keyed digest of the 4-tuple.
+        self._isn_f, tcb.ts_offset = layer.keyed.connection_hashes(*self.key)
 
     def __repr__(self) -> str:
         return (f"<Connection {_fmt(self.local_addr, self.local_port)} -> "
@@ -173,7 +175,7 @@ class Connection:
     def open_active(self, now: float) -> None:
         """Active OPEN: send the SYN, enter SYN-SENT."""
         tcb = self.tcb
-        tcb.iss = self.layer.keyed.isn(*self.key, now)
+        tcb.iss = isn_at(self._isn_f, now)
         tcb.snd_una = tcb.iss
         tcb.state = State.SYN_SENT
         self._syn_time = now
@@ -187,7 +189,7 @@ class Connection:
         tcb.irs = seg.seq
         tcb.rcv_nxt = seq_add(seg.seq, 1)
         tcb.last_ack_sent = tcb.rcv_nxt
-        tcb.iss = self.layer.keyed.isn(*self.key, now)
+        tcb.iss = isn_at(self._isn_f, now)
         tcb.snd_una = tcb.iss
         self._negotiate(seg, now)
         tcb.snd_wnd = seg.window

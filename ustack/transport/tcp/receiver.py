@@ -63,8 +63,10 @@ class Receiver:
         self.bytes_received = 0
         self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
+        # What configure() sets, without setting it twice: the buffer got its sizes above, and a new
+        # DelayedAck is what configure() would leave (config.validate: delack_timeout <= delack_max).
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
-        self.configure(config)
+        self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
 
     def configure(self, config: TcpConfig) -> None:
         self.rcvbuf.capacity = config.rcvbuf
