@@ -36,3 +36,51 @@ def test_lazily_made_timers_fire_as_before():
     assert conn.state == State.TIME_WAIT
     h.advance(0.001)
     assert conn.state == State.CLOSED and conn.key not in h.layer.connections
+
+
+def test_syn_fast_emit_equals_the_general_path_frame():
+    """``_fastpath.emit_tcp_options`` writes exactly the frame ``output`` makes of ``syn_segment``."""
+    import random
+    import struct
+
+    from ustack import _fastpath
+    from ustack.transport.tcp.output import syn_options, syn_segment
+    from ustack.wire.tcp import ACK, SYN, TcpHeader
+
+    rng = random.Random(7)
+    src, dst = bytes((198, 18, 0, 1)), bytes((198, 18, 0, 2))
+    template = struct.pack("!6s6sHBBHHHBBH4s4s", b"\x02" * 6, b"\x04" * 6, 0x0800, 0x45, 0, 0, 0, 0, 64, 6, 0,
+                           src, dst)
+    for _ in range(200):
+        flags = SYN | (ACK if rng.random() < 0.5 else 0)
+        seq, ack = rng.getrandbits(32), rng.getrandbits(32) if flags & ACK else 0
+        sport, dport, window = rng.randrange(1, 65536), rng.randrange(1, 65536), rng.randrange(65536)
+        mss = rng.randrange(88, 65536)
+        wscale = rng.choice((None, 0, 7, 14))
+        sack = rng.random() < 0.5
+        ts = (rng.getrandbits(32), rng.getrandbits(32)) if rng.random() < 0.7 else None
+        ident = rng.getrandbits(16)
+        opts = syn_options(mss, wscale, sack, ts)
+        seg = syn_segment(src, dst, sport, dport, seq, ack, flags, window, mss, wscale, sack, ts)
+        assert bytes(seg) == TcpHeader(sport, dport, seq, ack, flags, window, 0, 0, mss=mss, wscale=wscale,
+                                       sack_permitted=sack, timestamps=ts).to_bytes(src, dst)
+        general, fast = bytearray(2048), bytearray(2048)
+        n = _fastpath.emit_ipv4(general, template, ident, 0x4000, seg)
+        assert _fastpath.emit_tcp_options(fast, template, ident, sport, dport, seq, ack, flags, window, opts) == n
+        assert fast[:n] == general[:n]
+
+
+def test_syn_fast_emit_rejects_bad_options_and_small_slots():
+    import pytest
+
+    from ustack import _fastpath
+
+    template = bytes(12) + b"\x08\x00\x45" + bytes(8) + b"\x06" + bytes(10)
+    with pytest.raises(ValueError):
+        _fastpath.emit_tcp_options(bytearray(100), template, 1, 1, 2, 3, 4, 2, 100, b"\x01\x01\x01")  # not 4n
+    with pytest.raises(ValueError):
+        _fastpath.emit_tcp_options(bytearray(100), template, 1, 1, 2, 3, 4, 2, 100, bytes(44))  # over 40
+    with pytest.raises(ValueError):
+        _fastpath.emit_tcp_options(bytearray(60), template, 1, 1, 2, 3, 4, 2, 100, bytes(8))  # 62 > 60
+    with pytest.raises(ValueError):
+        _fastpath.emit_tcp_options(bytearray(100), template[:33], 1, 1, 2, 3, 4, 2, 100, bytes(8))
