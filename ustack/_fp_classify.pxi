@@ -14,6 +14,8 @@
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.object cimport Py_TYPE
+from cpython.ref cimport Py_REFCNT
 
 # Record kinds (Packet.kind). The only definition: Python code imports them from here.
 K_DROP = 0         # malformed or not for us; reason says why
@@ -342,15 +344,20 @@ cdef inline Packet _new():
     return Packet.__new__(Packet)
 
 
-cdef Packet _drop(int reason):
-    cdef Packet p = _new()
+cdef inline void _reset(Packet p) noexcept:
+    """Every C field of ``p`` back to 0, as a new record has them (Packet holds no Python object)."""
+    cdef char *first = <char *>&p.kind  # the first field declared
+    memset(first, 0, Py_TYPE(p).tp_basicsize - (first - <char *><void *>p))
+
+
+cdef Packet _drop(Packet p, int reason):
+    _reset(p)  # whatever was filled in before the frame turned out bad
     p.reason = reason
     return p
 
 
-cdef inline Packet _ip(int kind, Py_ssize_t l3, Py_ssize_t ihl, Py_ssize_t tot, const uint8_t *ip):
-    """A record with the IPv4 fields filled in (ip points at a checked 20-byte header)."""
-    cdef Packet p = _new()
+cdef inline Packet _ip(Packet p, int kind, Py_ssize_t l3, Py_ssize_t ihl, Py_ssize_t tot, const uint8_t *ip):
+    """Fill in the IPv4 fields of the (zeroed) record (ip points at a checked 20-byte header)."""
     p.kind = kind
     p.l3 = <int>l3
     p.ihl = <int>ihl
@@ -364,71 +371,70 @@ cdef inline Packet _ip(int kind, Py_ssize_t l3, Py_ssize_t ihl, Py_ssize_t tot, 
     return p
 
 
-cdef Packet _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bint verify_l4):
+cdef Packet _classify_one(Packet p, const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bint verify_l4):
+    """Classify frame f[0:n] into the zeroed record ``p`` (returned)."""
     cdef Py_ssize_t l3 = 14, ihl, tot, l4, l4len, ulen, doff
     cdef uint16_t ethertype, frag
     cdef uint8_t proto
     cdef uint32_t src, dst
     cdef uint16_t s
-    cdef Packet p
     if n < 14:
-        return _drop(RC_ETH_TRUNC)
+        return _drop(p, RC_ETH_TRUNC)
     ethertype = _be16(f + 12)
     if ethertype == 0x8100:  # one 802.1Q tag
         if n < 18:
-            return _drop(RC_ETH_TRUNC)
+            return _drop(p, RC_ETH_TRUNC)
         ethertype = _be16(f + 16)
         l3 = 18
     # Destination MAC: ours, broadcast, or multicast (group bit) only.
     if mac != NULL and not (f[0] & 1):
         if f[0] != mac[0] or f[1] != mac[1] or f[2] != mac[2] or f[3] != mac[3] or f[4] != mac[4] or f[5] != mac[5]:
-            return _drop(RC_NOT_FOR_US)
+            return _drop(p, RC_NOT_FOR_US)
     if ethertype == 0x0806:
-        p = _new()
         p.kind = CK_ARP
         p.l3 = <int>l3
         return p
     if ethertype == 0x86dd:
-        return _classify_ipv6(f, n, l3, verify_l4)
+        return _classify_ipv6(p, f, n, l3, verify_l4)
     if ethertype != 0x0800:
-        return _drop(RC_ETHERTYPE)
+        return _drop(p, RC_ETHERTYPE)
     if n - l3 < 20:
-        return _drop(RC_IP_TRUNC)
+        return _drop(p, RC_IP_TRUNC)
     if (f[l3] >> 4) != 4:
-        return _drop(RC_IP_VERSION)
+        return _drop(p, RC_IP_VERSION)
     ihl = (f[l3] & 0x0f) * 4
     if ihl < 20 or l3 + ihl > n:
-        return _drop(RC_IP_IHL)
+        return _drop(p, RC_IP_IHL)
     tot = _be16(f + l3 + 2)
     if tot < ihl or l3 + tot > n:
-        return _drop(RC_IP_TOTLEN)
+        return _drop(p, RC_IP_TOTLEN)
     if c_ones_sum(f + l3, ihl, 0) != 0xffff:
-        return _drop(RC_IP_CSUM)
+        return _drop(p, RC_IP_CSUM)
     if ihl > 20 and not _ip_options_ok(f + l3 + 20, ihl - 20):
-        return _drop(RC_IP_OPTIONS)
+        return _drop(p, RC_IP_OPTIONS)
     # From here f[l3:l3 + tot] is inside the frame and holds the whole header.
     proto = f[l3 + 9]
     frag = _be16(f + l3 + 6)
     l4 = l3 + ihl
     l4len = tot - ihl
     if frag & 0x3fff:  # MF set or non-zero offset (RFC 791)
-        p = _ip(CK_FRAG, l3, ihl, tot, f + l3)
+        _ip(p, CK_FRAG, l3, ihl, tot, f + l3)
         p.payload_off = <int>l4
         p.payload_len = <int>l4len
         return p
     if proto == 17:
         if l4len < 8:
-            return _drop(RC_UDP_TRUNC)
+            return _drop(p, RC_UDP_TRUNC)
         ulen = _be16(f + l4 + 4)
         if ulen < 8 or ulen > l4len:
-            return _drop(RC_UDP_LEN)
+            return _drop(p, RC_UDP_LEN)
         if verify_l4 and _be16(f + l4 + 6) != 0:  # zero = no checksum (RFC 768)
             src = _be32(f + l3 + 12)
             dst = _be32(f + l3 + 16)
             s = c_ones_sum(f + l4, ulen, c_pseudo_sum(src, dst, 17, <uint32_t>ulen))
             if s != 0xffff:
-                return _drop(RC_UDP_CSUM)
-        p = _ip(CK_UDP, l3, ihl, tot, f + l3)
+                return _drop(p, RC_UDP_CSUM)
+        _ip(p, CK_UDP, l3, ihl, tot, f + l3)
         p.src_port = _be16(f + l4)
         p.dst_port = _be16(f + l4 + 2)
         p.payload_off = <int>(l4 + 8)
@@ -437,19 +443,19 @@ cdef Packet _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bi
     if proto == 6:
         # RFC 9293 3.1; checks in TcpHeader.parse's order: length, data offset, checksum, options.
         if l4len < 20:
-            return _drop(RC_TCP_TRUNC)
+            return _drop(p, RC_TCP_TRUNC)
         doff = (f[l4 + 12] >> 4) * 4
         if doff < 20 or doff > l4len:
-            return _drop(RC_TCP_DOFF)
+            return _drop(p, RC_TCP_DOFF)
         if verify_l4:
             src = _be32(f + l3 + 12)
             dst = _be32(f + l3 + 16)
             s = c_ones_sum(f + l4, l4len, c_pseudo_sum(src, dst, 6, <uint32_t>l4len))
             if s != 0xffff:
-                return _drop(RC_TCP_CSUM)
-        p = _ip(CK_TCP, l3, ihl, tot, f + l3)
+                return _drop(p, RC_TCP_CSUM)
+        _ip(p, CK_TCP, l3, ihl, tot, f + l3)
         if doff > 20 and not _tcp_options(p, f + l4 + 20, doff - 20):
-            return _drop(RC_TCP_OPTIONS)
+            return _drop(p, RC_TCP_OPTIONS)
         p.src_port = _be16(f + l4)
         p.dst_port = _be16(f + l4 + 2)
         p.seq = _be32(f + l4 + 4)
@@ -464,27 +470,26 @@ cdef Packet _classify_one(const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bi
         return p
     if proto == 1:
         if l4len < 8:
-            return _drop(RC_ICMP_TRUNC)
+            return _drop(p, RC_ICMP_TRUNC)
         if c_ones_sum(f + l4, l4len, 0) != 0xffff:
-            return _drop(RC_ICMP_CSUM)
-        p = _ip(CK_ICMP, l3, ihl, tot, f + l3)
+            return _drop(p, RC_ICMP_CSUM)
+        _ip(p, CK_ICMP, l3, ihl, tot, f + l3)
         p.icmp_type = f[l4]
         p.icmp_code = f[l4 + 1]
         p.payload_off = <int>(l4 + 8)
         p.payload_len = <int>(l4len - 8)
         return p
-    p = _ip(CK_IP_OTHER, l3, ihl, tot, f + l3)
+    _ip(p, CK_IP_OTHER, l3, ihl, tot, f + l3)
     p.payload_off = <int>l4
     p.payload_len = <int>l4len
     return p
 
 
-cdef inline Packet _classify_frame(object frame, const uint8_t *mac, bint verify_l4):
+cdef inline Packet _classify_frame(Packet p, object frame, const uint8_t *mac, bint verify_l4):
     cdef Py_buffer b
-    cdef Packet p
     PyObject_GetBuffer(frame, &b, PyBUF_SIMPLE)  # contiguous bytes, or BufferError/TypeError
     try:
-        p = _classify_one(<const uint8_t *>b.buf, b.len, mac, verify_l4)
+        _classify_one(p, <const uint8_t *>b.buf, b.len, mac, verify_l4)
     finally:
         PyBuffer_Release(&b)
     return p
@@ -502,19 +507,22 @@ cdef const uint8_t *_mac_ptr(object mac, Py_buffer *mb) except? NULL:
 
 
 def classify(frames, mac=None, bint verify_l4=True):
-    """Classify a burst: one ``Packet`` per frame, in order.
+    """Classify a burst: one new ``Packet`` per frame, in order.
 
     ``frames`` are contiguous buffers (memoryviews into the ring, bytes...).
     ``mac`` (6 bytes) filters unicast frames not addressed to us; None
     accepts any. ``verify_l4=False`` skips the UDP/TCP checksums (the device
     verified them); the IPv4 header and ICMP checksums are always checked.
+    (``Classifier`` does the same without making records burst after burst.)
     """
     cdef Py_buffer mb
+    cdef list burst = frames if type(frames) is list else list(frames)
+    cdef Py_ssize_t i, n = len(burst)
+    cdef list out = [None] * n
     cdef const uint8_t *macp = _mac_ptr(mac, &mb)
-    cdef list out = []
     try:
-        for frame in frames:
-            out.append(_classify_frame(frame, macp, verify_l4))
+        for i in range(n):
+            out[i] = _classify_frame(_new(), burst[i], macp, verify_l4)
     finally:
         if macp != NULL:
             PyBuffer_Release(&mb)
@@ -526,7 +534,71 @@ def classify_one(frame, mac=None, bint verify_l4=True):
     cdef Py_buffer mb
     cdef const uint8_t *macp = _mac_ptr(mac, &mb)
     try:
-        return _classify_frame(frame, macp, verify_l4)
+        return _classify_frame(_new(), frame, macp, verify_l4)
     finally:
         if macp != NULL:
             PyBuffer_Release(&mb)
+
+
+@cython.final
+cdef class Classifier:
+    """Burst classify into records kept from one burst to the next: ``classify()`` without the
+    allocation and freeing of a ``Packet`` per frame.
+
+    ``classify(frames)`` returns a new list of ``Packet`` equal to what the
+    module's ``classify(frames, mac, verify_l4)`` returns, made of records
+    this object keeps. A record is refilled by a later call only when
+    nothing but the pool holds it any more (its reference count says so):
+    a record somebody kept, or one of a burst still being delivered when a
+    callback classifies again, is left alone and the pool takes a new one
+    in its place. So a record never changes under whoever holds it.
+    """
+
+    cdef list _pool
+    cdef Py_buffer _mb
+    cdef const uint8_t *_mac
+    cdef readonly bint verify_l4
+    cdef readonly uint64_t reused, made
+
+    def __cinit__(self):
+        self._mac = NULL
+
+    def __init__(self, mac=None, bint verify_l4=True):
+        self._pool = []
+        self._mac = _mac_ptr(mac, &self._mb)
+        self.verify_l4 = verify_l4
+
+    def __dealloc__(self):
+        if self._mac != NULL:
+            PyBuffer_Release(&self._mb)
+
+    @property
+    def mac(self):
+        return None if self._mac == NULL else PyBytes_FromStringAndSize(<const char *>self._mac, 6)
+
+    def classify(self, frames):
+        """One record per frame, in order."""
+        cdef list pool = self._pool
+        cdef list burst = frames if type(frames) is list else list(frames)
+        cdef Py_ssize_t i, n = len(burst), have = len(pool)
+        cdef list out = [None] * n
+        cdef Packet p
+        cdef const uint8_t *mac = self._mac
+        cdef bint verify_l4 = self.verify_l4
+        for i in range(n):
+            if i < have:
+                p = <Packet>pool[i]
+                if Py_REFCNT(p) == 2:  # held by the pool and p only: no list, no caller has it
+                    _reset(p)
+                    self.reused += 1
+                else:
+                    p = _new()
+                    pool[i] = p
+                    self.made += 1
+            else:
+                p = _new()
+                pool.append(p)
+                have += 1
+                self.made += 1
+            out[i] = _classify_frame(p, burst[i], mac, verify_l4)
+        return out

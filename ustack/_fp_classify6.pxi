@@ -20,9 +20,8 @@ cdef inline uint16_t _pseudo6(const uint8_t *ip6, uint8_t nh, uint32_t length) n
     return c_add16(s, nh)
 
 
-cdef inline Packet _ip6(int kind, Py_ssize_t l3, Py_ssize_t tot, const uint8_t *ip6):
+cdef inline Packet _ip6(Packet p, int kind, Py_ssize_t l3, Py_ssize_t tot, const uint8_t *ip6):
     """A record with the IPv6 fields filled in (ip6 points at a checked 40-byte header)."""
-    cdef Packet p = _new()
     p.kind = kind
     p.l3 = <int>l3
     p.ihl = 40
@@ -36,31 +35,30 @@ cdef inline Packet _ip6(int kind, Py_ssize_t l3, Py_ssize_t tot, const uint8_t *
     return p
 
 
-cdef Packet _classify_ipv6(const uint8_t *f, Py_ssize_t n, Py_ssize_t l3, bint verify_l4):
+cdef Packet _classify_ipv6(Packet p, const uint8_t *f, Py_ssize_t n, Py_ssize_t l3, bint verify_l4):
     cdef Py_ssize_t plen, l4, ulen, doff
     cdef uint8_t nh
-    cdef Packet p
     if n - l3 < 40:
-        return _drop(RC_IP6_TRUNC)
+        return _drop(p, RC_IP6_TRUNC)
     if (f[l3] >> 4) != 6:
-        return _drop(RC_IP6_VERSION)
+        return _drop(p, RC_IP6_VERSION)
     plen = _be16(f + l3 + 4)
     if l3 + 40 + plen > n:
-        return _drop(RC_IP6_PLEN)
+        return _drop(p, RC_IP6_PLEN)
     # From here f[l3:l3 + 40 + plen] is inside the frame.
     nh = f[l3 + 6]
     l4 = l3 + 40
     if nh == 17:
         if plen < 8:
-            return _drop(RC_UDP_TRUNC)
+            return _drop(p, RC_UDP_TRUNC)
         ulen = _be16(f + l4 + 4)
         if ulen < 8 or ulen > plen:
-            return _drop(RC_UDP_LEN)
+            return _drop(p, RC_UDP_LEN)
         if _be16(f + l4 + 6) == 0:
-            return _drop(RC_UDP6_ZERO_CSUM)
+            return _drop(p, RC_UDP6_ZERO_CSUM)
         if verify_l4 and c_ones_sum(f + l4, ulen, _pseudo6(f + l3, 17, <uint32_t>ulen)) != 0xffff:
-            return _drop(RC_UDP_CSUM)
-        p = _ip6(CK_UDP6, l3, 40 + plen, f + l3)
+            return _drop(p, RC_UDP_CSUM)
+        _ip6(p, CK_UDP6, l3, 40 + plen, f + l3)
         p.src_port = _be16(f + l4)
         p.dst_port = _be16(f + l4 + 2)
         p.payload_off = <int>(l4 + 8)
@@ -69,15 +67,15 @@ cdef Packet _classify_ipv6(const uint8_t *f, Py_ssize_t n, Py_ssize_t l3, bint v
     if nh == 6:
         # The checks of the IPv4 branch, in the same order (RFC 9293 3.1).
         if plen < 20:
-            return _drop(RC_TCP_TRUNC)
+            return _drop(p, RC_TCP_TRUNC)
         doff = (f[l4 + 12] >> 4) * 4
         if doff < 20 or doff > plen:
-            return _drop(RC_TCP_DOFF)
+            return _drop(p, RC_TCP_DOFF)
         if verify_l4 and c_ones_sum(f + l4, plen, _pseudo6(f + l3, 6, <uint32_t>plen)) != 0xffff:
-            return _drop(RC_TCP_CSUM)
-        p = _ip6(CK_TCP6, l3, 40 + plen, f + l3)
+            return _drop(p, RC_TCP_CSUM)
+        _ip6(p, CK_TCP6, l3, 40 + plen, f + l3)
         if doff > 20 and not _tcp_options(p, f + l4 + 20, doff - 20):
-            return _drop(RC_TCP_OPTIONS)
+            return _drop(p, RC_TCP_OPTIONS)
         p.src_port = _be16(f + l4)
         p.dst_port = _be16(f + l4 + 2)
         p.seq = _be32(f + l4 + 4)
@@ -92,16 +90,16 @@ cdef Packet _classify_ipv6(const uint8_t *f, Py_ssize_t n, Py_ssize_t l3, bint v
         return p
     if nh == 58:
         if plen < 8:
-            return _drop(RC_ICMP6_TRUNC)
+            return _drop(p, RC_ICMP6_TRUNC)
         if c_ones_sum(f + l4, plen, _pseudo6(f + l3, 58, <uint32_t>plen)) != 0xffff:
-            return _drop(RC_ICMP6_CSUM)
-        p = _ip6(CK_ICMP6, l3, 40 + plen, f + l3)
+            return _drop(p, RC_ICMP6_CSUM)
+        _ip6(p, CK_ICMP6, l3, 40 + plen, f + l3)
         p.icmp_type = f[l4]
         p.icmp_code = f[l4 + 1]
         p.payload_off = <int>(l4 + 8)
         p.payload_len = <int>(plen - 8)
         return p
-    p = _ip6(CK_IP6, l3, 40 + plen, f + l3)
+    _ip6(p, CK_IP6, l3, 40 + plen, f + l3)
     p.payload_off = <int>l4
     p.payload_len = <int>plen
     return p

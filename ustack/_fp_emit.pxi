@@ -149,3 +149,49 @@ def emit_tcp(unsigned char[::1] slot, const unsigned char[::1] template, unsigne
     _ipv4_finish(out + 14, 20 + hl + plen, <uint16_t>ident, 0x4000)
     _put16(t + 16, c_checksum(t, hl + plen, c_pseudo_sum(_be32(out + 26), _be32(out + 30), 6, <uint32_t>(hl + plen))))
     return flen
+
+
+def emit_tcp_options(unsigned char[::1] slot, const unsigned char[::1] template, unsigned int ident,
+                     unsigned int sport, unsigned int dport, unsigned long seq, unsigned long ack,
+                     unsigned int flags, unsigned int window, const unsigned char[::1] options):
+    """Write one TCP segment without data but with ``options`` (a SYN or SYN-ACK) into a TX slot.
+
+    ``template`` as for ``emit_tcp``; ``options`` are the header's option
+    bytes, padded by the caller to a multiple of 4 and at most 40 (RFC 9293
+    3.1). Fills IPv4 total length, identification, DF and header checksum,
+    the data offset and the TCP checksum. Returns the frame length.
+    """
+    cdef Py_ssize_t olen = options.shape[0]
+    cdef Py_ssize_t hl = 20 + olen
+    cdef Py_ssize_t flen = 34 + hl
+    cdef uint8_t *out
+    cdef uint8_t *t
+    if template.shape[0] != 34 or (template[14] & 0x0f) != 5 or template[23] != 6:
+        raise ValueError("TCP template must be Ethernet + a 20-byte IPv4 header with protocol 6")
+    if olen > 40 or olen & 3:
+        raise ValueError("TCP options must be a multiple of 4 bytes, at most 40")
+    if sport > 0xffff or dport > 0xffff or flags > 0xff or window > 0xffff:
+        raise ValueError("port, flags or window out of range")
+    if seq > 0xffffffffUL or ack > 0xffffffffUL:
+        raise ValueError("sequence numbers are 32-bit")
+    if slot.shape[0] < flen:
+        raise ValueError("TX slot too small for this frame")
+    out = &slot[0]
+    memcpy(out, &template[0], 34)
+    t = out + 34
+    _put16(t, <uint16_t>sport)
+    _put16(t + 2, <uint16_t>dport)
+    _put32(t + 4, <uint32_t>seq)
+    _put32(t + 8, <uint32_t>ack)
+    t[12] = <uint8_t>((hl // 4) << 4)
+    t[13] = <uint8_t>flags
+    _put16(t + 14, <uint16_t>window)
+    t[16] = 0
+    t[17] = 0
+    t[18] = 0
+    t[19] = 0
+    if olen:
+        memcpy(t + 20, &options[0], olen)
+    _ipv4_finish(out + 14, 20 + hl, <uint16_t>ident, 0x4000)
+    _put16(t + 16, c_checksum(t, hl, c_pseudo_sum(_be32(out + 26), _be32(out + 30), 6, <uint32_t>hl)))
+    return flen

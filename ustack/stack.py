@@ -13,8 +13,9 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
 ``poll(now)`` is one run-to-completion round:
 
 1. RX burst from the device (views into backend memory);
-2. ``_fastpath.classify`` validates and parses the whole burst in one call,
-   one typed record (``_fastpath.Packet``) per frame;
+2. ``_fastpath.Classifier.classify`` validates and parses the whole burst
+   in one call, one typed record (``_fastpath.Packet``) per frame, the
+   records kept and refilled from round to round;
 3. each record goes to its kind's handler (one dict lookup): UDP/TCP/ICMP/
    ARP/fragments to their layers, drops counted under their named reason;
 4. the frames are released back to the device;
@@ -146,6 +147,8 @@ class Stack:
         if addr is None:  # IPv6-only: IPv4 and ARP frames are counted and dropped, never answered
             self._handlers.update(dict.fromkeys((K_UDP, K_TCP, K_ICMP, K_ARP, K_FRAG, K_IP_OTHER), self._no_ipv4))
         self._verify_l4 = not caps.rx_checksum_verified
+        # Burst classify into records kept from round to round (none is refilled while held).
+        self._classifier = _fastpath.Classifier(self.link.mac, self._verify_l4)
         self._ip_kinds = frozenset((K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER))
         self._ip6_kinds = frozenset((K_UDP6, K_TCP6, K_ICMP6, K_IP6))
         self._suspect_first = frozenset((0, 127, *range(224, 256)))  # see Ipv4Layer.martian_source
@@ -201,7 +204,7 @@ class Stack:
             if frames:
                 self.stats.inc("eth.frames_received", len(frames))
                 try:
-                    records = _fastpath.classify(frames, link.mac, self._verify_l4)
+                    records = self._classifier.classify(frames)
                     deliver = self._deliver
                     for frame, rec in zip(frames, records):
                         try:

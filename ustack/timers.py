@@ -22,13 +22,19 @@ COMPACT_SLACK = 1024  # stale heap entries always tolerated before a rebuild is 
 
 
 class Timer:
-    """One restartable timer. ``deadline`` is None when not armed."""
+    """One restartable timer. ``deadline`` is None when not armed.
 
-    __slots__ = ("callback", "deadline", "_gen", "_wheel")
+    With an ``owner`` the callback is a plain function called as
+    ``callback(owner, now)``: an owner with several timers (a TCP
+    connection) then allocates no bound method per timer.
+    """
 
-    def __init__(self, wheel: "TimerHeap", callback: Callable[[float], None]):
+    __slots__ = ("callback", "owner", "deadline", "_gen", "_wheel")
+
+    def __init__(self, wheel: "TimerHeap", callback: Callable[..., None], owner=None):
         self._wheel = wheel
         self.callback = callback
+        self.owner = owner
         self.deadline: Optional[float] = None
         self._gen = 0
 
@@ -46,6 +52,20 @@ class Timer:
         self.deadline = None
 
 
+class _Unarmed:
+    """The timer of an owner that creates its timers on first use (``UNARMED``): never armed."""
+
+    __slots__ = ()
+    deadline = None
+
+    def cancel(self) -> None:
+        pass
+
+
+# Shared by every owner with a lazily created timer: reads ``deadline is None``, ``cancel()`` does nothing.
+UNARMED = _Unarmed()
+
+
 class TimerHeap:
     """All of a stack's timers: one heap, lazy deletion."""
 
@@ -56,8 +76,9 @@ class TimerHeap:
         self._seq = itertools.count()
         self.live = 0  # armed timers (each has exactly one current entry in the heap)
 
-    def timer(self, callback: Callable[[float], None]) -> Timer:
-        return Timer(self, callback)
+    def timer(self, callback: Callable[..., None], owner=None) -> Timer:
+        """A new timer: ``callback(now)``, or ``callback(owner, now)`` when ``owner`` is given."""
+        return Timer(self, callback, owner)
 
     def _push(self, deadline: float, timer: Timer) -> None:
         heap = self._heap
@@ -91,7 +112,11 @@ class TimerHeap:
                 continue
             timer.deadline = None
             self.live -= 1
-            timer.callback(now)
+            owner = timer.owner
+            if owner is None:
+                timer.callback(now)
+            else:
+                timer.callback(owner, now)
         return self.next_deadline()
 
     def __len__(self) -> int:

@@ -53,3 +53,33 @@ def test_callbacks_that_arm_during_run_survive_a_rebuild():
     assert heap.run(6.0) is None
     assert fired == [("parent", 6.0), ("b", 6.0), ("child", 6.0)]  # deadline order, then arming order
     assert heap.live == 0
+
+
+def test_owner_timer_calls_the_function_with_its_owner():
+    """``timer(fn, owner)`` fires ``fn(owner, now)`` (no bound method per timer), in deadline order."""
+    heap = TimerHeap()
+    fired = []
+
+    class Owner:
+        def __init__(self, name):
+            self.name = name
+
+        def on_timer(self, now):
+            fired.append((self.name, now))
+
+    a, b = Owner("a"), Owner("b")
+    ta, tb = heap.timer(Owner.on_timer, a), heap.timer(Owner.on_timer, b)
+    tb.arm(2.0)
+    ta.arm(3.0)
+    assert heap.run(2.5) == 3.0
+    assert fired == [("b", 2.5)]  # callbacks get the time of the run
+    assert heap.run(3.0) is None
+    assert fired == [("b", 2.5), ("a", 3.0)] and heap.live == 0
+
+
+def test_unarmed_placeholder_reads_as_a_cancelled_timer():
+    from ustack.timers import UNARMED
+
+    assert UNARMED.deadline is None
+    UNARMED.cancel()  # does nothing, raises nothing
+    assert UNARMED.deadline is None

@@ -73,6 +73,9 @@ class FakeHost:
     def tcp_output_segment(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) -> bool:
         return False  # no fast emitter: every segment is built by the engine and comes to tcp_output
 
+    def tcp_output_options(self, src, dst, sport, dport, seq, ack, flags, window, options, now) -> bool:
+        return False  # SYNs too are built by the engine (output.syn_segment) and come to tcp_output
+
     def route_mtu(self, dst) -> int:
         return self.mtu
 

@@ -270,16 +270,19 @@ def test_keyed_hash_is_blake2s_keyed_once_and_stateless():
 
     keyed = KeyedHash(SECRET)
 
-    def fresh(purpose: bytes, lport: int, rport: int) -> int:
-        h = hashlib.blake2s(A + B + lport.to_bytes(2, "big") + rport.to_bytes(2, "big"), key=SECRET, digest_size=4,
-                            person=purpose)
+    def fresh(purpose: bytes, lport: int, rport: int, size: int = 4) -> int:
+        h = hashlib.blake2s(A + B + lport.to_bytes(2, "big") + rport.to_bytes(2, "big"), key=SECRET,
+                            digest_size=size, person=purpose)
         return int.from_bytes(h.digest(), "big")
 
     for _ in range(3):  # a copied state carries nothing from one call to the next
-        assert keyed.ts_offset(A, 1, B, 2) == fresh(b"tsoff", 1, 2) == timestamp_offset(SECRET, A, 1, B, 2)
-        assert keyed.isn(A, 1, B, 2, 10.0) == (2_500_000 + fresh(b"isn", 1, 2)) & 0xFFFFFFFF
+        # F of the ISN and the timestamp offset: the high and low halves of one 8-byte digest
+        pair = fresh(b"isn+ts", 1, 2, 8)
+        assert keyed.connection_hashes(A, 1, B, 2) == (pair >> 32, pair & 0xFFFFFFFF)
+        assert keyed.ts_offset(A, 1, B, 2) == pair & 0xFFFFFFFF == timestamp_offset(SECRET, A, 1, B, 2)
+        assert keyed.isn(A, 1, B, 2, 10.0) == (2_500_000 + (pair >> 32)) & 0xFFFFFFFF
         assert keyed.isn(A, 1, B, 2, 10.0) == initial_sequence_number(SECRET, A, 1, B, 2, 10.0)
-    assert keyed.ts_offset(A, 1, B, 3) == fresh(b"tsoff", 1, 3) != keyed.ts_offset(A, 1, B, 2)
+    assert keyed.ts_offset(A, 1, B, 3) == fresh(b"isn+ts", 1, 3, 8) & 0xFFFFFFFF != keyed.ts_offset(A, 1, B, 2)
     assert keyed.hash32(b"other", A, 1, B, 2) == fresh(b"other", 1, 2)  # a purpose without a prepared state
     c = keyed.make_cookie(A, 80, B, 5000, 777, 3, 1000.0)
     assert c == make_cookie(SECRET, A, 80, B, 5000, 777, 3, 1000.0)

@@ -54,6 +54,12 @@ class IpLayer(Protocol):
         False, having sent nothing, when the general path is needed.
         """
 
+    def emit_tcp_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                         window: int, options: bytes, now: float) -> bool:
+        """Fast emit of one TCP segment without data whose header carries ``options`` (padded to a
+        multiple of 4): a SYN or SYN-ACK. False, having sent nothing, when the general path is needed.
+        """
+
 
 class Transport(Protocol):
     """What a transport offers the network layer (see ``ProtocolTable``)."""

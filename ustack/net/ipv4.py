@@ -202,6 +202,27 @@ class Ipv4Layer:
         self.stats.inc("ipv4.packets_sent")
         return True
 
+    def emit_tcp_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                         window: int, options: bytes, now: float) -> bool:
+        """Fast emit of a SYN or SYN-ACK (see ``IpLayer.emit_tcp_options``): the frame ``output`` would
+        build from the segment (same template, IP ID and DF), written in C with its checksums."""
+        if HEADER_LEN + 20 + len(options) > self.iface.mtu or self.iface.is_broadcast(dst):
+            return False
+        try:
+            mac = self._resolved(dst, now)
+        except OSError:
+            return False
+        if mac is None:
+            return False
+        slot = self.link.slot()
+        if slot is None:
+            return False
+        tmpl = self.template(mac, src, dst, PROTO_TCP, self.ttl)
+        self.link.sent(_fastpath.emit_tcp_options(slot, tmpl, self.next_ident(src, dst, PROTO_TCP), sport, dport,
+                                                  seq, ack, flags, window, options))
+        self.stats.inc("ipv4.packets_sent")
+        return True
+
     # -- input ----------------------------------------------------------------------
     def martian_source(self, src: bytes, proto: int, dport: int) -> Optional[str]:
         """The drop reason when ``src`` may not source a datagram to us (RFC 1812 5.3.7), else None."""

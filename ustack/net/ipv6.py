@@ -281,6 +281,11 @@ class Ipv6Layer:
         self.stats.inc("ipv6.packets_sent")
         return True
 
+    def emit_tcp_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                         window: int, options: bytes, now: float) -> bool:
+        """No fast emit of segments with options over IPv6 yet: the general path (``output``) sends them."""
+        return False
+
     # -- input -----------------------------------------------------------------------
     def martian_source(self, src: bytes, proto: int) -> Optional[str]:
         """The drop reason when ``src`` may not source a packet to us, else None."""

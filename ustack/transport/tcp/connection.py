@@ -70,13 +70,16 @@ from __future__ import annotations
 import errno
 import socket
 
+from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
 from ustack.transport.tcp.info import TcpInfo
+from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.sender import Sender
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
-from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED, State, Tcb
+from ustack.transport.tcp.tcb import (CLOSE_WAIT, CLOSED, CLOSING, ESTABLISHED, FIN_WAIT_1, FIN_WAIT_2, LAST_ACK,
+                                      RECEIVING, SYN_RECEIVED, SYN_SENT, SYNCHRONIZED, TIME_WAIT, State, Tcb)
 from ustack.wire.icmp import error_to_oserror
 from ustack.wire.tcp import ACK, FIN, PSH, RST, SYN, headers_len
 
@@ -103,7 +106,7 @@ class Connection:
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
         "segs_in", "segs_fast", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
-        "_charged", "_fast", "_notify_due",
+        "_charged", "_fast", "_notify_due", "_isn_f",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -120,16 +123,19 @@ class Connection:
         if config.mss:
             own_mss = min(own_mss, config.mss)
         self._own_mss = max(own_mss, 88)
+        # Timers call ``Connection._on_*(self, now)`` (no bound method each); the delayed-ACK,
+        # keepalive and close timers are made when first armed (``timers.UNARMED`` until then).
         timers = host.timers
-        self.receiver = Receiver(tcb, config, host.stats, timers.timer(self._on_delack_timer), self._recv_high_water)
+        cls = Connection
+        self.receiver = Receiver(tcb, config, host.stats, timers, self, cls._on_delack_timer, self._recv_high_water)
         self.out = Output(tcb, self.receiver, host, (self.local_addr, self.local_port),
                           (self.remote_addr, self.remote_port))
-        self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(self._on_rtx_timer),
-                             timers.timer(self._on_persist_timer), self._send_low_water, min(self._own_mss, 536),
-                             timers.timer(self._on_cork_timer))
+        self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(cls._on_rtx_timer, self),
+                             timers.timer(cls._on_persist_timer, self), self._send_low_water,
+                             min(self._own_mss, 536), timers.timer(cls._on_cork_timer, self))
         self.receiver.rtt = self.sender.rtt
-        self._keepalive_timer = timers.timer(self._on_keepalive_timer)
-        self._close_timer = timers.timer(self._on_close_timer)
+        self._keepalive_timer = UNARMED
+        self._close_timer = UNARMED
         self.error = None
         self._pending_error = None
         self.wr_shutdown = False
@@ -158,7 +164,8 @@ class Connection:
         self._fast = layer.established.input if layer.fastpath else None
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
-        tcb.ts_offset = layer.keyed.ts_offset(*self.key)
+        # RFC 6528's F and the timestamp offset (RFC 7323 7.1) from one keyed digest of the 4-tuple.
+        self._isn_f, tcb.ts_offset = layer.keyed.connection_hashes(*self.key)
 
     def __repr__(self) -> str:
         return (f"<Connection {_fmt(self.local_addr, self.local_port)} -> "
@@ -169,9 +176,9 @@ class Connection:
     def open_active(self, now: float) -> None:
         """Active OPEN: send the SYN, enter SYN-SENT."""
         tcb = self.tcb
-        tcb.iss = self.layer.keyed.isn(*self.key, now)
+        tcb.iss = isn_at(self._isn_f, now)
         tcb.snd_una = tcb.iss
-        tcb.state = State.SYN_SENT
+        tcb.state = SYN_SENT
         self._syn_time = now
         self._last_rcv = now
         self._send_syn(SYN, now)
@@ -183,13 +190,13 @@ class Connection:
         tcb.irs = seg.seq
         tcb.rcv_nxt = seq_add(seg.seq, 1)
         tcb.last_ack_sent = tcb.rcv_nxt
-        tcb.iss = self.layer.keyed.isn(*self.key, now)
+        tcb.iss = isn_at(self._isn_f, now)
         tcb.snd_una = tcb.iss
         self._negotiate(seg, now)
         tcb.snd_wnd = seg.window
         tcb.max_snd_wnd = seg.window
         tcb.snd_wl1 = seg.seq
-        tcb.state = State.SYN_RECEIVED
+        tcb.state = SYN_RECEIVED
         self._syn_time = now
         self._last_rcv = now
         self._send_syn(SYN | ACK, now)
@@ -267,10 +274,10 @@ class Connection:
     def _become_established(self, now: float) -> None:
         tcb = self.tcb
         self.sender.established(self._syn_retransmitted)
-        self._set_state(State.FIN_WAIT_1 if tcb.fin_queued else State.ESTABLISHED)
+        self._set_state(FIN_WAIT_1 if tcb.fin_queued else ESTABLISHED)
         self.host.stats.inc("tcp.established")
         if self.config.keepalive:
-            self._keepalive_timer.arm(now + self.config.keepidle)
+            self._keepalive().arm(now + self.config.keepidle)
         if self.listener is not None:
             self.listener.child_established(self)
 
@@ -289,9 +296,9 @@ class Connection:
         self._keep_probes = 0
         self.sender.probes_out = 0
         st = self.tcb.state
-        if st == State.SYN_SENT:
+        if st == SYN_SENT:
             self._syn_sent_arrives(seg, payload, now)
-        elif st != State.CLOSED:
+        elif st != CLOSED:
             fast = self._fast
             if fast is not None and fast(self, seg, payload, now):
                 self.segs_fast += 1
@@ -354,7 +361,7 @@ class Connection:
                 self.out.send_ack(now)
         else:
             # Simultaneous open (RFC 9293 3.10.7.3, Figure 7).
-            tcb.state = State.SYN_RECEIVED
+            tcb.state = SYN_RECEIVED
             self._send_syn(SYN | ACK, now)
 
     def _synchronized_arrives(self, seg, payload, now: float) -> None:
@@ -364,7 +371,7 @@ class Connection:
         st = tcb.state
         stats = self.host.stats
 
-        if st == State.SYN_RECEIVED and flags & SYN and not flags & RST and seq == tcb.irs:
+        if st == SYN_RECEIVED and flags & SYN and not flags & RST and seq == tcb.irs:
             if not flags & ACK:
                 stats.inc("tcp.syn_retransmits_seen")
                 self._send_syn(SYN | ACK, now)  # our SYN-ACK was lost
@@ -399,12 +406,12 @@ class Connection:
             self._challenge_ack(now)  # RFC 5961 4.2
             return
 
-        if st == State.TIME_WAIT and not flags & RST:
+        if st == TIME_WAIT and not flags & RST:
             # RFC 9293 3.10.7.4: only the peer's FIN again (it ends exactly at RCV.NXT: our ACK was lost)
             # restarts the 2 MSL and is ACKed at once; anything else is out of window and draws a
             # rate-limited ACK, so forged FINs can neither keep the TCB alive nor make us an ACK pump.
             if flags & FIN and seq_add(seq, len(payload) + 1) == tcb.rcv_nxt:
-                self._close_timer.arm(now + 2 * self.config.msl)
+                self._closer().arm(now + 2 * self.config.msl)
                 stats.inc("tcp.time_wait_fin_acked")
                 self.out.send_ack(now)
                 return
@@ -469,7 +476,7 @@ class Connection:
         if not flags & ACK:
             stats.drop("tcp.no_ack")
             return
-        if st == State.SYN_RECEIVED:
+        if st == SYN_RECEIVED:
             ack = seg.ack
             if not (seq_lt(tcb.snd_una, ack) and seq_le(ack, tcb.snd_max)):
                 stats.drop("tcp.bad_ack")
@@ -531,7 +538,7 @@ class Connection:
                 tcb.fin_rcvd_seq = fin_seq  # early FIN: wait for the gap to fill
                 self.receiver.ack_now = True
 
-        if tcb.state != State.CLOSED:
+        if tcb.state != CLOSED:
             self.sender.output(now)
             if self.receiver.ack_now:
                 self.out.send_ack(now)
@@ -551,13 +558,13 @@ class Connection:
         self.sender.on_ack(seg, dlen, now)
         if tcb.fin_acked:
             st = tcb.state
-            if st == State.FIN_WAIT_1:
-                self._set_state(State.FIN_WAIT_2)
+            if st == FIN_WAIT_1:
+                self._set_state(FIN_WAIT_2)
                 if self.orphaned:
-                    self._close_timer.arm(now + self.config.fin_wait2_timeout)
-            elif st == State.CLOSING:
+                    self._closer().arm(now + self.config.fin_wait2_timeout)
+            elif st == CLOSING:
                 self._enter_time_wait(now)
-            elif st == State.LAST_ACK:
+            elif st == LAST_ACK:
                 self.terminate()
                 return False
         return True
@@ -572,25 +579,25 @@ class Connection:
         tcb = self.tcb
         self.receiver.receive_fin()
         st = tcb.state
-        if st in (State.SYN_RECEIVED, State.ESTABLISHED):
-            self._set_state(State.CLOSE_WAIT)
-        elif st == State.FIN_WAIT_1:
+        if st in (SYN_RECEIVED, ESTABLISHED):
+            self._set_state(CLOSE_WAIT)
+        elif st == FIN_WAIT_1:
             if tcb.fin_acked:
                 self._enter_time_wait(now)
             else:
-                self._set_state(State.CLOSING)  # simultaneous close
-        elif st == State.FIN_WAIT_2:
+                self._set_state(CLOSING)  # simultaneous close
+        elif st == FIN_WAIT_2:
             self._enter_time_wait(now)
 
     def _reset_received(self) -> None:
         st = self.tcb.state
         self.host.stats.inc("tcp.resets_received")
-        if st == State.SYN_RECEIVED:
+        if st == SYN_RECEIVED:
             if self.passive:
                 self.terminate()  # back to LISTEN: the listener simply forgets it
             else:
                 self._fail(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
-        elif st in (State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2, State.CLOSE_WAIT):
+        elif st in (ESTABLISHED, FIN_WAIT_1, FIN_WAIT_2, CLOSE_WAIT):
             self._fail(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"))
         else:
             self.terminate()
@@ -616,6 +623,20 @@ class Connection:
 
     # -- state changes ---------------------------------------------------
 
+    def _keepalive(self):
+        """The keepalive timer, made on first use."""
+        timer = self._keepalive_timer
+        if timer is UNARMED:
+            timer = self._keepalive_timer = self.host.timers.timer(Connection._on_keepalive_timer, self)
+        return timer
+
+    def _closer(self):
+        """The close timer (TIME-WAIT's 2 MSL, the FIN-WAIT-2 timeout), made on first use."""
+        timer = self._close_timer
+        if timer is UNARMED:
+            timer = self._close_timer = self.host.timers.timer(Connection._on_close_timer, self)
+        return timer
+
     def _set_state(self, state: State) -> None:
         self.tcb.state = state
         self._notify()
@@ -624,16 +645,16 @@ class Connection:
         self.sender.stop()
         self.receiver.stop()
         self._keepalive_timer.cancel()
-        self._set_state(State.TIME_WAIT)
+        self._set_state(TIME_WAIT)
         self._uncount_orphan()  # TIME-WAIT holds no data: no longer an orphan that costs memory
-        self._close_timer.arm(now + 2 * self.config.msl)
+        self._closer().arm(now + 2 * self.config.msl)
 
     def terminate(self) -> None:
         """Enter CLOSED and delete the TCB (leave the layer), sending nothing."""
         tcb = self.tcb
-        if tcb.state == State.CLOSED:
+        if tcb.state == CLOSED:
             return
-        tcb.state = State.CLOSED
+        tcb.state = CLOSED
         self._uncount_orphan()
         self.layer.charge(-max(self._charged, 0))  # what is left unread is the user's now
         self._charged = -1
@@ -691,7 +712,7 @@ class Connection:
     def _send_pending(self, now: float) -> None:
         self._dirty = False
         tcb = self.tcb
-        if tcb.state == State.CLOSED:
+        if tcb.state == CLOSED:
             return
         self.sender.output(now)
         receiver = self.receiver
@@ -719,7 +740,7 @@ class Connection:
                     self.sender.retransmit_head(now)
             return
         err = error_to_oserror(itype, code)
-        if tcb.state == State.SYN_SENT and itype == 3:
+        if tcb.state == SYN_SENT and itype == 3:
             self._fail(err)
         else:
             self._soft_error = err
@@ -729,9 +750,9 @@ class Connection:
     def _on_rtx_timer(self, now: float) -> None:
         tcb = self.tcb
         st = tcb.state
-        if st == State.SYN_SENT or st == State.SYN_RECEIVED:
+        if st == SYN_SENT or st == SYN_RECEIVED:
             cfg = self.config
-            limit = cfg.syn_retries if st == State.SYN_SENT and not self.passive else cfg.synack_retries
+            limit = cfg.syn_retries if st == SYN_SENT and not self.passive else cfg.synack_retries
             if not self.sender.syn_timeout(limit):
                 if self.passive:
                     self.host.stats.inc("tcp.synack_timeouts")
@@ -740,9 +761,9 @@ class Connection:
                     self._fail(self._timeout_error())
                 return
             self._syn_retransmitted = True
-            self._send_syn(SYN if st == State.SYN_SENT else SYN | ACK, now)
+            self._send_syn(SYN if st == SYN_SENT else SYN | ACK, now)
             return
-        if tcb.snd_max == tcb.snd_una or st == State.TIME_WAIT:
+        if tcb.snd_max == tcb.snd_una or st == TIME_WAIT:
             return
         if self.orphaned and self.sender.timer_is_rto and self._orphan_gives_up(now):
             return
@@ -773,15 +794,15 @@ class Connection:
     def _on_keepalive_timer(self, now: float) -> None:
         cfg = self.config
         tcb = self.tcb
-        if not cfg.keepalive or tcb.state not in (State.ESTABLISHED, State.CLOSE_WAIT):
+        if not cfg.keepalive or tcb.state not in (ESTABLISHED, CLOSE_WAIT):
             return
         if self._keep_probes == 0:
             due = self._last_rcv + cfg.keepidle
             if now < due:
-                self._keepalive_timer.arm(due)
+                self._keepalive().arm(due)
                 return
         if self.sender.busy:
-            self._keepalive_timer.arm(now + cfg.keepidle)  # data in flight: the RTO watches the peer
+            self._keepalive().arm(now + cfg.keepidle)  # data in flight: the RTO watches the peer
             return
         if self._keep_probes >= cfg.keepcnt:
             self.host.stats.inc("tcp.keepalive_timeouts")
@@ -792,10 +813,10 @@ class Connection:
         self._keep_probes += 1
         self.host.stats.inc("tcp.keepalive_probes")
         self.out.emit(seq_add(tcb.snd_una, -1), ACK, now)
-        self._keepalive_timer.arm(now + cfg.keepintvl)
+        self._keepalive().arm(now + cfg.keepintvl)
 
     def _on_close_timer(self, now: float) -> None:
-        if self.tcb.state in (State.TIME_WAIT, State.FIN_WAIT_2):
+        if self.tcb.state in (TIME_WAIT, FIN_WAIT_2):
             self.terminate()
 
     # -- user calls ------------------------------------------------------
@@ -826,15 +847,15 @@ class Connection:
     def readable(self) -> bool:
         """``recv`` would not come back empty-handed for lack of data: data, EOF, an error, or closed."""
         return (bool(len(self.receiver.rcvbuf)) or self.eof or self._pending_error is not None
-                or self.tcb.state == State.CLOSED)
+                or self.tcb.state == CLOSED)
 
     @property
     def writable(self) -> bool:
         """``send`` would take bytes now (or raise at once)."""
         st = self.tcb.state
-        if self._pending_error is not None or st == State.CLOSED or self.wr_shutdown:
+        if self._pending_error is not None or st == CLOSED or self.wr_shutdown:
             return True
-        return st in (State.ESTABLISHED, State.CLOSE_WAIT) and self.sender.sndbuf.free > 0 and self._send_room() > 0
+        return st in (ESTABLISHED, CLOSE_WAIT) and self.sender.sndbuf.free > 0 and self._send_room() > 0
 
     def _send_room(self) -> int:
         """Bytes the memory budget lets ``send`` queue now: what the hard level leaves, and under
@@ -859,7 +880,7 @@ class Connection:
         if self._pending_error is not None:
             raise self.take_error()
         st = self.tcb.state
-        if self.wr_shutdown or st not in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT):
+        if self.wr_shutdown or st not in (SYN_SENT, SYN_RECEIVED, ESTABLISHED, CLOSE_WAIT):
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
         room = self._send_room()
         if room < len(data):
@@ -867,7 +888,7 @@ class Connection:
             data = memoryview(data)[: max(room, 0)]
         n = self.sender.sndbuf.write(data)
         self._recharge()
-        if n and st in (State.ESTABLISHED, State.CLOSE_WAIT):
+        if n and st in (ESTABLISHED, CLOSE_WAIT):
             self._mark_dirty(now)
         return n
 
@@ -912,15 +933,15 @@ class Connection:
         """CLOSE of the sending direction (RFC 9293 3.10.4): queue a FIN after the data."""
         tcb = self.tcb
         st = tcb.state
-        if st in (State.SYN_SENT, State.SYN_RECEIVED):
+        if st in (SYN_SENT, SYN_RECEIVED):
             tcb.fin_queued = True  # sent once established
-        elif st == State.ESTABLISHED:
+        elif st == ESTABLISHED:
             tcb.fin_queued = True
-            self._set_state(State.FIN_WAIT_1)
+            self._set_state(FIN_WAIT_1)
             self._mark_dirty(now)
-        elif st == State.CLOSE_WAIT:
+        elif st == CLOSE_WAIT:
             tcb.fin_queued = True
-            self._set_state(State.LAST_ACK)
+            self._set_state(LAST_ACK)
             self._mark_dirty(now)
 
     def close(self, now: float | None = None) -> None:
@@ -928,9 +949,9 @@ class Connection:
         tcb = self.tcb
         st = tcb.state
         self.orphaned = True
-        if st == State.CLOSED:
+        if st == CLOSED:
             return
-        if st == State.SYN_SENT:
+        if st == SYN_SENT:
             self.terminate()
             return
         if len(self.receiver.rcvbuf) and st in SYNCHRONIZED:
@@ -939,10 +960,10 @@ class Connection:
             self.abort(now)
             return
         self.shutdown(socket.SHUT_RDWR, now)
-        if tcb.state == State.FIN_WAIT_2:
+        if tcb.state == FIN_WAIT_2:
             t = now if now is not None else self._last_rcv
-            self._close_timer.arm(t + self.config.fin_wait2_timeout)
-        if tcb.state not in (State.CLOSED, State.TIME_WAIT) and not self._orphan_counted:
+            self._closer().arm(t + self.config.fin_wait2_timeout)
+        if tcb.state not in (CLOSED, TIME_WAIT) and not self._orphan_counted:
             layer = self.layer
             if layer.orphans >= layer.config.max_orphans:
                 # Linux tcp_max_orphans: "too many orphaned sockets", reset at once.
@@ -961,8 +982,8 @@ class Connection:
         """
         tcb = self.tcb
         self.orphaned = True
-        if tcb.state in (State.SYN_RECEIVED, State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2,
-                         State.CLOSE_WAIT):
+        if tcb.state in (SYN_RECEIVED, ESTABLISHED, FIN_WAIT_1, FIN_WAIT_2,
+                         CLOSE_WAIT):
             self._reset_peer(now)
         self.receiver.rcvbuf.clear()
         self.terminate()
@@ -976,7 +997,7 @@ class Connection:
         without SND.UNA moving (a probe answered with a zero window counts:
         the peer that never reads must not pin our memory) end it.
         """
-        if self.tcb.state not in (State.FIN_WAIT_1, State.CLOSING, State.LAST_ACK):
+        if self.tcb.state not in (FIN_WAIT_1, CLOSING, LAST_ACK):
             return False
         una = self.tcb.snd_una
         if una != self._orphan_una:
@@ -992,7 +1013,7 @@ class Connection:
     def _orphan_reset(self, now: float | None) -> None:
         """Reset the peer and delete the TCB with its buffers (an orphan over a limit)."""
         tcb = self.tcb
-        if tcb.state in SYNCHRONIZED and tcb.state != State.TIME_WAIT:
+        if tcb.state in SYNCHRONIZED and tcb.state != TIME_WAIT:
             self._reset_peer(now)
         self.receiver.rcvbuf.clear()
         self.terminate()
@@ -1065,9 +1086,9 @@ class Connection:
             self._mark_dirty(now)
         if "congestion" in knobs:
             self.sender.set_congestion(cfg.congestion)
-        if cfg.keepalive and self.tcb.state in (State.ESTABLISHED, State.CLOSE_WAIT):
+        if cfg.keepalive and self.tcb.state in (ESTABLISHED, CLOSE_WAIT):
             base = now if now is not None else self._last_rcv
-            self._keepalive_timer.arm(base + cfg.keepidle)
+            self._keepalive().arm(base + cfg.keepidle)
         elif not cfg.keepalive:
             self._keepalive_timer.cancel()
         if knobs.get("nodelay") or ("cork" in knobs and not cfg.cork):

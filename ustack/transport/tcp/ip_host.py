@@ -49,6 +49,11 @@ class TcpOverIp:
         ip = self.ip if len(dst) == 4 else self.ip6
         return ip is not None and ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
 
+    def tcp_output_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                           window: int, options: bytes, now: float) -> bool:
+        ip = self.ip if len(dst) == 4 else self.ip6
+        return ip is not None and ip.emit_tcp_options(src, dst, sport, dport, seq, ack, flags, window, options, now)
+
     def _layer(self, dst: bytes) -> IpLayer:
         ip = self.ip if len(dst) == 4 else self.ip6
         if ip is None:

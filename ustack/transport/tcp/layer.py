@@ -118,6 +118,12 @@ class TcpHost(Protocol):
         straight into a TX slot and return True; or send nothing and return False (a host without a
         fast emitter always does), and the connection builds the segment and calls ``tcp_output``."""
 
+    def tcp_output_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
+                           window: int, options: bytes, now: float) -> bool:
+        """Write a segment without data whose header carries ``options`` (our SYN or SYN-ACK) straight
+        into a TX slot and return True; or send nothing and return False, and the connection builds
+        the segment (``output.syn_segment``) and calls ``tcp_output``."""
+
     def route_mtu(self, dst: bytes) -> int:
         """IP MTU toward ``dst`` (our MSS = MTU - 40, or - 60 over IPv6: ``wire.tcp.headers_len``)."""
 

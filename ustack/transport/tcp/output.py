@@ -15,9 +15,12 @@ the fast emitter declines are built here (``write_segment``) and passed to
 
 Direct replies bypass the sender's output loop: ``send_ack`` (a pure ACK:
 its sequence number is SND.MAX, see there), ``send_rst``, and the SYN and
-SYN-ACK options (``emit_syn``). A SYN is packed straight into bytes by
-``syn_segment`` (no TcpHeader object: connection setup pays for every
-allocation); its bytes equal ``TcpHeader(...).to_bytes`` (tests/tcp check it).
+SYN-ACK options (``emit_syn``). A SYN's options are packed straight into
+bytes by ``syn_options`` (no TcpHeader object: connection setup pays for
+every allocation) and the host writes the segment into a TX slot in C
+(``TcpHost.tcp_output_options``); when it cannot (next hop unresolved,
+IPv6), ``syn_segment`` builds the whole segment for ``tcp_output``. Both
+equal ``TcpHeader(...).to_bytes`` (tests/tcp check it).
 """
 
 from __future__ import annotations
@@ -54,11 +57,10 @@ _TS_NOPS = bytes((OPT_NOP, OPT_NOP))
 _SACK_OK = bytes((OPT_NOP, OPT_NOP, OPT_SACK_PERMITTED, 2))
 
 
-def syn_segment(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, window: int,
-                mss: int, wscale: int | None, sack_permitted: bool, ts: tuple | None) -> bytearray:
-    """A SYN or SYN-ACK with its options, checksum filled (RFC 9293 3.1, 3.7.1; RFC 7323; RFC 2018).
+def syn_options(mss: int, wscale: int | None, sack_permitted: bool, ts: tuple | None) -> bytes:
+    """The options of a SYN or SYN-ACK (RFC 9293 3.7.1; RFC 7323; RFC 2018), padded to 4 bytes.
 
-    Option order and padding as ``TcpHeader.options_bytes``: MSS; SACK-permitted
+    Order and padding as ``TcpHeader.options_bytes``: MSS; SACK-permitted
     and timestamps (or NOP NOP SACK-permitted); NOP window scale.
     """
     opts = _MSS.pack(OPT_MSS, 4, mss)
@@ -68,6 +70,15 @@ def syn_segment(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: i
         opts += _SACK_OK
     if wscale is not None:
         opts += bytes((OPT_NOP, OPT_WSCALE, 3, wscale))
+    return opts
+
+
+def syn_segment(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, window: int,
+                mss: int, wscale: int | None, sack_permitted: bool, ts: tuple | None,
+                opts: bytes | None = None) -> bytearray:
+    """A SYN or SYN-ACK with its options (``syn_options``, or ``opts`` made by it), checksum filled."""
+    if opts is None:
+        opts = syn_options(mss, wscale, sack_permitted, ts)
     hl = 20 + len(opts)
     seg = bytearray(hl)
     _HEADER.pack_into(seg, 0, sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, (hl // 4) << 4, flags & 0xFF,
@@ -122,8 +133,13 @@ class Output:
         ack = tcb.rcv_nxt if synack else 0
         ts = (ts_clock(now, tcb.ts_offset), tcb.ts_recent if synack else 0) if timestamps else None
         src, dst = self.local_addr, self.remote_addr
-        self.host.tcp_output(src, dst, syn_segment(src, dst, self.local_port, self.remote_port, tcb.iss, ack, flags,
-                                                   window, mss, wscale, sack_permitted, ts), now)
+        opts = syn_options(mss, wscale, sack_permitted, ts)
+        host = self.host
+        # Straight into a TX slot when the host can (the next hop known); else built here for tcp_output.
+        if not host.tcp_output_options(src, dst, self.local_port, self.remote_port, tcb.iss, ack, flags, window,
+                                       opts, now):
+            host.tcp_output(src, dst, syn_segment(src, dst, self.local_port, self.remote_port, tcb.iss, ack, flags,
+                                                  window, mss, wscale, sack_permitted, ts, opts), now)
         self.segs_out += 1
         self.stats.inc("tcp.out_segs")
         if synack:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN
 from ustack.transport.tcp.delack import DelayedAck
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
@@ -39,15 +40,21 @@ if TYPE_CHECKING:
 
 
 class Receiver:
-    __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "delack", "rtt", "recv_high",
-                 "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
+    __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
+                 "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
                  "budget", "dsack")
 
-    def __init__(self, tcb: Tcb, config: TcpConfig, stats, delack_timer, high_water: Callable[[], None]):
+    def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
+                 high_water: Callable[[], None]):
         self.tcb = tcb
         self.rcvbuf = ReceiveBuffer(config.rcvbuf, config.max_ooo_runs)
         self.stats = stats
-        self.delack_timer = delack_timer  # fires the connection's delayed-ACK event
+        # The delayed-ACK timer, ``on_delack(owner, now)`` on ``timers``: made when first armed (a
+        # connection that never delays an ACK never pays for it); until then the shared UNARMED.
+        self.delack_timer = UNARMED
+        self._timers = timers
+        self._owner = owner
+        self._on_delack = on_delack
         self.high_water = high_water  # called when readable bytes reach ``recv_high``
         self.ack_now = False  # an ACK is owed now (out of order, gap filled, FIN, every 2nd segment...)
         self.wnd_update = False  # a read opened the window: advertise it
@@ -57,8 +64,10 @@ class Receiver:
         self.dsack = None  # (left, right) of duplicate data to report first in the next ACK (RFC 2883)
         self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
+        # What configure() sets, without setting it twice: the buffer got its sizes above, and a new
+        # DelayedAck is what configure() would leave (config.validate: delack_timeout <= delack_max).
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
-        self.configure(config)
+        self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
 
     def configure(self, config: TcpConfig) -> None:
         self.rcvbuf.capacity = config.rcvbuf
@@ -118,7 +127,10 @@ class Receiver:
         elif push and delack.push_wants_ack():
             self.ack_now = True
         elif self.delack_timer.deadline is None:
-            self.delack_timer.arm(now + delack.timeout(rtt.srtt if rtt is not None else None))
+            timer = self.delack_timer
+            if timer is UNARMED:
+                timer = self.delack_timer = self._timers.timer(self._on_delack, self._owner)
+            timer.arm(now + delack.timeout(rtt.srtt if rtt is not None else None))
         if self.rd_shutdown:
             rcvbuf.read(len(rcvbuf))
         elif before < self.recv_high <= len(rcvbuf):

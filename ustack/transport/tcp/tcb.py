@@ -41,6 +41,11 @@ class State(IntEnum):
     TIME_WAIT = 10
 
 
+# The members as module constants: a global read is cheaper than an Enum class attribute, and the
+# state machine reads them on every segment.
+(CLOSED, LISTEN, SYN_SENT, SYN_RECEIVED, ESTABLISHED, FIN_WAIT_1, FIN_WAIT_2, CLOSE_WAIT, CLOSING, LAST_ACK,
+ TIME_WAIT) = State
+
 # States in which the connection is synchronized (RFC 9293 3.5.2).
 SYNCHRONIZED = frozenset({
     State.ESTABLISHED, State.FIN_WAIT_1, State.FIN_WAIT_2, State.CLOSE_WAIT,
