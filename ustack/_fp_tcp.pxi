@@ -177,12 +177,12 @@ cdef inline int _ts_recent(object tcb, Py_ssize_t *off, bint ts_ok, Packet p, ob
 
 # -- demux in C: the 4-tuple of a connection to the connection ------------------
 #
-# ``FlowTable`` indexes ``TcpLayer.connections`` (IPv4 keys; the layer adds and
-# removes entries where it adds and removes connections) with open addressing
-# over C keys, so that ``input`` finds the connection of a classified segment
-# without building a Python object for the key. The table keeps the
-# connections in a Python list (``_conns``, seen by the garbage collector) and
-# the slots hold indexes into it.
+# ``FlowTable`` indexes ``TcpLayer.connections`` (IPv4 and IPv6 keys; the layer
+# adds and removes entries where it adds and removes connections) with open
+# addressing over C keys, so that ``input`` finds the connection of a
+# classified segment without building a Python object for the key. The table
+# keeps the connections in a Python list (``_conns``, seen by the garbage
+# collector) and the slots hold indexes into it.
 
 from cpython.list cimport PyList_GET_ITEM
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
@@ -190,23 +190,54 @@ from cpython.sequence cimport PySequence_GetSlice
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy, memset
 
+cdef struct FlowKey:
+    uint64_t la[2]       # addresses as loaded from the packed bytes (memcpy), IPv4 zero-padded
+    uint64_t ra[2]
+    uint32_t ports       # local port << 16 | remote port
+    uint32_t alen        # 4 or 16: an IPv4 key never equals an IPv6 one
+
+
 cdef struct FlowSlot:
-    uint32_t laddr       # addresses as loaded from the packed 4 bytes (memcpy)
-    uint32_t raddr
-    uint16_t lport
-    uint16_t rport
+    FlowKey key
     uint8_t used         # 0 empty, 1 in use, 2 deleted (a tombstone)
     Py_ssize_t index     # into FlowTable._conns
 
 
-cdef inline uint64_t _flow_hash(uint32_t la, uint32_t ra, uint16_t lp, uint16_t rp) noexcept nogil:
-    cdef uint64_t h = ((<uint64_t>la << 32) | ra) * <uint64_t>0x9E3779B97F4A7C15ULL
-    h ^= ((<uint64_t>lp << 16) | rp) * <uint64_t>0xC2B2AE3D27D4EB4FULL
-    return h ^ (h >> 29)
+cdef inline uint64_t _flow_hash(const FlowKey *k) noexcept nogil:
+    cdef uint64_t h = (k.la[0] * <uint64_t>0x9E3779B97F4A7C15ULL) ^ (k.ra[0] * <uint64_t>0xC2B2AE3D27D4EB4FULL)
+    h ^= (k.la[1] * <uint64_t>0x165667B19E3779F9ULL) ^ (k.ra[1] * <uint64_t>0x27D4EB2F165667C5ULL)
+    h ^= ((<uint64_t>k.ports << 8) | k.alen) * <uint64_t>0x85EBCA77C2B2AE63ULL
+    h ^= h >> 33  # a final mix, so that the low bits the table uses depend on every input bit
+    h *= <uint64_t>0xFF51AFD7ED558CCDULL
+    return h ^ (h >> 33)
+
+
+cdef inline bint _key_eq(const FlowKey *a, const FlowKey *b) noexcept nogil:
+    return (a.la[0] == b.la[0] and a.ra[0] == b.ra[0] and a.ports == b.ports and a.la[1] == b.la[1]
+            and a.ra[1] == b.ra[1] and a.alen == b.alen)
+
+
+cdef inline void _key_set(FlowKey *k, const uint8_t *la, const uint8_t *ra, Py_ssize_t alen,
+                          uint32_t lport, uint32_t rport) noexcept nogil:
+    memset(k, 0, sizeof(FlowKey))
+    memcpy(&k.la[0], la, alen)
+    memcpy(&k.ra[0], ra, alen)
+    k.ports = (lport << 16) | rport
+    k.alen = <uint32_t>alen
+
+
+cdef inline bint _key_of(FlowKey *k, bytes laddr, int lport, bytes raddr, int rport):
+    """Fill ``k`` from a Python key; False when the table cannot hold it (not 4- or 16-byte addresses)."""
+    cdef Py_ssize_t n = len(laddr)
+    if (n != 4 and n != 16) or len(raddr) != n or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        return False
+    _key_set(k, <const uint8_t *><const char *>laddr, <const uint8_t *><const char *>raddr, n,
+             <uint32_t>lport, <uint32_t>rport)
+    return True
 
 
 cdef class FlowTable:
-    """Established-flow demux in C: (local addr, local port, remote addr, remote port) -> connection."""
+    """Established-flow demux in C: (local addr, local port, remote addr, remote port) -> connection (IPv4 and IPv6)."""
 
     cdef FlowSlot *_slots
     cdef Py_ssize_t _mask
@@ -234,15 +265,15 @@ cdef class FlowTable:
     def __len__(self):
         return self._count
 
-    cdef Py_ssize_t _find(self, uint32_t la, uint16_t lp, uint32_t ra, uint16_t rp) noexcept:
+    cdef Py_ssize_t _find(self, const FlowKey *k) noexcept:
         """The slot holding the key, or -1."""
-        cdef Py_ssize_t i = <Py_ssize_t>(_flow_hash(la, ra, lp, rp) & <uint64_t>self._mask)
+        cdef Py_ssize_t i = <Py_ssize_t>(_flow_hash(k) & <uint64_t>self._mask)
         cdef FlowSlot *s
         while True:
             s = &self._slots[i]
             if s.used == 0:
                 return -1
-            if s.used == 1 and s.laddr == la and s.raddr == ra and s.lport == lp and s.rport == rp:
+            if s.used == 1 and _key_eq(&s.key, k):
                 return i
             i = (i + 1) & self._mask
 
@@ -256,7 +287,7 @@ cdef class FlowTable:
         memset(new, 0, n * sizeof(FlowSlot))
         for k in range(old_n):
             if old[k].used == 1:
-                i = <Py_ssize_t>(_flow_hash(old[k].laddr, old[k].raddr, old[k].lport, old[k].rport) & <uint64_t>(n - 1))
+                i = <Py_ssize_t>(_flow_hash(&old[k].key) & <uint64_t>(n - 1))
                 while new[i].used:
                     i = (i + 1) & (n - 1)
                 new[i] = old[k]
@@ -267,15 +298,13 @@ cdef class FlowTable:
         return 0
 
     def add(self, bytes laddr, int lport, bytes raddr, int rport, conn):
-        """Index ``conn`` under its key (replacing what the key held); IPv4 keys only, others are ignored."""
-        cdef uint32_t la, ra
+        """Index ``conn`` under its key (replacing what the key held); keys of other address lengths are ignored."""
+        cdef FlowKey key
         cdef Py_ssize_t i, idx
         cdef FlowSlot *s
-        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        if not _key_of(&key, laddr, lport, raddr, rport):
             return
-        memcpy(&la, <const char *>laddr, 4)
-        memcpy(&ra, <const char *>raddr, 4)
-        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        i = self._find(&key)
         if i >= 0:
             self._conns[self._slots[i].index] = conn
             return
@@ -287,29 +316,24 @@ cdef class FlowTable:
         else:
             idx = len(self._conns)
             self._conns.append(conn)
-        i = <Py_ssize_t>(_flow_hash(la, ra, <uint16_t>lport, <uint16_t>rport) & <uint64_t>self._mask)
+        i = <Py_ssize_t>(_flow_hash(&key) & <uint64_t>self._mask)
         while self._slots[i].used == 1:
             i = (i + 1) & self._mask
         s = &self._slots[i]
         if s.used == 0:
             self._filled += 1
-        s.laddr = la
-        s.raddr = ra
-        s.lport = <uint16_t>lport
-        s.rport = <uint16_t>rport
+        s.key = key
         s.index = idx
         s.used = 1
         self._count += 1
 
     def remove(self, bytes laddr, int lport, bytes raddr, int rport, conn):
         """Drop the key's entry if it is ``conn``'s."""
-        cdef uint32_t la, ra
+        cdef FlowKey key
         cdef Py_ssize_t i, idx
-        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        if not _key_of(&key, laddr, lport, raddr, rport):
             return
-        memcpy(&la, <const char *>laddr, 4)
-        memcpy(&ra, <const char *>raddr, 4)
-        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        i = self._find(&key)
         if i < 0:
             return
         idx = self._slots[i].index
@@ -322,33 +346,30 @@ cdef class FlowTable:
 
     def lookup(self, bytes laddr, int lport, bytes raddr, int rport):
         """The connection under the key, or None (for tests and tools)."""
-        cdef uint32_t la, ra
+        cdef FlowKey key
         cdef Py_ssize_t i
-        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        if not _key_of(&key, laddr, lport, raddr, rport):
             return None
-        memcpy(&la, <const char *>laddr, 4)
-        memcpy(&ra, <const char *>raddr, 4)
-        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        i = self._find(&key)
         return None if i < 0 else self._conns[self._slots[i].index]
 
     def input(self, seg, frame, double now):
         """Deliver a classified TCP segment of an ESTABLISHED connection; False: not one (the caller demuxes).
 
-        ``seg`` is the frame's ``Packet`` (IPv4, checksum verified); the
+        ``seg`` is the frame's ``Packet`` (IPv4 or IPv6, checksum verified); the
         connection gets it as ``TcpLayer.segment_arrives`` would hand it on,
         counted under ``tcp.in_segs``.
         """
         cdef Packet p
-        cdef uint32_t la, ra
+        cdef FlowKey key
         cdef Py_ssize_t i
         if type(seg) is not Packet:
             return False
         p = <Packet>seg
-        if p._alen != 4 or p.kind != CK_TCP:
+        if not ((p.kind == CK_TCP and p._alen == 4) or (p.kind == CK_TCP6 and p._alen == 16)):
             return False
-        memcpy(&la, p._dst, 4)
-        memcpy(&ra, p._src, 4)
-        i = self._find(la, <uint16_t>p.dst_port, ra, <uint16_t>p.src_port)
+        _key_set(&key, p._dst, p._src, p._alen, <uint32_t>p.dst_port, <uint32_t>p.src_port)
+        i = self._find(&key)
         if i < 0:
             return False
         conn = <object>PyList_GET_ITEM(self._conns, self._slots[i].index)

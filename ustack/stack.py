@@ -285,6 +285,8 @@ class Stack:
         self.tcp.segment_arrives(pkt.src, pkt.dst, pkt, frame[off:off + pkt.payload_len], now)
 
     def _tcp_input6(self, frame: memoryview, pkt, now: float) -> None:
+        if self._tcp_flows is not None and self._tcp_flows(pkt, frame, now):
+            return  # an ESTABLISHED connection's segment, demuxed in C (its local address is ours, unicast)
         if pkt.dst[0] == 0xFF:
             self.stats.drop("tcp.multicast")
             return
