@@ -32,7 +32,7 @@ cdef enum:
 # The fields the fast path uses, in the order of TcbLayout._off.
 TCB_FIELDS = ("state", "snd_una", "snd_nxt", "snd_max", "snd_wnd", "max_snd_wnd", "snd_wl1", "snd_wl2",
               "rcv_nxt", "rcv_adv", "snd_wscale", "ts_ok", "ts_recent", "ts_recent_age", "last_ack_sent",
-              "fin_queued", "fin_rcvd_seq")
+              "fin_queued", "fin_rcvd_seq", "rcv_wnd", "rcv_wscale", "rcv_mss", "mss_base", "ts_offset", "sack_ok")
 cdef enum:
     T_STATE = 0
     T_SND_UNA = 1
@@ -51,7 +51,13 @@ cdef enum:
     T_LAST_ACK_SENT = 14
     T_FIN_QUEUED = 15
     T_FIN_RCVD_SEQ = 16
-    T_NFIELDS = 17
+    T_RCV_WND = 17
+    T_RCV_WSCALE = 18
+    T_RCV_MSS = 19
+    T_MSS_BASE = 20
+    T_TS_OFFSET = 21
+    T_SACK_OK = 22
+    T_NFIELDS = 23
 
 
 cdef inline PyObject *_slot(object o, Py_ssize_t off) noexcept:

@@ -23,15 +23,17 @@
 #   Duplicate ACKs and window updates go the Python way.
 #
 # Then: TS.Recent (RFC 7323 4.3), the payload appended to the receive
-# buffer in C, RCV.NXT and the ACK policy by ``Receiver.in_order`` (the one
-# implementation of ``delack``'s rules), the output loop (skipped when it has
-# nothing to send and no timer to touch: an empty send buffer, nothing
-# outstanding, no FIN, no cork timer), and the ACK if the policy says it is
-# owed now. Python code this file relies on by name: ``Connection`` (tcb,
-# receiver, sender, out, layer.mem_room, layer.under_pressure, orphaned, segment_arrives),
-# ``Receiver`` (rcvbuf._data, rcvbuf.ooo_bytes, in_order, ack_now),
-# ``Sender`` (on_ack, output, recovery.after_ack, sndbuf._data, force, push,
-# cork_timer), ``Output.send_ack``.
+# buffer in C, RCV.NXT and the ACK policy (``_in_order`` in _fp_ack.pxi: the
+# rules of ``Receiver.in_order`` and ``delack`` over their own state), the
+# output loop (skipped when it has nothing to send and no timer to touch: an
+# empty send buffer, nothing outstanding, no FIN, no cork timer), and the
+# pure ACK if the policy says it is owed now (``_send_ack``, into a TX slot
+# through the host's fast emitter). Python code this file relies on by name:
+# ``Connection`` (tcb, receiver, sender, out, layer.mem_room,
+# layer.under_pressure, orphaned, segment_arrives), ``Receiver`` (rcvbuf._data,
+# rcvbuf.ooo_bytes, ack_now, and the fields _fp_ack.pxi names), ``Sender``
+# (on_ack, output, recovery.after_ack, sndbuf._data, force, push,
+# cork_timer), ``Output`` (fast, write, send_ack).
 
 from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.stdint cimport int32_t
@@ -154,7 +156,7 @@ cdef class EstablishedPath:
                 memcpy(PyByteArray_AS_STRING(buf) + before, view.buf, dlen)
             finally:
                 PyBuffer_Release(&view)
-            receiver.in_order(dlen, dlen, False, before, now, bool(flags & TH_PSH))
+            _in_order(tcb, off, receiver, rcvbuf, dlen, before, now, flags & TH_PSH)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
                     or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
@@ -162,7 +164,7 @@ cdef class EstablishedPath:
                     or sender.cork_timer.deadline is not None):
                 sender.output(now)  # (otherwise it has nothing to send and no timer to change)
             if receiver.ack_now:
-                conn.out.send_ack(now)
+                _send_ack(conn, tcb, off, receiver, now)
         return True
 
 

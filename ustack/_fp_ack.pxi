@@ -1,0 +1,179 @@
+# The receive side of the established fast path in C: RCV.NXT, the ACK policy
+# (delayed ACK, RFC 1122 4.2.3.2 and RFC 5681 4.2, with Linux's heuristics as
+# ``ustack.transport.tcp.delack`` describes them) and the pure ACK itself.
+#
+# One source of truth for the state: these functions read and write the very
+# fields the Python parts use (the TCB through ``TcbLayout``; the
+# ``Receiver``'s and its ``DelayedAck``'s slots by attribute), so a segment
+# the fast path took and one the Python path took leave the same state
+# behind. The rules are the Python ones transcribed, step for step, in the
+# same order and with the same float arithmetic (IEEE doubles both sides);
+# the differential test (tests/tcp/test_tcp_fastpath_diff.py) holds them to
+# the same emitted bytes and the same state after every step. What they
+# mirror, by name: ``Receiver.in_order``, ``DelayedAck.data_received``,
+# ``grant_quickacks``, ``quickack_mode``, ``push_wants_ack``, ``timeout``;
+# ``Output.emit`` for a pure ACK (``Output.send_ack``), ``Receiver.select_window``
+# and ``offerable`` (outside memory pressure), ``ts_clock``, ``Receiver.ack_sent``
+# and ``DelayedAck.ack_sent``.
+#
+# The ACK leaves through the host's fast emitter (``Output.fast``, the flow's
+# template written straight into a TX slot) or, when that declines, through
+# ``Output.write`` (the general builder): the bytes are the same either way.
+
+from cpython.float cimport PyFloat_AsDouble, PyFloat_FromDouble
+from cpython.long cimport PyLong_FromLongLong
+
+cdef object _EMPTY = b""
+
+
+cdef inline double _dget(object o) except? -1.0:
+    return PyFloat_AsDouble(o)
+
+
+cdef int _grant_quickacks(object delack, int64_t rcv_wnd, int64_t rcv_mss) except -1:
+    """``DelayedAck.grant_quickacks``: rcv_wnd / (2 * rcv_mss) quick ACKs, at least 2, at most max_quickacks."""
+    cdef int64_t n = rcv_wnd // (2 * rcv_mss) if rcv_mss > 0 else 0   # rcv_wnd >= 0 (a free count)
+    cdef int64_t cap = PyLong_AsLongLong(delack.max_quickacks)
+    if n < 2:
+        n = 2
+    if n > cap:
+        n = cap
+    if n > PyLong_AsLongLong(delack.quick):
+        delack.quick = n
+    return 0
+
+
+cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, object rcvbuf, Py_ssize_t dlen,
+                   Py_ssize_t before, object now, bint push) except -1:
+    """``Receiver.in_order(dlen, dlen, False, before, now, push)`` for data appended at RCV.NXT."""
+    cdef int64_t rcv_mss, free, unacked
+    cdef double t = PyFloat_AsDouble(now), m, half, ato, ato_min, rto, cap, srtt
+    cdef Py_ssize_t held
+    _fset(tcb, off[T_RCV_NXT], PyLong_FromUnsignedLong(<uint32_t>(<uint32_t>_iget(tcb, off[T_RCV_NXT]) + dlen)))
+    receiver.bytes_received += dlen
+    rcv_mss = _iget(tcb, off[T_RCV_MSS])
+    if dlen > rcv_mss:
+        rcv_mss = min(<int64_t>dlen, _iget(tcb, off[T_MSS_BASE]))
+        _fset(tcb, off[T_RCV_MSS], PyLong_FromLongLong(rcv_mss))
+    delack = receiver.delack
+    rtt = receiver.rtt
+    rto = PyFloat_AsDouble(rtt.rto) if rtt is not None else 1.0
+    held = PyByteArray_GET_SIZE(rcvbuf._data)
+    free = PyLong_AsLongLong(rcvbuf.capacity) - held
+    if free < 0:
+        free = 0
+    # DelayedAck.data_received (Linux tcp_event_data_recv)
+    last = delack.lrcvtime
+    ato_min_obj = delack.ato_min
+    ato_min = PyFloat_AsDouble(ato_min_obj)
+    if last is None:
+        _grant_quickacks(delack, free, rcv_mss)
+        delack.ato = ato_min_obj
+    else:
+        m = t - PyFloat_AsDouble(last)
+        half = ato_min / 2
+        ato = PyFloat_AsDouble(delack.ato)
+        if m <= half:
+            delack.ato = PyFloat_FromDouble(ato / 2 + half)
+        elif m < ato:
+            delack.ato = PyFloat_FromDouble(min(ato / 2 + m, rto))
+        elif m > rto:
+            _grant_quickacks(delack, free, rcv_mss)
+    delack.lrcvtime = now
+    unacked = PyLong_AsLongLong(receiver.unacked) + dlen
+    receiver.unacked = unacked
+    if not delack.enabled:
+        receiver.ack_now = True
+    elif unacked >= 2 * rcv_mss:
+        receiver.ack_now = True  # every second full-sized segment (RFC 5681 4.2)
+    elif PyLong_AsLongLong(delack.quick) > 0 and not delack.pingpong:
+        receiver.ack_now = True  # quick-ACK mode
+    elif push and delack.reader_waiting and (not delack.pingpong or delack.pushed):
+        receiver.ack_now = True  # a pushed segment and a reader waiting for it
+    else:
+        if push:
+            delack.pushed = True
+        timer = receiver.delack_timer
+        if timer.deadline is None:
+            # DelayedAck.timeout: ato, bounded by ato_max and max(SRTT, ato_min) once above ato_min
+            ato = PyFloat_AsDouble(delack.ato)
+            if ato > ato_min:
+                cap = PyFloat_AsDouble(delack.ato_max)
+                srtt_obj = rtt.srtt if rtt is not None else None
+                if srtt_obj:
+                    srtt = PyFloat_AsDouble(srtt_obj)
+                    cap = min(cap, max(srtt, ato_min))
+                ato = min(ato, cap)
+            timer.arm(PyFloat_FromDouble(t + ato))
+    if receiver.rd_shutdown:
+        rcvbuf.read(held)
+    elif before < receiver.recv_high <= held:
+        receiver.high_water()
+    return 0
+
+
+cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, object now) except -1:
+    """``Output.send_ack(now)``: <SEQ=SND.MAX><ACK=RCV.NXT><CTL=ACK>, window and timestamps as ``Output.emit``."""
+    cdef int64_t free, room, cur, win, field, actual, cap, rcv_nxt
+    cdef int shift
+    cdef uint32_t edge, adv
+    rcvbuf = receiver.rcvbuf
+    layer = receiver.budget
+    if (_bget(tcb, off[T_SACK_OK]) and rcvbuf.ooo_bytes) or (layer is not None and layer.under_pressure):
+        conn.out.send_ack(now)  # SACK blocks or a trimmed window: the Python way
+        return 0
+    out = conn.out
+    # Receiver.select_window over Receiver.offerable (no memory pressure here)
+    cap = PyLong_AsLongLong(rcvbuf.capacity)
+    free = cap - PyByteArray_GET_SIZE(rcvbuf._data)
+    if free < 0:
+        free = 0
+    if layer is not None:
+        room = PyLong_AsLongLong(layer.mem_room())
+        if room < free:
+            free = room if room > 0 else 0
+    rcv_nxt = _iget(tcb, off[T_RCV_NXT])
+    adv = <uint32_t>_iget(tcb, off[T_RCV_ADV])
+    cur = <int32_t>(adv - <uint32_t>rcv_nxt)
+    if cur < 0:
+        cur = 0
+    win = cur if free - cur < min(cap // 2, _iget(tcb, off[T_MSS_BASE])) else free
+    shift = <int>_iget(tcb, off[T_RCV_WSCALE])
+    field = (win + (<int64_t>1 << shift) - 1) >> shift
+    if field > 0xFFFF:
+        field = 0xFFFF
+    actual = field << shift
+    _fset(tcb, off[T_RCV_WND], PyLong_FromLongLong(actual))
+    edge = <uint32_t>(<uint32_t>rcv_nxt + <uint32_t>actual)
+    if _seq_lt(adv, edge):
+        _fset(tcb, off[T_RCV_ADV], PyLong_FromUnsignedLong(edge))
+    if _bget(tcb, off[T_TS_OK]):
+        ts = (PyLong_FromUnsignedLong(<uint32_t>(<int64_t>(PyFloat_AsDouble(now) * 1000) + _iget(tcb, off[T_TS_OFFSET]))),
+              _fget(tcb, off[T_TS_RECENT]))
+    else:
+        ts = None
+    seq = _fget(tcb, off[T_SND_MAX])
+    ack = _fget(tcb, off[T_RCV_NXT])
+    fwin = PyLong_FromLongLong(field)
+    if not out.fast(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq, ack, TH_ACK, fwin, ts,
+                    _EMPTY, now):
+        out.write(seq, ack, TH_ACK, fwin, ts, (), now)
+    out.segs_out += 1
+    out.stats.counters["tcp.out_segs"] += 1
+    _fset(tcb, off[T_LAST_ACK_SENT], ack)
+    # Receiver.ack_sent(now, False) and DelayedAck.ack_sent(unacked > 0)
+    delack = receiver.delack
+    delack.pushed = False
+    if receiver.unacked:
+        quick = PyLong_AsLongLong(delack.quick)
+        if quick:
+            delack.quick = quick - 1
+            if quick == 1:
+                delack.ato = delack.ato_min
+    receiver.ack_now = False
+    receiver.wnd_update = False
+    receiver.unacked = 0
+    timer = receiver.delack_timer
+    if timer.deadline is not None:
+        timer.cancel()
+    return 0
