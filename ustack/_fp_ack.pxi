@@ -129,7 +129,7 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, ob
     if free < 0:
         free = 0
     if layer is not None:
-        room = PyLong_AsLongLong(layer.mem_room())
+        room = _mem_room(layer)
         if room < free:
             free = room if room > 0 else 0
     rcv_nxt = _iget(tcb, off[T_RCV_NXT])

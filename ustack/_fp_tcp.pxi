@@ -68,6 +68,11 @@ cdef class EstablishedPath:
         False means nothing was changed: the caller runs the general path.
         ``payload`` is the segment's data (a buffer of exactly its length).
         """
+        return self._input(conn, seg, payload, now, False) == 1
+
+    cdef int _input(self, conn, seg, payload, now, bint whole) except -1:
+        """``input``; with ``whole``, also what ``Connection.segment_arrives`` does around it (``FlowTable``):
+        the per-segment bookkeeping when it commits, and after it the memory charge and the burst's event."""
         cdef Packet p
         cdef Py_ssize_t *off = self.layout._off
         cdef uint32_t seq, ack, una, snd_max, wl1, rcv_nxt
@@ -77,27 +82,27 @@ cdef class EstablishedPath:
         cdef int flags
         cdef bint wnd_update = False, ts_ok
         if type(seg) is not Packet:
-            return False
+            return 0
         p = <Packet>seg
         tcb = conn.tcb
         self.layout._check(tcb)
         if _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED:
-            return False
+            return 0
         flags = p.flags
         if (flags & ~TH_PSH) != TH_ACK:
-            return False
+            return 0
         if p._nsack or p._unklen or p.sack_permitted:
-            return False
+            return 0
         ts_ok = _bget(tcb, off[T_TS_OK])
         if ts_ok:
             if p._opts != OPTF_TIMESTAMPS or _seq_lt(p._tsval, <uint32_t>_iget(tcb, off[T_TS_RECENT])):
-                return False
+                return 0
         elif p._opts:
-            return False
+            return 0
         seq = p.seq
         rcv_nxt = <uint32_t>_iget(tcb, off[T_RCV_NXT])
         if seq != rcv_nxt:
-            return False
+            return 0
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
@@ -107,30 +112,34 @@ cdef class EstablishedPath:
         if dlen == 0:
             # A pure ACK for new data.
             if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
-                return False
+                return 0
+            if whole:
+                _arrived(conn, sender, now)
             _ts_recent(tcb, off, ts_ok, p, now)
             sender.on_ack(seg, 0, now)
         else:
             rcv_wnd = <int32_t>(<uint32_t>_iget(tcb, off[T_RCV_ADV]) - seq)
             if dlen > rcv_wnd:
-                return False
+                return 0
             if ack != una:
                 if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
-                    return False
+                    return 0
             rcvbuf = receiver.rcvbuf
             if rcvbuf.ooo_bytes or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
-                return False
+                return 0
             layer = conn.layer
-            if layer.under_pressure or layer.mem_room() < dlen:
-                return False  # the memory budget's soft or hard level: the Python path trims and drops
+            if layer.under_pressure or _mem_room(layer) < dlen:
+                return 0  # the memory budget's soft or hard level: the Python path trims and drops
             seg_wnd = (<int64_t>p.window) << _iget(tcb, off[T_SND_WSCALE])
             old_wnd = _iget(tcb, off[T_SND_WND])
             if ack == una:
                 wl1 = <uint32_t>_iget(tcb, off[T_SND_WL1])
                 wnd_update = _seq_lt(wl1, seq) or (wl1 == seq and _seq_le(<uint32_t>_iget(tcb, off[T_SND_WL2]), ack))
                 if wnd_update and old_wnd == 0 and seg_wnd:
-                    return False  # the window opens: persist timer work, the Python way
+                    return 0  # the window opens: persist timer work, the Python way
             # Committed from here on.
+            if whole:
+                _arrived(conn, sender, now)
             _ts_recent(tcb, off, ts_ok, p, now)
             if ack == una:
                 # Sender.on_ack without SND.UNA moving and with data (never a duplicate ACK).
@@ -165,7 +174,45 @@ cdef class EstablishedPath:
                 sender.output(now)  # (otherwise it has nothing to send and no timer to change)
             if receiver.ack_now:
                 _send_ack(conn, tcb, off, receiver, now)
-        return True
+        if whole:
+            conn.segs_fast += 1
+            _recharge(conn, sender, receiver)
+            if conn.on_event is not None and not conn._notify_due:
+                conn._notify_due = True  # the application hears of the burst once (TcpLayer.flush)
+                conn.layer.notify_later(conn)
+        return 1
+
+
+# What ``Connection.segment_arrives`` and ``TcpLayer`` do around a predicted
+# segment, for ``FlowTable.input`` (which hands predicted segments to
+# ``EstablishedPath`` without the Python frame): mirrored by name.
+
+cdef inline int _arrived(object conn, object sender, object now) except -1:
+    """``Connection.segment_arrives``'s bookkeeping for every segment (keepalive and persist probes answered)."""
+    conn.segs_in += 1
+    conn._last_rcv = now
+    conn._keep_probes = 0
+    sender.probes_out = 0
+    return 0
+
+
+cdef inline int64_t _mem_room(object layer) except? -1:
+    """``TcpLayer.mem_room()``: bytes the memory budget (``tcp_mem``) can still take."""
+    return PyLong_AsLongLong(layer.config.tcp_mem) - PyLong_AsLongLong(layer.mem_used)
+
+
+cdef int _recharge(object conn, object sender, object receiver) except -1:
+    """``Connection._recharge()``: charge what the buffers hold now to the layer's memory budget."""
+    cdef int64_t charged = PyLong_AsLongLong(conn._charged), held
+    if charged < 0:
+        return 0
+    rcvbuf = receiver.rcvbuf
+    held = (PyByteArray_GET_SIZE(sender.sndbuf._data) + PyByteArray_GET_SIZE(rcvbuf._data)
+            + PyLong_AsLongLong(rcvbuf.ooo_bytes))
+    if held != charged:
+        conn.layer.charge(held - charged)
+        conn._charged = held
+    return 0
 
 
 cdef inline int _ts_recent(object tcb, Py_ssize_t *off, bint ts_ok, Packet p, object now) except -1:
@@ -249,9 +296,11 @@ cdef class FlowTable:
     cdef list _free              # free indexes of _conns
     cdef object counters         # the stack's Stats counters (collections.Counter)
     cdef TcbLayout layout
+    cdef EstablishedPath established
 
-    def __cinit__(self, counters, TcbLayout layout):
+    def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
+        self.established = established
         self._slots = <FlowSlot *>PyMem_Malloc(64 * sizeof(FlowSlot))
         if self._slots == NULL:
             raise MemoryError()
@@ -360,7 +409,9 @@ cdef class FlowTable:
 
         ``seg`` is the frame's ``Packet`` (IPv4 or IPv6, checksum verified); the
         connection gets it as ``TcpLayer.segment_arrives`` would hand it on,
-        counted under ``tcp.in_segs``.
+        counted under ``tcp.in_segs``: header prediction (``established``, when
+        given and the connection uses it) takes it without the Python frame of
+        ``Connection.segment_arrives``, which gets the others.
         """
         cdef Packet p
         cdef FlowKey key
@@ -381,5 +432,8 @@ cdef class FlowTable:
             return False
         counters = self.counters
         counters["tcp.in_segs"] += 1
-        conn.segment_arrives(seg, PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len), now)
+        payload = PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len)
+        if (self.established is None or conn._fast is None
+                or not self.established._input(conn, seg, payload, now, True)):
+            conn.segment_arrives(seg, payload, now)  # the general path (nothing was changed above)
         return True

@@ -140,9 +140,10 @@ class TcpLayer:
         self.config = config if config is not None else TcpConfig()
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
-        # The same connections indexed in C, for the stack's fast demux of established flows (IPv4).
-        self.flows = FlowTable(host.stats.counters, TCB_LAYOUT)
         self.established = EstablishedPath(TCB_LAYOUT)  # receive header prediction (Connection._fast)
+        # The same connections indexed in C, for the stack's fast demux of established flows (IPv4 and IPv6);
+        # it hands predicted segments to ``established`` itself.
+        self.flows = FlowTable(host.stats.counters, TCB_LAYOUT, self.established)
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
         self._notify_due: list = []  # connections whose on_event waits for the end of the round
