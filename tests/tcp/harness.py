@@ -237,13 +237,17 @@ class Harness:
 
     def deliver(self, src: bytes, dst: bytes, segment: bytes) -> None:
         """One segment in, as the stack delivers it: classified in C into a ``Packet`` record (so the
-        fast path sees what it sees on a device); what classify drops goes through ``TcpLayer.input``
+        fast path sees what it sees on a device), established flows demuxed in C (``TcpLayer.flows``)
+        when the layer's fast path is on; what classify drops goes through ``TcpLayer.input``
         so that the wire parser's drop reasons stay the ones tests assert."""
         frame = ipv4_frame(src, dst, segment) if len(dst) == 4 else ipv6_frame(src, dst, segment)
         pkt = _fastpath.classify_one(frame, MAC, True)
         if pkt.kind in (_fastpath.K_TCP, _fastpath.K_TCP6):
-            off = pkt.payload_off
-            self.layer.segment_arrives(src, dst, pkt, memoryview(frame)[off:off + pkt.payload_len], self.now)
+            layer = self.layer
+            # As the stack does: established flows through the C demux first (when the fast path is on)
+            if not (layer.fastpath and layer.flows.input(pkt, memoryview(frame), self.now)):
+                off = pkt.payload_off
+                layer.segment_arrives(src, dst, pkt, memoryview(frame)[off:off + pkt.payload_len], self.now)
         else:
             self.layer.input(src, dst, memoryview(segment), self.now)
         self.layer.flush(self.now)

@@ -1,7 +1,7 @@
 """Differential test of the TCP fast path (issue 11, item 8): C header prediction against the Python path.
 
-Two identical connections, one with the fast path (``_fastpath.EstablishedPath``)
-and one without, get the same random and adversarial segments (in order, old, ahead,
+Two identical connections, one with the fast path (``_fastpath.FlowTable`` demux and
+``EstablishedPath``, the harness delivering as the stack does) and one without, get the same random and adversarial segments (in order, old, ahead,
 beyond the window, stale and missing timestamps, ACKs of unsent data, FIN/RST/SYN/URG,
 zero windows), the same clock steps, reads and writes. After every step both must have
 emitted the same bytes and be in the same state: TCB, receiver, delayed-ACK and sender
@@ -34,7 +34,8 @@ def _state(h: Harness, conn) -> dict:
         "snd": (len(snd.sndbuf), snd.rtx_timer.deadline, snd.persist_timer.deadline, snd.rtx_count, snd.rtt_seq,
                 snd.dup_acks, snd.bytes_acked, snd.retransmits, rtt.srtt, rtt.rttvar, rtt.rto, snd.cc.window,
                 snd.cc.ssthresh),
-        "conn": (conn.error.__class__.__name__, conn.segs_in, h.layer.mem_used),
+        "conn": (conn.error.__class__.__name__, conn.segs_in, h.layer.mem_used, h.layer.under_pressure, conn._charged,
+                 conn._last_rcv, conn._keep_probes, snd.probes_out, conn.out.segs_out),
         "stats": h.stats.snapshot(),
     }
 
