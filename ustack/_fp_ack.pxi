@@ -4,7 +4,7 @@
 #
 # One source of truth for the state: these functions read and write the very
 # fields the Python parts use (the TCB through ``TcbLayout``; the
-# ``Receiver``'s and its ``DelayedAck``'s slots by attribute), so a segment
+# ``Receiver``'s and its ``DelayedAck``'s slots through ``SlotLayout``s), so a segment
 # the fast path took and one the Python path took leave the same state
 # behind. The rules are the Python ones transcribed, step for step, in the
 # same order and with the same float arithmetic (IEEE doubles both sides);
@@ -30,95 +30,97 @@ cdef inline double _dget(object o) except? -1.0:
     return PyFloat_AsDouble(o)
 
 
-cdef int _grant_quickacks(object delack, int64_t rcv_wnd, int64_t rcv_mss) except -1:
+cdef int _grant_quickacks(object delack, Py_ssize_t *do, int64_t rcv_wnd, int64_t rcv_mss) except -1:
     """``DelayedAck.grant_quickacks``: rcv_wnd / (2 * rcv_mss) quick ACKs, at least 2, at most max_quickacks."""
     cdef int64_t n = rcv_wnd // (2 * rcv_mss) if rcv_mss > 0 else 0   # rcv_wnd >= 0 (a free count)
-    cdef int64_t cap = PyLong_AsLongLong(delack.max_quickacks)
+    cdef int64_t cap = _iget(delack, do[D_MAX_QUICKACKS])
     if n < 2:
         n = 2
     if n > cap:
         n = cap
-    if n > PyLong_AsLongLong(delack.quick):
-        delack.quick = n
+    if n > _iget(delack, do[D_QUICK]):
+        _fset(delack, do[D_QUICK], PyLong_FromLongLong(n))
     return 0
 
 
-cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, object rcvbuf, Py_ssize_t dlen,
-                   Py_ssize_t before, object now, bint push) except -1:
+cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do, object rcvbuf,
+                   Py_ssize_t dlen, Py_ssize_t before, object now, bint push) except -1:
     """``Receiver.in_order(dlen, dlen, False, before, now, push)`` for data appended at RCV.NXT."""
     cdef int64_t rcv_mss, free, unacked
     cdef double t = PyFloat_AsDouble(now), m, half, ato, ato_min, rto, cap, srtt
     cdef Py_ssize_t held
     _fset(tcb, off[T_RCV_NXT], PyLong_FromUnsignedLong(<uint32_t>(<uint32_t>_iget(tcb, off[T_RCV_NXT]) + dlen)))
-    receiver.bytes_received += dlen
+    _fset(receiver, ro[R_BYTES_RECEIVED], PyLong_FromLongLong(_iget(receiver, ro[R_BYTES_RECEIVED]) + dlen))
     rcv_mss = _iget(tcb, off[T_RCV_MSS])
     if dlen > rcv_mss:
         rcv_mss = min(<int64_t>dlen, _iget(tcb, off[T_MSS_BASE]))
         _fset(tcb, off[T_RCV_MSS], PyLong_FromLongLong(rcv_mss))
-    delack = receiver.delack
-    rtt = receiver.rtt
+    delack = _fget(receiver, ro[R_DELACK])
+    rtt = _fget(receiver, ro[R_RTT])
     rto = PyFloat_AsDouble(rtt.rto) if rtt is not None else 1.0
     held = PyByteArray_GET_SIZE(rcvbuf._data)
     free = PyLong_AsLongLong(rcvbuf.capacity) - held
     if free < 0:
         free = 0
     # DelayedAck.data_received (Linux tcp_event_data_recv)
-    last = delack.lrcvtime
-    ato_min_obj = delack.ato_min
+    last = _fget(delack, do[D_LRCVTIME])
+    ato_min_obj = _fget(delack, do[D_ATO_MIN])
     ato_min = PyFloat_AsDouble(ato_min_obj)
     if last is None:
-        _grant_quickacks(delack, free, rcv_mss)
-        delack.ato = ato_min_obj
+        _grant_quickacks(delack, do, free, rcv_mss)
+        _fset(delack, do[D_ATO], ato_min_obj)
     else:
         m = t - PyFloat_AsDouble(last)
         half = ato_min / 2
-        ato = PyFloat_AsDouble(delack.ato)
+        ato = PyFloat_AsDouble(_fget(delack, do[D_ATO]))
         if m <= half:
-            delack.ato = PyFloat_FromDouble(ato / 2 + half)
+            _fset(delack, do[D_ATO], PyFloat_FromDouble(ato / 2 + half))
         elif m < ato:
-            delack.ato = PyFloat_FromDouble(min(ato / 2 + m, rto))
+            _fset(delack, do[D_ATO], PyFloat_FromDouble(min(ato / 2 + m, rto)))
         elif m > rto:
-            _grant_quickacks(delack, free, rcv_mss)
-    delack.lrcvtime = now
-    unacked = PyLong_AsLongLong(receiver.unacked) + dlen
-    receiver.unacked = unacked
-    if not delack.enabled:
-        receiver.ack_now = True
+            _grant_quickacks(delack, do, free, rcv_mss)
+    _fset(delack, do[D_LRCVTIME], now)
+    unacked = _iget(receiver, ro[R_UNACKED]) + dlen
+    _fset(receiver, ro[R_UNACKED], PyLong_FromLongLong(unacked))
+    if not _bget(delack, do[D_ENABLED]):
+        _fset(receiver, ro[R_ACK_NOW], True)
     elif unacked >= 2 * rcv_mss:
-        receiver.ack_now = True  # every second full-sized segment (RFC 5681 4.2)
-    elif PyLong_AsLongLong(delack.quick) > 0 and not delack.pingpong:
-        receiver.ack_now = True  # quick-ACK mode
-    elif push and delack.reader_waiting and (not delack.pingpong or delack.pushed):
-        receiver.ack_now = True  # a pushed segment and a reader waiting for it
+        _fset(receiver, ro[R_ACK_NOW], True)  # every second full-sized segment (RFC 5681 4.2)
+    elif _iget(delack, do[D_QUICK]) > 0 and not _bget(delack, do[D_PINGPONG]):
+        _fset(receiver, ro[R_ACK_NOW], True)  # quick-ACK mode
+    elif push and _bget(delack, do[D_READER_WAITING]) and (not _bget(delack, do[D_PINGPONG])
+                                                           or _bget(delack, do[D_PUSHED])):
+        _fset(receiver, ro[R_ACK_NOW], True)  # a pushed segment and a reader waiting for it
     else:
         if push:
-            delack.pushed = True
-        timer = receiver.delack_timer
+            _fset(delack, do[D_PUSHED], True)
+        timer = _fget(receiver, ro[R_DELACK_TIMER])
         if timer.deadline is None:
             # DelayedAck.timeout: ato, bounded by ato_max and max(SRTT, ato_min) once above ato_min
-            ato = PyFloat_AsDouble(delack.ato)
+            ato = PyFloat_AsDouble(_fget(delack, do[D_ATO]))
             if ato > ato_min:
-                cap = PyFloat_AsDouble(delack.ato_max)
+                cap = PyFloat_AsDouble(_fget(delack, do[D_ATO_MAX]))
                 srtt_obj = rtt.srtt if rtt is not None else None
                 if srtt_obj:
                     srtt = PyFloat_AsDouble(srtt_obj)
                     cap = min(cap, max(srtt, ato_min))
                 ato = min(ato, cap)
             timer.arm(PyFloat_FromDouble(t + ato))
-    if receiver.rd_shutdown:
+    if _bget(receiver, ro[R_RD_SHUTDOWN]):
         rcvbuf.read(held)
-    elif before < receiver.recv_high <= held:
-        receiver.high_water()
+    elif before < _fget(receiver, ro[R_RECV_HIGH]) <= held:
+        _fget(receiver, ro[R_HIGH_WATER])()
     return 0
 
 
-cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, object now) except -1:
+cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do,
+                   object now) except -1:
     """``Output.send_ack(now)``: <SEQ=SND.MAX><ACK=RCV.NXT><CTL=ACK>, window and timestamps as ``Output.emit``."""
-    cdef int64_t free, room, cur, win, field, actual, cap, rcv_nxt
+    cdef int64_t free, room, cur, win, field, actual, cap, rcv_nxt, quick
     cdef int shift
     cdef uint32_t edge, adv
-    rcvbuf = receiver.rcvbuf
-    layer = receiver.budget
+    rcvbuf = _fget(receiver, ro[R_RCVBUF])
+    layer = _fget(receiver, ro[R_BUDGET])
     if (_bget(tcb, off[T_SACK_OK]) and rcvbuf.ooo_bytes) or (layer is not None and layer.under_pressure):
         conn.out.send_ack(now)  # SACK blocks or a trimmed window: the Python way
         return 0
@@ -162,18 +164,18 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, ob
     out.stats.counters["tcp.out_segs"] += 1
     _fset(tcb, off[T_LAST_ACK_SENT], ack)
     # Receiver.ack_sent(now, False) and DelayedAck.ack_sent(unacked > 0)
-    delack = receiver.delack
-    delack.pushed = False
-    if receiver.unacked:
-        quick = PyLong_AsLongLong(delack.quick)
+    delack = _fget(receiver, ro[R_DELACK])
+    _fset(delack, do[D_PUSHED], False)
+    if _bget(receiver, ro[R_UNACKED]):
+        quick = _iget(delack, do[D_QUICK])
         if quick:
-            delack.quick = quick - 1
+            _fset(delack, do[D_QUICK], PyLong_FromLongLong(quick - 1))
             if quick == 1:
-                delack.ato = delack.ato_min
-    receiver.ack_now = False
-    receiver.wnd_update = False
-    receiver.unacked = 0
-    timer = receiver.delack_timer
+                _fset(delack, do[D_ATO], _fget(delack, do[D_ATO_MIN]))
+    _fset(receiver, ro[R_ACK_NOW], False)
+    _fset(receiver, ro[R_WND_UPDATE], False)
+    _fset(receiver, ro[R_UNACKED], 0)
+    timer = _fget(receiver, ro[R_DELACK_TIMER])
     if timer.deadline is not None:
         timer.cancel()
     return 0

@@ -58,9 +58,15 @@ cdef class EstablishedPath:
     """Receive header prediction over the TCBs of one layout (``TcbLayout(Tcb)``); see the top of the file."""
 
     cdef readonly TcbLayout layout
+    cdef readonly SlotLayout receiver_layout    # ``Receiver`` (RECEIVER_FIELDS)
+    cdef readonly SlotLayout delack_layout      # ``DelayedAck`` (DELACK_FIELDS)
 
-    def __cinit__(self, TcbLayout layout):
+    def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout):
+        if receiver_layout.fields != RECEIVER_FIELDS or delack_layout.fields != DELACK_FIELDS:
+            raise ValueError("layouts of RECEIVER_FIELDS and DELACK_FIELDS expected")
         self.layout = layout
+        self.receiver_layout = receiver_layout
+        self.delack_layout = delack_layout
 
     def input(self, conn, seg, payload, now):
         """Receive header prediction for one segment of ``conn``; True when it was handled here.
@@ -109,6 +115,9 @@ cdef class EstablishedPath:
         dlen = len(payload)
         receiver = conn.receiver
         sender = conn.sender
+        if type(receiver) is not self.receiver_layout.cls or type(
+                _fget(receiver, self.receiver_layout._off[R_DELACK])) is not self.delack_layout.cls:
+            return 0  # not the classes the layouts describe: the Python path
         if dlen == 0:
             # A pure ACK for new data.
             if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
@@ -165,15 +174,16 @@ cdef class EstablishedPath:
                 memcpy(PyByteArray_AS_STRING(buf) + before, view.buf, dlen)
             finally:
                 PyBuffer_Release(&view)
-            _in_order(tcb, off, receiver, rcvbuf, dlen, before, now, flags & TH_PSH)
+            _in_order(tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen, before, now,
+                      flags & TH_PSH)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
                     or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
                     or PyByteArray_GET_SIZE(sender.sndbuf._data) or sender.force or sender.push
                     or sender.cork_timer.deadline is not None):
                 sender.output(now)  # (otherwise it has nothing to send and no timer to change)
-            if receiver.ack_now:
-                _send_ack(conn, tcb, off, receiver, now)
+            if _bget(receiver, self.receiver_layout._off[R_ACK_NOW]):
+                _send_ack(conn, tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, now)
         if whole:
             conn.segs_fast += 1
             _recharge(conn, sender, receiver)

@@ -99,7 +99,7 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
         _, count, n, flags, dack = step
         for _ in range(count):
             if peer.use_ts:
-                peer.ts_clock += 1
+                peer.ts_clock = (peer.ts_clock + 1) & 0xFFFFFFFF  # (a "jump" step may have taken it past 2**32)
             ack = conn.tcb.snd_max if dack == "all" else peer.rcv_nxt
             peer.send(flags=flags, ack=ack, payload=bytes(n))
     else:
