@@ -414,7 +414,7 @@ cdef class FlowTable:
         i = self._find(&key)
         return None if i < 0 else self._conns[self._slots[i].index]
 
-    def input(self, seg, frame, double now):
+    def input(self, seg, frame, now):
         """Deliver a classified TCP segment of an ESTABLISHED connection; False: not one (the caller demuxes).
 
         ``seg`` is the frame's ``Packet`` (IPv4 or IPv6, checksum verified); the
@@ -423,12 +423,45 @@ cdef class FlowTable:
         given and the connection uses it) takes it without the Python frame of
         ``Connection.segment_arrives``, which gets the others.
         """
-        cdef Packet p
-        cdef FlowKey key
-        cdef Py_ssize_t i
         if type(seg) is not Packet:
             return False
-        p = <Packet>seg
+        return self._take(<Packet>seg, frame, now)
+
+    def deliver_burst(self, frames, records, now, deliver, failed, iface6):
+        """A classified burst in order (``Stack.poll``): the TCP segments of ESTABLISHED flows to their
+        connections here (``input``), every other record to ``deliver(frame, record, now)``.
+
+        An exception while delivering one frame goes to ``failed(exc)`` and the
+        next frame follows (the stack's per-frame barrier). What the stack's
+        ``_deliver`` screens before its TCP handlers holds for a flow's segment
+        by construction (its remote address passed them when the connection
+        was set up; an IPv4 flow's local address is the interface's), except
+        for IPv6, where addresses come and go: an IPv6 segment is taken here
+        only while its destination is among ``iface6``'s preferred addresses
+        and its source is not (otherwise ``deliver`` screens it).
+        """
+        cdef Py_ssize_t i, n = len(records)
+        cdef Packet p
+        ours = iface6.preferred_set if iface6 is not None else None
+        for i in range(n):
+            rec = records[i]
+            frame = frames[i]
+            try:
+                if type(rec) is Packet:
+                    p = <Packet>rec
+                    if p.kind == CK_TCP:
+                        if self._take(p, frame, now):
+                            continue
+                    elif p.kind == CK_TCP6 and ours is not None:
+                        if p.dst in ours and p.src not in ours and self._take(p, frame, now):
+                            continue
+                deliver(frame, rec, now)
+            except Exception as e:  # the barrier: one frame's bug never stops the burst
+                failed(e)
+
+    cdef bint _take(self, Packet p, frame, now) except -1:
+        cdef FlowKey key
+        cdef Py_ssize_t i
         if not ((p.kind == CK_TCP and p._alen == 4) or (p.kind == CK_TCP6 and p._alen == 16)):
             return False
         _key_set(&key, p._dst, p._src, p._alen, <uint32_t>p.dst_port, <uint32_t>p.src_port)
@@ -444,6 +477,6 @@ cdef class FlowTable:
         counters["tcp.in_segs"] += 1
         payload = PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len)
         if (self.established is None or conn._fast is None
-                or not self.established._input(conn, seg, payload, now, True)):
-            conn.segment_arrives(seg, payload, now)  # the general path (nothing was changed above)
+                or not self.established._input(conn, p, payload, now, True)):
+            conn.segment_arrives(p, payload, now)  # the general path (nothing was changed above)
         return True
