@@ -12,7 +12,7 @@
 # the same emitted bytes and the same state after every step. What they
 # mirror, by name: ``Receiver.in_order``, ``DelayedAck.data_received``,
 # ``grant_quickacks``, ``quickack_mode``, ``push_wants_ack``, ``timeout``;
-# ``Output.emit`` for a pure ACK (``Output.send_ack``), ``Receiver.select_window``
+# ``Receiver.arm_delack``; ``Output.emit`` for a pure ACK (``Output.send_ack``), ``Receiver.select_window``
 # and ``offerable`` (outside memory pressure), ``ts_clock``, ``Receiver.ack_sent``
 # and ``DelayedAck.ack_sent``.
 #
@@ -94,8 +94,7 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
     else:
         if push:
             _fset(delack, do[D_PUSHED], True)
-        timer = _fget(receiver, ro[R_DELACK_TIMER])
-        if timer.deadline is None:
+        if _fget(receiver, ro[R_DELACK_DUE]) is None:
             # DelayedAck.timeout: ato, bounded by ato_max and max(SRTT, ato_min) once above ato_min
             ato = PyFloat_AsDouble(_fget(delack, do[D_ATO]))
             if ato > ato_min:
@@ -105,7 +104,13 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
                     srtt = PyFloat_AsDouble(srtt_obj)
                     cap = min(cap, max(srtt, ato_min))
                 ato = min(ato, cap)
-            timer.arm(PyFloat_FromDouble(t + ato))
+            # Receiver.arm_delack: the timer is touched only when it is not armed or armed later (lazy)
+            due = PyFloat_FromDouble(t + ato)
+            _fset(receiver, ro[R_DELACK_DUE], due)
+            timer = _fget(receiver, ro[R_DELACK_TIMER])
+            deadline = timer.deadline
+            if deadline is None or deadline > due:
+                timer.arm(due)
     if _bget(receiver, ro[R_RD_SHUTDOWN]):
         rcvbuf.read(held)
     elif before < _fget(receiver, ro[R_RECV_HIGH]) <= held:
@@ -175,7 +180,5 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
     _fset(receiver, ro[R_ACK_NOW], False)
     _fset(receiver, ro[R_WND_UPDATE], False)
     _fset(receiver, ro[R_UNACKED], 0)
-    timer = _fget(receiver, ro[R_DELACK_TIMER])
-    if timer.deadline is not None:
-        timer.cancel()
+    _fset(receiver, ro[R_DELACK_DUE], None)  # the timer stays (lazy: Receiver.delack_fired)
     return 0
