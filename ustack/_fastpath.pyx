@@ -12,7 +12,8 @@ Pieces (each in its own include file, one concern each):
 - _fp_xsk.pxi: AF_XDP ring producer/consumer operations
 - _fp_tcb.pxi: the TCP control block as C sees it (TcbLayout: the slots of tcb.Tcb)
 - _fp_tcp.pxi: the established-TCP fast path (receive header prediction, EstablishedPath)
-  and the C demux of established flows (FlowTable)
+  and the C demux of established flows (FlowTable, IPv4 and IPv6)
+- _fp_ack.pxi: the receive side's ACK policy (delayed ACK) and the pure ACK, in C
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -27,3 +28,4 @@ include "_fp_ring.pxi"
 include "_fp_xsk.pxi"
 include "_fp_tcb.pxi"
 include "_fp_tcp.pxi"
+include "_fp_ack.pxi"

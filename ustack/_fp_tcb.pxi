@@ -32,7 +32,7 @@ cdef enum:
 # The fields the fast path uses, in the order of TcbLayout._off.
 TCB_FIELDS = ("state", "snd_una", "snd_nxt", "snd_max", "snd_wnd", "max_snd_wnd", "snd_wl1", "snd_wl2",
               "rcv_nxt", "rcv_adv", "snd_wscale", "ts_ok", "ts_recent", "ts_recent_age", "last_ack_sent",
-              "fin_queued", "fin_rcvd_seq")
+              "fin_queued", "fin_rcvd_seq", "rcv_wnd", "rcv_wscale", "rcv_mss", "mss_base", "ts_offset", "sack_ok")
 cdef enum:
     T_STATE = 0
     T_SND_UNA = 1
@@ -51,7 +51,13 @@ cdef enum:
     T_LAST_ACK_SENT = 14
     T_FIN_QUEUED = 15
     T_FIN_RCVD_SEQ = 16
-    T_NFIELDS = 17
+    T_RCV_WND = 17
+    T_RCV_WSCALE = 18
+    T_RCV_MSS = 19
+    T_MSS_BASE = 20
+    T_TS_OFFSET = 21
+    T_SACK_OK = 22
+    T_NFIELDS = 23
 
 
 cdef inline PyObject *_slot(object o, Py_ssize_t off) noexcept:
@@ -115,3 +121,70 @@ cdef class TcbLayout:
         if type(tcb) is not self.cls:
             raise TypeError("not a TCB of this layout")
         return 0
+
+
+# The other slotted objects the fast path reads and writes per segment (the
+# ``Receiver`` and its ``DelayedAck``): the same offsets-from-descriptors
+# access as the TCB's, for the fields named below (``SlotLayout(cls, fields)``
+# with the tuples of this module, built by ``TcpLayer``).
+RECEIVER_FIELDS = ("rcvbuf", "delack", "delack_timer", "rtt", "recv_high", "ack_now", "unacked", "rd_shutdown",
+                   "bytes_received", "high_water", "budget", "wnd_update", "delack_due")
+cdef enum:
+    R_RCVBUF = 0
+    R_DELACK = 1
+    R_DELACK_TIMER = 2
+    R_RTT = 3
+    R_RECV_HIGH = 4
+    R_ACK_NOW = 5
+    R_UNACKED = 6
+    R_RD_SHUTDOWN = 7
+    R_BYTES_RECEIVED = 8
+    R_HIGH_WATER = 9
+    R_BUDGET = 10
+    R_WND_UPDATE = 11
+    R_DELACK_DUE = 12
+
+DELACK_FIELDS = ("enabled", "ato", "ato_min", "ato_max", "max_quickacks", "quick", "pingpong", "lrcvtime", "pushed",
+                 "reader_waiting")
+cdef enum:
+    D_ENABLED = 0
+    D_ATO = 1
+    D_ATO_MIN = 2
+    D_ATO_MAX = 3
+    D_MAX_QUICKACKS = 4
+    D_QUICK = 5
+    D_PINGPONG = 6
+    D_LRCVTIME = 7
+    D_PUSHED = 8
+    D_READER_WAITING = 9
+    SLOT_MAX = 16
+
+
+cdef class SlotLayout:
+    """Where a slotted class keeps the named fields (offsets read from its descriptors, as ``TcbLayout``)."""
+
+    cdef readonly type cls
+    cdef readonly tuple fields
+    cdef Py_ssize_t _off[SLOT_MAX]
+
+    def __cinit__(self, type cls, tuple fields):
+        cdef PyMemberDescrObject *d
+        cdef int k
+        if len(fields) > SLOT_MAX:
+            raise ValueError("too many fields")
+        for k, name in enumerate(fields):
+            descr = cls.__dict__.get(name)
+            if type(descr).__name__ != "member_descriptor":
+                raise TypeError(f"{cls.__name__}.{name} is not a slot")
+            d = <PyMemberDescrObject *><PyObject *>descr
+            if d.d_member.type != T_OBJECT_EX:
+                raise TypeError(f"{cls.__name__}.{name} is not an object slot")
+            self._off[k] = d.d_member.offset
+        self.cls = cls
+        self.fields = fields
+
+    def read(self, obj):
+        """{field: value} as C reads them (for tests)."""
+        if type(obj) is not self.cls:
+            raise TypeError(f"not a {self.cls.__name__}")
+        return {name: _fget(obj, self._off[k]) for k, name in enumerate(self.fields)}

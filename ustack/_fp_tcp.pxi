@@ -23,15 +23,17 @@
 #   Duplicate ACKs and window updates go the Python way.
 #
 # Then: TS.Recent (RFC 7323 4.3), the payload appended to the receive
-# buffer in C, RCV.NXT and the ACK policy by ``Receiver.in_order`` (the one
-# implementation of ``delack``'s rules), the output loop (skipped when it has
-# nothing to send and no timer to touch: an empty send buffer, nothing
-# outstanding, no FIN, no cork timer), and the ACK if the policy says it is
-# owed now. Python code this file relies on by name: ``Connection`` (tcb,
-# receiver, sender, out, layer.mem_room, layer.under_pressure, orphaned, segment_arrives),
-# ``Receiver`` (rcvbuf._data, rcvbuf.ooo_bytes, in_order, ack_now),
-# ``Sender`` (on_ack, output, recovery.after_ack, sndbuf._data, force, push,
-# cork_timer), ``Output.send_ack``.
+# buffer in C, RCV.NXT and the ACK policy (``_in_order`` in _fp_ack.pxi: the
+# rules of ``Receiver.in_order`` and ``delack`` over their own state), the
+# output loop (skipped when it has nothing to send and no timer to touch: an
+# empty send buffer, nothing outstanding, no FIN, no cork timer), and the
+# pure ACK if the policy says it is owed now (``_send_ack``, into a TX slot
+# through the host's fast emitter). Python code this file relies on by name:
+# ``Connection`` (tcb, receiver, sender, out, layer.mem_room,
+# layer.under_pressure, orphaned, segment_arrives), ``Receiver`` (rcvbuf._data,
+# rcvbuf.ooo_bytes, ack_now, and the fields _fp_ack.pxi names), ``Sender``
+# (on_ack, output, recovery.after_ack, sndbuf._data, force, push,
+# cork_timer), ``Output`` (fast, write, send_ack).
 
 from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.stdint cimport int32_t
@@ -56,9 +58,15 @@ cdef class EstablishedPath:
     """Receive header prediction over the TCBs of one layout (``TcbLayout(Tcb)``); see the top of the file."""
 
     cdef readonly TcbLayout layout
+    cdef readonly SlotLayout receiver_layout    # ``Receiver`` (RECEIVER_FIELDS)
+    cdef readonly SlotLayout delack_layout      # ``DelayedAck`` (DELACK_FIELDS)
 
-    def __cinit__(self, TcbLayout layout):
+    def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout):
+        if receiver_layout.fields != RECEIVER_FIELDS or delack_layout.fields != DELACK_FIELDS:
+            raise ValueError("layouts of RECEIVER_FIELDS and DELACK_FIELDS expected")
         self.layout = layout
+        self.receiver_layout = receiver_layout
+        self.delack_layout = delack_layout
 
     def input(self, conn, seg, payload, now):
         """Receive header prediction for one segment of ``conn``; True when it was handled here.
@@ -66,6 +74,11 @@ cdef class EstablishedPath:
         False means nothing was changed: the caller runs the general path.
         ``payload`` is the segment's data (a buffer of exactly its length).
         """
+        return self._input(conn, seg, payload, now, False) == 1
+
+    cdef int _input(self, conn, seg, payload, now, bint whole) except -1:
+        """``input``; with ``whole``, also what ``Connection.segment_arrives`` does around it (``FlowTable``):
+        the per-segment bookkeeping when it commits, and after it the memory charge and the burst's event."""
         cdef Packet p
         cdef Py_ssize_t *off = self.layout._off
         cdef uint32_t seq, ack, una, snd_max, wl1, rcv_nxt
@@ -75,60 +88,67 @@ cdef class EstablishedPath:
         cdef int flags
         cdef bint wnd_update = False, ts_ok
         if type(seg) is not Packet:
-            return False
+            return 0
         p = <Packet>seg
         tcb = conn.tcb
         self.layout._check(tcb)
         if _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED:
-            return False
+            return 0
         flags = p.flags
         if (flags & ~TH_PSH) != TH_ACK:
-            return False
+            return 0
         if p._nsack or p._unklen or p.sack_permitted:
-            return False
+            return 0
         ts_ok = _bget(tcb, off[T_TS_OK])
         if ts_ok:
             if p._opts != OPTF_TIMESTAMPS or _seq_lt(p._tsval, <uint32_t>_iget(tcb, off[T_TS_RECENT])):
-                return False
+                return 0
         elif p._opts:
-            return False
+            return 0
         seq = p.seq
         rcv_nxt = <uint32_t>_iget(tcb, off[T_RCV_NXT])
         if seq != rcv_nxt:
-            return False
+            return 0
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
         dlen = len(payload)
         receiver = conn.receiver
         sender = conn.sender
+        if type(receiver) is not self.receiver_layout.cls or type(
+                _fget(receiver, self.receiver_layout._off[R_DELACK])) is not self.delack_layout.cls:
+            return 0  # not the classes the layouts describe: the Python path
         if dlen == 0:
             # A pure ACK for new data.
             if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
-                return False
+                return 0
+            if whole:
+                _arrived(conn, sender, now)
             _ts_recent(tcb, off, ts_ok, p, now)
             sender.on_ack(seg, 0, now)
         else:
             rcv_wnd = <int32_t>(<uint32_t>_iget(tcb, off[T_RCV_ADV]) - seq)
             if dlen > rcv_wnd:
-                return False
+                return 0
             if ack != una:
                 if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
-                    return False
+                    return 0
             rcvbuf = receiver.rcvbuf
             if rcvbuf.ooo_bytes or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
-                return False
+                return 0
             layer = conn.layer
-            if layer.under_pressure or layer.mem_room() < dlen:
-                return False  # the memory budget's soft or hard level: the Python path trims and drops
+            if layer.under_pressure or _mem_room(layer) < dlen:
+                return 0  # the memory budget's soft or hard level: the Python path trims and drops
             seg_wnd = (<int64_t>p.window) << _iget(tcb, off[T_SND_WSCALE])
             old_wnd = _iget(tcb, off[T_SND_WND])
             if ack == una:
                 wl1 = <uint32_t>_iget(tcb, off[T_SND_WL1])
                 wnd_update = _seq_lt(wl1, seq) or (wl1 == seq and _seq_le(<uint32_t>_iget(tcb, off[T_SND_WL2]), ack))
                 if wnd_update and old_wnd == 0 and seg_wnd:
-                    return False  # the window opens: persist timer work, the Python way
+                    return 0  # the window opens: persist timer work, the Python way
             # Committed from here on.
+            if whole:
+                _arrived(conn, sender, now)
             _ts_recent(tcb, off, ts_ok, p, now)
             if ack == una:
                 # Sender.on_ack without SND.UNA moving and with data (never a duplicate ACK).
@@ -154,16 +174,55 @@ cdef class EstablishedPath:
                 memcpy(PyByteArray_AS_STRING(buf) + before, view.buf, dlen)
             finally:
                 PyBuffer_Release(&view)
-            receiver.in_order(dlen, dlen, False, before, now, bool(flags & TH_PSH))
+            _in_order(tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen, before, now,
+                      flags & TH_PSH)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
                     or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
                     or PyByteArray_GET_SIZE(sender.sndbuf._data) or sender.force or sender.push
                     or sender.cork_timer.deadline is not None):
                 sender.output(now)  # (otherwise it has nothing to send and no timer to change)
-            if receiver.ack_now:
-                conn.out.send_ack(now)
-        return True
+            if _bget(receiver, self.receiver_layout._off[R_ACK_NOW]):
+                _send_ack(conn, tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, now)
+        if whole:
+            conn.segs_fast += 1
+            _recharge(conn, sender, receiver)
+            if conn.on_event is not None and not conn._notify_due:
+                conn._notify_due = True  # the application hears of the burst once (TcpLayer.flush)
+                conn.layer.notify_later(conn)
+        return 1
+
+
+# What ``Connection.segment_arrives`` and ``TcpLayer`` do around a predicted
+# segment, for ``FlowTable.input`` (which hands predicted segments to
+# ``EstablishedPath`` without the Python frame): mirrored by name.
+
+cdef inline int _arrived(object conn, object sender, object now) except -1:
+    """``Connection.segment_arrives``'s bookkeeping for every segment (keepalive and persist probes answered)."""
+    conn.segs_in += 1
+    conn._last_rcv = now
+    conn._keep_probes = 0
+    sender.probes_out = 0
+    return 0
+
+
+cdef inline int64_t _mem_room(object layer) except? -1:
+    """``TcpLayer.mem_room()``: bytes the memory budget (``tcp_mem``) can still take."""
+    return PyLong_AsLongLong(layer.config.tcp_mem) - PyLong_AsLongLong(layer.mem_used)
+
+
+cdef int _recharge(object conn, object sender, object receiver) except -1:
+    """``Connection._recharge()``: charge what the buffers hold now to the layer's memory budget."""
+    cdef int64_t charged = PyLong_AsLongLong(conn._charged), held
+    if charged < 0:
+        return 0
+    rcvbuf = receiver.rcvbuf
+    held = (PyByteArray_GET_SIZE(sender.sndbuf._data) + PyByteArray_GET_SIZE(rcvbuf._data)
+            + PyLong_AsLongLong(rcvbuf.ooo_bytes))
+    if held != charged:
+        conn.layer.charge(held - charged)
+        conn._charged = held
+    return 0
 
 
 cdef inline int _ts_recent(object tcb, Py_ssize_t *off, bint ts_ok, Packet p, object now) except -1:
@@ -177,12 +236,12 @@ cdef inline int _ts_recent(object tcb, Py_ssize_t *off, bint ts_ok, Packet p, ob
 
 # -- demux in C: the 4-tuple of a connection to the connection ------------------
 #
-# ``FlowTable`` indexes ``TcpLayer.connections`` (IPv4 keys; the layer adds and
-# removes entries where it adds and removes connections) with open addressing
-# over C keys, so that ``input`` finds the connection of a classified segment
-# without building a Python object for the key. The table keeps the
-# connections in a Python list (``_conns``, seen by the garbage collector) and
-# the slots hold indexes into it.
+# ``FlowTable`` indexes ``TcpLayer.connections`` (IPv4 and IPv6 keys; the layer
+# adds and removes entries where it adds and removes connections) with open
+# addressing over C keys, so that ``input`` finds the connection of a
+# classified segment without building a Python object for the key. The table
+# keeps the connections in a Python list (``_conns``, seen by the garbage
+# collector) and the slots hold indexes into it.
 
 from cpython.list cimport PyList_GET_ITEM
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
@@ -190,23 +249,54 @@ from cpython.sequence cimport PySequence_GetSlice
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy, memset
 
+cdef struct FlowKey:
+    uint64_t la[2]       # addresses as loaded from the packed bytes (memcpy), IPv4 zero-padded
+    uint64_t ra[2]
+    uint32_t ports       # local port << 16 | remote port
+    uint32_t alen        # 4 or 16: an IPv4 key never equals an IPv6 one
+
+
 cdef struct FlowSlot:
-    uint32_t laddr       # addresses as loaded from the packed 4 bytes (memcpy)
-    uint32_t raddr
-    uint16_t lport
-    uint16_t rport
+    FlowKey key
     uint8_t used         # 0 empty, 1 in use, 2 deleted (a tombstone)
     Py_ssize_t index     # into FlowTable._conns
 
 
-cdef inline uint64_t _flow_hash(uint32_t la, uint32_t ra, uint16_t lp, uint16_t rp) noexcept nogil:
-    cdef uint64_t h = ((<uint64_t>la << 32) | ra) * <uint64_t>0x9E3779B97F4A7C15ULL
-    h ^= ((<uint64_t>lp << 16) | rp) * <uint64_t>0xC2B2AE3D27D4EB4FULL
-    return h ^ (h >> 29)
+cdef inline uint64_t _flow_hash(const FlowKey *k) noexcept nogil:
+    cdef uint64_t h = (k.la[0] * <uint64_t>0x9E3779B97F4A7C15ULL) ^ (k.ra[0] * <uint64_t>0xC2B2AE3D27D4EB4FULL)
+    h ^= (k.la[1] * <uint64_t>0x165667B19E3779F9ULL) ^ (k.ra[1] * <uint64_t>0x27D4EB2F165667C5ULL)
+    h ^= ((<uint64_t>k.ports << 8) | k.alen) * <uint64_t>0x85EBCA77C2B2AE63ULL
+    h ^= h >> 33  # a final mix, so that the low bits the table uses depend on every input bit
+    h *= <uint64_t>0xFF51AFD7ED558CCDULL
+    return h ^ (h >> 33)
+
+
+cdef inline bint _key_eq(const FlowKey *a, const FlowKey *b) noexcept nogil:
+    return (a.la[0] == b.la[0] and a.ra[0] == b.ra[0] and a.ports == b.ports and a.la[1] == b.la[1]
+            and a.ra[1] == b.ra[1] and a.alen == b.alen)
+
+
+cdef inline void _key_set(FlowKey *k, const uint8_t *la, const uint8_t *ra, Py_ssize_t alen,
+                          uint32_t lport, uint32_t rport) noexcept nogil:
+    memset(k, 0, sizeof(FlowKey))
+    memcpy(&k.la[0], la, alen)
+    memcpy(&k.ra[0], ra, alen)
+    k.ports = (lport << 16) | rport
+    k.alen = <uint32_t>alen
+
+
+cdef inline bint _key_of(FlowKey *k, bytes laddr, int lport, bytes raddr, int rport):
+    """Fill ``k`` from a Python key; False when the table cannot hold it (not 4- or 16-byte addresses)."""
+    cdef Py_ssize_t n = len(laddr)
+    if (n != 4 and n != 16) or len(raddr) != n or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        return False
+    _key_set(k, <const uint8_t *><const char *>laddr, <const uint8_t *><const char *>raddr, n,
+             <uint32_t>lport, <uint32_t>rport)
+    return True
 
 
 cdef class FlowTable:
-    """Established-flow demux in C: (local addr, local port, remote addr, remote port) -> connection."""
+    """Established-flow demux in C: (local addr, local port, remote addr, remote port) -> connection (IPv4 and IPv6)."""
 
     cdef FlowSlot *_slots
     cdef Py_ssize_t _mask
@@ -216,9 +306,11 @@ cdef class FlowTable:
     cdef list _free              # free indexes of _conns
     cdef object counters         # the stack's Stats counters (collections.Counter)
     cdef TcbLayout layout
+    cdef EstablishedPath established
 
-    def __cinit__(self, counters, TcbLayout layout):
+    def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
+        self.established = established
         self._slots = <FlowSlot *>PyMem_Malloc(64 * sizeof(FlowSlot))
         if self._slots == NULL:
             raise MemoryError()
@@ -234,15 +326,15 @@ cdef class FlowTable:
     def __len__(self):
         return self._count
 
-    cdef Py_ssize_t _find(self, uint32_t la, uint16_t lp, uint32_t ra, uint16_t rp) noexcept:
+    cdef Py_ssize_t _find(self, const FlowKey *k) noexcept:
         """The slot holding the key, or -1."""
-        cdef Py_ssize_t i = <Py_ssize_t>(_flow_hash(la, ra, lp, rp) & <uint64_t>self._mask)
+        cdef Py_ssize_t i = <Py_ssize_t>(_flow_hash(k) & <uint64_t>self._mask)
         cdef FlowSlot *s
         while True:
             s = &self._slots[i]
             if s.used == 0:
                 return -1
-            if s.used == 1 and s.laddr == la and s.raddr == ra and s.lport == lp and s.rport == rp:
+            if s.used == 1 and _key_eq(&s.key, k):
                 return i
             i = (i + 1) & self._mask
 
@@ -256,7 +348,7 @@ cdef class FlowTable:
         memset(new, 0, n * sizeof(FlowSlot))
         for k in range(old_n):
             if old[k].used == 1:
-                i = <Py_ssize_t>(_flow_hash(old[k].laddr, old[k].raddr, old[k].lport, old[k].rport) & <uint64_t>(n - 1))
+                i = <Py_ssize_t>(_flow_hash(&old[k].key) & <uint64_t>(n - 1))
                 while new[i].used:
                     i = (i + 1) & (n - 1)
                 new[i] = old[k]
@@ -267,15 +359,13 @@ cdef class FlowTable:
         return 0
 
     def add(self, bytes laddr, int lport, bytes raddr, int rport, conn):
-        """Index ``conn`` under its key (replacing what the key held); IPv4 keys only, others are ignored."""
-        cdef uint32_t la, ra
+        """Index ``conn`` under its key (replacing what the key held); keys of other address lengths are ignored."""
+        cdef FlowKey key
         cdef Py_ssize_t i, idx
         cdef FlowSlot *s
-        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        if not _key_of(&key, laddr, lport, raddr, rport):
             return
-        memcpy(&la, <const char *>laddr, 4)
-        memcpy(&ra, <const char *>raddr, 4)
-        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        i = self._find(&key)
         if i >= 0:
             self._conns[self._slots[i].index] = conn
             return
@@ -287,29 +377,24 @@ cdef class FlowTable:
         else:
             idx = len(self._conns)
             self._conns.append(conn)
-        i = <Py_ssize_t>(_flow_hash(la, ra, <uint16_t>lport, <uint16_t>rport) & <uint64_t>self._mask)
+        i = <Py_ssize_t>(_flow_hash(&key) & <uint64_t>self._mask)
         while self._slots[i].used == 1:
             i = (i + 1) & self._mask
         s = &self._slots[i]
         if s.used == 0:
             self._filled += 1
-        s.laddr = la
-        s.raddr = ra
-        s.lport = <uint16_t>lport
-        s.rport = <uint16_t>rport
+        s.key = key
         s.index = idx
         s.used = 1
         self._count += 1
 
     def remove(self, bytes laddr, int lport, bytes raddr, int rport, conn):
         """Drop the key's entry if it is ``conn``'s."""
-        cdef uint32_t la, ra
+        cdef FlowKey key
         cdef Py_ssize_t i, idx
-        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        if not _key_of(&key, laddr, lport, raddr, rport):
             return
-        memcpy(&la, <const char *>laddr, 4)
-        memcpy(&ra, <const char *>raddr, 4)
-        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        i = self._find(&key)
         if i < 0:
             return
         idx = self._slots[i].index
@@ -322,33 +407,65 @@ cdef class FlowTable:
 
     def lookup(self, bytes laddr, int lport, bytes raddr, int rport):
         """The connection under the key, or None (for tests and tools)."""
-        cdef uint32_t la, ra
+        cdef FlowKey key
         cdef Py_ssize_t i
-        if len(laddr) != 4 or len(raddr) != 4 or not 0 <= lport <= 0xffff or not 0 <= rport <= 0xffff:
+        if not _key_of(&key, laddr, lport, raddr, rport):
             return None
-        memcpy(&la, <const char *>laddr, 4)
-        memcpy(&ra, <const char *>raddr, 4)
-        i = self._find(la, <uint16_t>lport, ra, <uint16_t>rport)
+        i = self._find(&key)
         return None if i < 0 else self._conns[self._slots[i].index]
 
-    def input(self, seg, frame, double now):
+    def input(self, seg, frame, now):
         """Deliver a classified TCP segment of an ESTABLISHED connection; False: not one (the caller demuxes).
 
-        ``seg`` is the frame's ``Packet`` (IPv4, checksum verified); the
+        ``seg`` is the frame's ``Packet`` (IPv4 or IPv6, checksum verified); the
         connection gets it as ``TcpLayer.segment_arrives`` would hand it on,
-        counted under ``tcp.in_segs``.
+        counted under ``tcp.in_segs``: header prediction (``established``, when
+        given and the connection uses it) takes it without the Python frame of
+        ``Connection.segment_arrives``, which gets the others.
         """
-        cdef Packet p
-        cdef uint32_t la, ra
-        cdef Py_ssize_t i
         if type(seg) is not Packet:
             return False
-        p = <Packet>seg
-        if p._alen != 4 or p.kind != CK_TCP:
+        return self._take(<Packet>seg, frame, now)
+
+    def deliver_burst(self, frames, records, now, deliver, failed, iface6):
+        """A classified burst in order (``Stack.poll``): the TCP segments of ESTABLISHED flows to their
+        connections here (``input``), every other record to ``deliver(frame, record, now)``.
+
+        An exception while delivering one frame goes to ``failed(exc)`` and the
+        next frame follows (the stack's per-frame barrier). What the stack's
+        ``_deliver`` screens before its TCP handlers holds for a flow's segment
+        by construction (its remote address passed them when the connection
+        was set up; an IPv4 flow's local address is the interface's), except
+        for IPv6, where addresses come and go: an IPv6 segment is taken here
+        only while its destination is among ``iface6``'s preferred addresses
+        and its source is not (otherwise ``deliver`` screens it).
+        """
+        cdef Py_ssize_t i, n = len(records)
+        cdef Packet p
+        ours = iface6.preferred_set if iface6 is not None else None
+        for i in range(n):
+            rec = records[i]
+            frame = frames[i]
+            try:
+                if type(rec) is Packet:
+                    p = <Packet>rec
+                    if p.kind == CK_TCP:
+                        if self._take(p, frame, now):
+                            continue
+                    elif p.kind == CK_TCP6 and ours is not None:
+                        if p.dst in ours and p.src not in ours and self._take(p, frame, now):
+                            continue
+                deliver(frame, rec, now)
+            except Exception as e:  # the barrier: one frame's bug never stops the burst
+                failed(e)
+
+    cdef bint _take(self, Packet p, frame, now) except -1:
+        cdef FlowKey key
+        cdef Py_ssize_t i
+        if not ((p.kind == CK_TCP and p._alen == 4) or (p.kind == CK_TCP6 and p._alen == 16)):
             return False
-        memcpy(&la, p._dst, 4)
-        memcpy(&ra, p._src, 4)
-        i = self._find(la, <uint16_t>p.dst_port, ra, <uint16_t>p.src_port)
+        _key_set(&key, p._dst, p._src, p._alen, <uint32_t>p.dst_port, <uint32_t>p.src_port)
+        i = self._find(&key)
         if i < 0:
             return False
         conn = <object>PyList_GET_ITEM(self._conns, self._slots[i].index)
@@ -358,5 +475,8 @@ cdef class FlowTable:
             return False
         counters = self.counters
         counters["tcp.in_segs"] += 1
-        conn.segment_arrives(seg, PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len), now)
+        payload = PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len)
+        if (self.established is None or conn._fast is None
+                or not self.established._input(conn, p, payload, now, True)):
+            conn.segment_arrives(p, payload, now)  # the general path (nothing was changed above)
         return True

@@ -134,6 +134,9 @@ class Stack:
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
         self._tcp_flows = self.tcp.flows.input if self.tcp.fastpath else None
+        # With the fast path the poll loop runs in C (FlowTable.deliver_burst): established flows' segments
+        # go straight to their connections, every other frame to _deliver, in order.
+        self._tcp_burst = self.tcp.flows.deliver_burst if self.tcp.fastpath else None
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
         ip.redeliver = self._deliver
@@ -206,12 +209,14 @@ class Stack:
                 try:
                     records = self._classifier.classify(frames)
                     deliver = self._deliver
-                    for frame, rec in zip(frames, records):
-                        try:
-                            deliver(frame, rec, now)
-                        except Exception as e:  # the barrier: one frame's bug never stops the host
-                            self._internal_error(e)
-                            self.stats.drop("stack.internal_error")
+                    if self._tcp_burst is not None:
+                        self._tcp_burst(frames, records, now, deliver, self._frame_failed, self.iface6)
+                    else:
+                        for frame, rec in zip(frames, records):
+                            try:
+                                deliver(frame, rec, now)
+                            except Exception as e:  # the barrier: one frame's bug never stops the host
+                                self._frame_failed(e)
                 finally:
                     device.rx_release(frames)
             self._run_timers(now)
@@ -246,6 +251,10 @@ class Stack:
             except Exception as e:  # the failed timer was popped before it fired; the rest run next turn
                 self._internal_error(e)
         # A timer that re-arms itself for now and fails each time: leave the rest to the next round.
+
+    def _frame_failed(self, exc: Exception) -> None:
+        self._internal_error(exc)
+        self.stats.drop("stack.internal_error")
 
     def _internal_error(self, exc: Exception) -> None:
         stats = self.stats
@@ -295,6 +304,8 @@ class Stack:
         self.tcp.segment_arrives(pkt.src, pkt.dst, pkt, frame[off:off + pkt.payload_len], now)
 
     def _tcp_input6(self, frame: memoryview, pkt, now: float) -> None:
+        if self._tcp_flows is not None and self._tcp_flows(pkt, frame, now):
+            return  # an ESTABLISHED connection's segment, demuxed in C (its local address is ours, unicast)
         if pkt.dst[0] == 0xFF:
             self.stats.drop("tcp.multicast")
             return

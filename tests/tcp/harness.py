@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ipaddress
 import struct
 
 from scapy.compat import raw
 from scapy.layers.inet import IP, TCP
+from scapy.layers.inet6 import IPv6
 
 from ustack import _fastpath
 from ustack.api.clock import ManualClock
@@ -36,6 +38,8 @@ from ustack.wire.tcp import ACK, FIN, PSH, SYN, TcpHeader, flags_from_str, flags
 MAC = bytes.fromhex("020000000001")
 LOCAL = ip_to_bytes("198.18.0.1")
 PEER = ip_to_bytes("198.18.0.2")
+LOCAL6 = bytes.fromhex("fd000000000000000000000000000001")  # Harness(family=6)
+PEER6 = bytes.fromhex("fd000000000000000000000000000002")
 SECRET = bytes(range(16))
 
 # A test configuration with round numbers: no window scaling, timestamps or SACK
@@ -48,6 +52,11 @@ def ipv4_frame(src: bytes, dst: bytes, segment: bytes) -> bytes:
     ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(segment), 0, 0x4000, 64, 6, 0, src, dst))
     struct.pack_into("!H", ip, 10, ~ones_sum(ip) & 0xFFFF)
     return MAC + bytes(6) + b"\x08\x00" + bytes(ip) + segment
+
+
+def ipv6_frame(src: bytes, dst: bytes, segment: bytes) -> bytes:
+    """``segment`` in an Ethernet frame to ``MAC`` and a 40-byte IPv6 header (hop limit 64, next header 6)."""
+    return MAC + bytes(6) + b"\x86\xdd" + struct.pack("!IHBB", 6 << 28, len(segment), 6, 64) + src + dst + segment
 
 
 class FakeHost:
@@ -114,9 +123,14 @@ def scapy_check(src: bytes, dst: bytes, segment: bytes, hdr: TcpHeader) -> None:
     pkt = TCP(segment)
     assert (pkt.sport, pkt.dport, pkt.seq, pkt.ack) == (hdr.src_port, hdr.dst_port, hdr.seq, hdr.ack)
     assert (int(pkt.flags), pkt.window, pkt.dataofs * 4) == (hdr.flags, hdr.window, hdr.header_len)
-    full = IP(src=bytes_to_ip(src), dst=bytes_to_ip(dst)) / TCP(segment)
-    del full[TCP].chksum
-    assert IP(raw(full))[TCP].chksum == pkt.chksum, "checksum differs from scapy's"
+    if len(src) == 16:
+        full = IPv6(src=str(ipaddress.IPv6Address(src)), dst=str(ipaddress.IPv6Address(dst))) / TCP(segment)
+        del full[TCP].chksum
+        assert IPv6(raw(full))[TCP].chksum == pkt.chksum, "checksum differs from scapy's"
+    else:
+        full = IP(src=bytes_to_ip(src), dst=bytes_to_ip(dst)) / TCP(segment)
+        del full[TCP].chksum
+        assert IP(raw(full))[TCP].chksum == pkt.chksum, "checksum differs from scapy's"
     opts = {name: value for name, value in pkt.options if name not in ("NOP", "EOL")}
     assert opts.get("MSS") == hdr.mss
     assert opts.get("WScale") == hdr.wscale
@@ -158,14 +172,14 @@ class Peer:
         hdr = TcpHeader(src_port or self.port, dst_port or self.local_port, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
                         fl, win, 0, urgent, mss=mss, wscale=wscale, sack_permitted=sack_perm,
                         sack_blocks=tuple(sack), timestamps=ts)
-        seg = bytearray(hdr.to_bytes(self.addr, LOCAL, payload))
+        seg = bytearray(hdr.to_bytes(self.addr, self.h.local, payload))
         if bad_checksum:
             seg[16] ^= 0xFF
         if advance:
             end = seq_add(seq, len(payload) + (1 if fl & SYN else 0) + (1 if fl & FIN else 0))
             if (end - self.snd_nxt) & 0xFFFFFFFF < 0x80000000:
                 self.snd_nxt = end
-        self.h.deliver(self.addr, LOCAL, bytes(seg))
+        self.h.deliver(self.addr, self.h.local, bytes(seg))
         return bytes(seg)
 
     # -- checking --------------------------------------------------------
@@ -207,16 +221,18 @@ class Peer:
 
 
 class Harness:
-    """A TcpLayer on a fake host with a manual clock, and one scripted peer."""
+    """A TcpLayer on a fake host with a manual clock, and one scripted peer (IPv4, or IPv6 with ``family=6``:
+    ``local`` and the peer's ``addr`` are then ``LOCAL6`` and ``PEER6``)."""
 
-    def __init__(self, start: float = 100.0, mtu: int = 1500, **config):
+    def __init__(self, start: float = 100.0, mtu: int = 1500, family: int = 4, **config):
         self.clock = ManualClock(start)
         self.timers = TimerHeap()
-        self.host = FakeHost(self.clock, self.timers, mtu=mtu)
+        self.local = LOCAL if family == 4 else LOCAL6
+        self.host = FakeHost(self.clock, self.timers, addr=self.local, mtu=mtu)
         cfg = dict(TEST_DEFAULTS)
         cfg.update(config)
         self.layer = TcpLayer(self.host, TcpConfig(**cfg))
-        self.peer = Peer(self)
+        self.peer = Peer(self, addr=PEER if family == 4 else PEER6)
 
     @property
     def now(self) -> float:
@@ -224,13 +240,17 @@ class Harness:
 
     def deliver(self, src: bytes, dst: bytes, segment: bytes) -> None:
         """One segment in, as the stack delivers it: classified in C into a ``Packet`` record (so the
-        fast path sees what it sees on a device); what classify drops goes through ``TcpLayer.input``
+        fast path sees what it sees on a device), established flows demuxed in C (``TcpLayer.flows``)
+        when the layer's fast path is on; what classify drops goes through ``TcpLayer.input``
         so that the wire parser's drop reasons stay the ones tests assert."""
-        frame = ipv4_frame(src, dst, segment)
+        frame = ipv4_frame(src, dst, segment) if len(dst) == 4 else ipv6_frame(src, dst, segment)
         pkt = _fastpath.classify_one(frame, MAC, True)
-        if pkt.kind == _fastpath.K_TCP:
-            off = pkt.payload_off
-            self.layer.segment_arrives(src, dst, pkt, memoryview(frame)[off:off + pkt.payload_len], self.now)
+        if pkt.kind in (_fastpath.K_TCP, _fastpath.K_TCP6):
+            layer = self.layer
+            # As the stack does: established flows through the C demux first (when the fast path is on)
+            if not (layer.fastpath and layer.flows.input(pkt, memoryview(frame), self.now)):
+                off = pkt.payload_off
+                layer.segment_arrives(src, dst, pkt, memoryview(frame)[off:off + pkt.payload_len], self.now)
         else:
             self.layer.input(src, dst, memoryview(segment), self.now)
         self.layer.flush(self.now)
@@ -314,7 +334,7 @@ class Harness:
     def open_passive(self, peer_win: int = 65535, peer_mss: int = 1460, peer_iss: int = 1000, backlog: int = 5,
                      **opts):
         """listen(), let the peer connect, accept(); returns (listener, connection)."""
-        lst = self.layer.listen((LOCAL, self.peer.local_port), backlog, **opts)
+        lst = self.layer.listen((self.local, self.peer.local_port), backlog, **opts)
         self.peer.snd_nxt = peer_iss
         self.peer.send(flags="S", win=peer_win, mss=peer_mss)
         synack = self.peer.expect(flags="SA", ack=peer_iss + 1)

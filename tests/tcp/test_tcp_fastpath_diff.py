@@ -1,7 +1,7 @@
 """Differential test of the TCP fast path (issue 11, item 8): C header prediction against the Python path.
 
-Two identical connections, one with the fast path (``_fastpath.EstablishedPath``)
-and one without, get the same random and adversarial segments (in order, old, ahead,
+Two identical connections, one with the fast path (``_fastpath.FlowTable`` demux and
+``EstablishedPath``, the harness delivering as the stack does) and one without, get the same random and adversarial segments (in order, old, ahead,
 beyond the window, stale and missing timestamps, ACKs of unsent data, FIN/RST/SYN/URG,
 zero windows), the same clock steps, reads and writes. After every step both must have
 emitted the same bytes and be in the same state: TCB, receiver, delayed-ACK and sender
@@ -10,10 +10,11 @@ fields, buffers, timers, counters.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.tcp.harness import LOCAL, Harness
+from tests.tcp.harness import Harness
 
 _TCB_FIELDS = ("state", "iss", "snd_una", "snd_nxt", "snd_max", "snd_sml", "snd_wnd", "max_snd_wnd", "snd_wl1",
                "snd_wl2", "irs", "rcv_nxt", "rcv_wnd", "rcv_adv", "snd_wscale", "rcv_wscale", "snd_mss", "rcv_mss",
@@ -28,21 +29,24 @@ def _state(h: Harness, conn) -> dict:
     return {
         "tcb": tuple(getattr(tcb, f) for f in _TCB_FIELDS),
         "rcv": (rcv.ack_now, rcv.wnd_update, rcv.unacked, rcv.bytes_received, bytes(rcv.rcvbuf._data),
-                rcv.rcvbuf.runs(), rcv.rcvbuf.ooo_bytes, rcv.delack_timer.deadline),
+                rcv.rcvbuf.runs(), rcv.rcvbuf.ooo_bytes, rcv.delack_timer.deadline,
+                rcv.delack_due),
         "delack": (d.ato, d.quick, d.pingpong, d.lrcvtime, d.pushed, d.reader_waiting),
         "snd": (len(snd.sndbuf), snd.rtx_timer.deadline, snd.persist_timer.deadline, snd.rtx_count, snd.rtt_seq,
                 snd.dup_acks, snd.bytes_acked, snd.retransmits, rtt.srtt, rtt.rttvar, rtt.rto, snd.cc.window,
                 snd.cc.ssthresh),
-        "conn": (conn.error.__class__.__name__, conn.segs_in, h.layer.mem_used),
+        "conn": (conn.error.__class__.__name__, conn.segs_in, h.layer.mem_used, h.layer.under_pressure, conn._charged,
+                 conn._last_rcv, conn._keep_probes, snd.probes_out, conn.out.segs_out),
         "stats": h.stats.snapshot(),
     }
 
 
-def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str):
-    h = Harness(timestamps=ts, window_scaling=wscale, sack=sack, congestion=cc, rcvbuf=64000 if not wscale else 200000)
+def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str, family: int = 4):
+    h = Harness(timestamps=ts, window_scaling=wscale, sack=sack, congestion=cc, family=family,
+                rcvbuf=64000 if not wscale else 200000)
     h.layer.fastpath = fast
     peer = h.peer
-    lst = h.layer.listen((LOCAL, peer.local_port), 5)
+    lst = h.layer.listen((h.local, peer.local_port), 5)
     peer.snd_nxt = 1000
     opts = {}
     if ts:
@@ -96,7 +100,7 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
         _, count, n, flags, dack = step
         for _ in range(count):
             if peer.use_ts:
-                peer.ts_clock += 1
+                peer.ts_clock = (peer.ts_clock + 1) & 0xFFFFFFFF  # (a "jump" step may have taken it past 2**32)
             ack = conn.tcb.snd_max if dack == "all" else peer.rcv_nxt
             peer.send(flags=flags, ack=ack, payload=bytes(n))
     else:
@@ -126,11 +130,12 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.booleans(), st.booleans(), st.booleans(), st.sampled_from(["newreno", "cubic"]),
+@given(st.booleans(), st.booleans(), st.booleans(), st.sampled_from(["newreno", "cubic"]), st.sampled_from([4, 6]),
        st.lists(_step, min_size=3, max_size=40))
-def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, steps):
-    fast_h, fast_conn = _open(True, ts, wscale, sack, cc)
-    slow_h, slow_conn = _open(False, ts, wscale, sack, cc)
+def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, family, steps):
+    fast_h, fast_conn = _open(True, ts, wscale, sack, cc, family)
+    slow_h, slow_conn = _open(False, ts, wscale, sack, cc, family)
+    assert len(fast_conn.local_addr) == len(slow_conn.local_addr) == (4 if family == 4 else 16)
     assert fast_conn._fast is not None and slow_conn._fast is None
     assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn)
     for i, step in enumerate(steps):
@@ -142,11 +147,12 @@ def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, steps):
     assert slow_conn.segs_fast == 0
 
 
-def test_bulk_transfer_runs_on_the_fast_path():
+@pytest.mark.parametrize("family", [4, 6])
+def test_bulk_transfer_runs_on_the_fast_path(family):
     """In-order data with timestamps and window scaling is taken in C, and the same bytes come out."""
     runs = []
     for fast in (True, False):
-        h, conn = _open(fast, True, True, True, "cubic")
+        h, conn = _open(fast, True, True, True, "cubic", family)
         emitted = []
         data = bytes(range(256)) * 200
         for off in range(0, len(data), 1448):

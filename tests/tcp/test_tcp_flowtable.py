@@ -3,24 +3,39 @@
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 
-from ustack._fastpath import FlowTable
+from ustack._fastpath import K_TCP6, FlowTable, classify_one
 from ustack.api.clock import ManualClock
 from ustack.backends.pipe import PipeLink
-from ustack.net.addr import ANY4, parse
+from ustack.net.addr import ANY4, ANY6, parse
 from ustack.stack import Stack
 from ustack.transport.tcp.tcb import TCB_LAYOUT, State
+from ustack.wire.tcp import ACK, PSH, TcpHeader
+
+
+def _key(rng, family: int):
+    if family == 4:
+        return (bytes([198, 18, 0, rng.randrange(4)]), rng.randrange(1, 5), bytes([198, 18, 1, rng.randrange(4)]),
+                rng.randrange(1, 5))
+    # IPv6 keys that differ only in their high or their low 8 bytes, some starting with an IPv4 key's bytes
+    hi = rng.choice([bytes([198, 18, 0, rng.randrange(4)]) + bytes(4), bytes.fromhex("fd000000000000ab")])
+    return (hi + bytes(7) + bytes([rng.randrange(3)]), rng.randrange(1, 5),
+            bytes.fromhex("fd00000000000000") + bytes(7) + bytes([rng.randrange(3)]), rng.randrange(1, 5))
 
 
 def test_flow_table_follows_a_dict_through_adds_replacements_and_removals():
     rng = random.Random(7)
     table = FlowTable({}, TCB_LAYOUT)
     model = {}
-    keys = [(bytes([198, 18, 0, rng.randrange(4)]), rng.randrange(1, 5), bytes([198, 18, 1, rng.randrange(4)]),
-             rng.randrange(1, 5)) for _ in range(400)]
-    for step in range(6000):  # enough churn to grow the table and to rehash it over tombstones
+    keys = sorted({_key(rng, rng.choice((4, 6))) for _ in range(600)})
+    # the zero-padded IPv6 twin of an IPv4 key is another key
+    keys += [(bytes([198, 18, 0, 1]) + bytes(12), 1, bytes([198, 18, 1, 1]) + bytes(12), 1),
+             (bytes([198, 18, 0, 1]), 1, bytes([198, 18, 1, 1]), 1)]
+    assert {len(k[0]) for k in keys} == {4, 16}
+    for step in range(8000):  # enough churn to grow the table and to rehash it over tombstones
         key = rng.choice(keys)
         if rng.random() < 0.55:
             conn = object()
@@ -40,23 +55,35 @@ def test_flow_table_follows_a_dict_through_adds_replacements_and_removals():
 
 def test_flow_table_ignores_keys_it_cannot_hold():
     table = FlowTable({}, TCB_LAYOUT)
-    table.add(bytes(16), 80, bytes(16), 5000, object())  # IPv6 keys go the Python way
-    assert len(table) == 0 and table.lookup(bytes(16), 80, bytes(16), 5000) is None
+    for key in [(bytes(16), 80, bytes(4), 5000), (bytes(4), 80, bytes(16), 5000), (bytes(5), 80, bytes(5), 5000),
+                (bytes(4), 70000, bytes(4), 5000), (b"", 80, b"", 5000)]:
+        table.add(*key, object())  # mixed families, other lengths, ports out of range: the Python way
+        assert len(table) == 0 and table.lookup(*key) is None
     assert table.input(object(), b"", 0.0) is False  # not a classify record
 
 
-def _pair(fastpath: bool):
+def _pair(fastpath: bool, family: int = 4):
     clock = ManualClock(1000.0)
     link = PipeLink(clock, seed=3, delay=0.0005)
-    a = Stack(link.a, "198.18.0.1/24", fastpath=fastpath, isn_secret=bytes(16))
-    b = Stack(link.b, "198.18.0.2/24", fastpath=fastpath, isn_secret=bytes(range(16)))
+    extra_a, extra_b = (["fd00::1/64"], ["fd00::2/64"]) if family == 6 else ([], [])
+    a = Stack(link.a, ["198.18.0.1/24"] + extra_a, fastpath=fastpath, isn_secret=bytes(16))
+    b = Stack(link.b, ["198.18.0.2/24"] + extra_b, fastpath=fastpath, isn_secret=bytes(range(16)))
+    if family == 6:
+        for _ in range(1000):  # duplicate address detection (RFC 4862) first, on the manual clock
+            if all(s.iface6.link_local is not None and not any(e.state == "tentative" for e in
+                                                               s.iface6.addresses.values()) for s in (a, b)):
+                break
+            deadlines = [d for d in (a.poll(clock.now), b.poll(clock.now)) if d is not None]
+            clock.set(max(min(deadlines, default=clock.now), clock.now + 1e-6))
+        else:
+            raise AssertionError("DAD did not finish")
     return clock, a, b
 
 
-def _transfer(fastpath: bool, size: int = 300_000):
-    clock, a, b = _pair(fastpath)
-    lst = a.tcp.listen((ANY4, 80), 4)
-    conn = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
+def _transfer(fastpath: bool, family: int = 4, size: int = 300_000):
+    clock, a, b = _pair(fastpath, family)
+    lst = a.tcp.listen((ANY4 if family == 4 else ANY6, 80), 4)
+    conn = b.tcp.connect(None, (parse("198.18.0.1" if family == 4 else "fd00::1"), 80), clock.now)
     data = bytes(random.Random(1).randbytes(size))
     sent, got, server = 0, bytearray(), None
     for _ in range(20000):
@@ -74,21 +101,60 @@ def _transfer(fastpath: bool, size: int = 300_000):
     return bytes(got) == data, server, conn, a, b
 
 
-def test_a_transfer_between_stacks_runs_through_the_c_demux_and_fast_path_with_the_same_result():
-    ok, server, client, a, b = _transfer(True)
+@pytest.mark.parametrize("family", [4, 6])
+def test_a_transfer_between_stacks_runs_through_the_c_demux_and_fast_path_with_the_same_result(family):
+    ok, server, client, a, b = _transfer(True, family)
     assert ok
+    assert len(server.local_addr) == (4 if family == 4 else 16)
     assert len(a.tcp.flows) == len(a.tcp.connections) == 1
     assert a.tcp.flows.lookup(*server.key) is server
     # Most segments were predicted; the rest (the handshake, the retransmissions this run has after
-    # its first burst outruns ARP resolution, the duplicates they cause) took the Python path.
+    # its first burst outruns address resolution, the duplicates they cause) took the Python path.
     assert server.segs_fast > 0.6 * server.segs_in and client.segs_fast > 0.6 * client.segs_in
     assert a.stats["tcp.in_segs"] == server.segs_in + 1  # + the SYN (a listener's)
-    ok_off, server_off, client_off, a_off, b_off = _transfer(False)
+    ok_off, server_off, client_off, a_off, b_off = _transfer(False, family)
     assert ok_off
     assert server_off.segs_fast == client_off.segs_fast == 0 and a_off._tcp_flows is None
     # The same run, segment for segment: every counter of both stacks agrees.
     assert a.stats.snapshot() == a_off.stats.snapshot() and b.stats.snapshot() == b_off.stats.snapshot()
     assert server.info() == server_off.info() and client.info() == client_off.info()
+
+
+def _tcp6_frame(dst_mac: bytes, src_mac: bytes, sport: int, dport: int, seq: int, ack: int, ts: tuple,
+                payload: bytes) -> bytes:
+    """An Ethernet/IPv6/TCP frame (ACK|PSH, the timestamps option) from fd00::2 to fd00::1."""
+    src, dst = parse("fd00::2"), parse("fd00::1")
+    seg = TcpHeader(sport, dport, seq, ack, ACK | PSH, 65535, 0, 0, timestamps=ts).to_bytes(src, dst, payload)
+    ip6 = struct.pack("!IHBB", 6 << 28, len(seg), 6, 64) + src + dst
+    return dst_mac + src_mac + b"\x86\xdd" + ip6 + seg
+
+
+def test_the_c_demux_takes_an_established_ipv6_flows_segment_and_leaves_others_to_python():
+    clock, a, b = _pair(True, 6)
+    lst = a.tcp.listen((ANY6, 80), 4)
+    client = b.tcp.connect(None, (parse("fd00::1"), 80), clock.now)
+    server = None
+    for _ in range(100):
+        a.poll(clock.now)
+        b.poll(clock.now)
+        server = server or lst.accept()
+        if server is not None and client.state == State.ESTABLISHED:
+            break
+        clock.set(clock.now + 0.001)
+    assert server is not None and a.tcp.flows.lookup(*server.key) is server
+    before = a.stats["tcp.in_segs"]
+    tcb = server.tcb
+    frame = _tcp6_frame(a.link.mac, b.link.mac, client.local_port, 80, tcb.rcv_nxt, tcb.snd_nxt,
+                        (tcb.ts_recent + 1, 0), b"hello")
+    pkt = classify_one(frame, a.link.mac, True)
+    assert pkt.kind == K_TCP6
+    assert a.tcp.flows.input(pkt, memoryview(frame), clock.now) is True
+    assert a.stats["tcp.in_segs"] == before + 1 and server.segs_fast == 1 and server.recv(100, clock.now) == b"hello"
+    other = _tcp6_frame(a.link.mac, b.link.mac, client.local_port + 1, 80, 1, 1, None, b"x")  # no such flow
+    assert a.tcp.flows.input(classify_one(other, a.link.mac, True), memoryview(other), clock.now) is False
+    server.tcb.state = State.CLOSE_WAIT  # a flow that left ESTABLISHED: the Python state machine's
+    assert a.tcp.flows.input(pkt, memoryview(frame), clock.now) is False
+    assert a.stats["tcp.in_segs"] == before + 1
 
 
 def test_tcb_layout_reads_the_fields_python_wrote_and_refuses_other_classes():

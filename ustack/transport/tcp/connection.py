@@ -784,7 +784,7 @@ class Connection:
         self._notify()
 
     def _on_delack_timer(self, now: float) -> None:
-        if self.receiver.delack_expired():
+        if self.receiver.delack_fired(now):
             self.out.send_ack(now)
 
     def _on_cork_timer(self, now: float) -> None:

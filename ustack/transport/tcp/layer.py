@@ -83,14 +83,16 @@ import errno
 import os
 from typing import Protocol
 
-from ustack._fastpath import EstablishedPath, FlowTable
+from ustack._fastpath import DELACK_FIELDS, RECEIVER_FIELDS, EstablishedPath, FlowTable, SlotLayout
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
+from ustack.transport.tcp.delack import DelayedAck
 from ustack.transport.tcp.isn import KeyedHash
 from ustack.transport.tcp.limits import ChallengeAckBudget
 from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
+from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
@@ -146,9 +148,12 @@ class TcpLayer:
         self.config = config if config is not None else TcpConfig()
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
-        # The same connections indexed in C, for the stack's fast demux of established flows (IPv4).
-        self.flows = FlowTable(host.stats.counters, TCB_LAYOUT)
-        self.established = EstablishedPath(TCB_LAYOUT)  # receive header prediction (Connection._fast)
+        # receive header prediction (Connection._fast), over the TCB, Receiver and DelayedAck slots
+        self.established = EstablishedPath(TCB_LAYOUT, SlotLayout(Receiver, RECEIVER_FIELDS),
+                                           SlotLayout(DelayedAck, DELACK_FIELDS))
+        # The same connections indexed in C, for the stack's fast demux of established flows (IPv4 and IPv6);
+        # it hands predicted segments to ``established`` itself.
+        self.flows = FlowTable(host.stats.counters, TCB_LAYOUT, self.established)
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
         self._notify_due: list = []  # connections whose on_event waits for the end of the round

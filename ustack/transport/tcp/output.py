@@ -116,13 +116,20 @@ class Output:
         blocks = rcv.sack_blocks(3 if ts else 4) if tcb.sack_ok and not payload else ()
         if blocks or not self.fast(self.local_addr, self.remote_addr, self.local_port, self.remote_port, seq, ack,
                                    flags, window, ts, payload, now):
-            write_segment(self.host, self.local_addr, self.remote_addr,
-                          TcpHeader(self.local_port, self.remote_port, seq, ack, flags, window, 0, 0,
-                                    None, None, False, blocks, ts), now, payload)
+            self.write(seq, ack, flags, window, ts, blocks, now, payload)
         self.segs_out += 1
         self.stats.inc("tcp.out_segs")
         tcb.last_ack_sent = ack
         rcv.ack_sent(now, bool(payload))
+
+    def write(self, seq: int, ack: int, flags: int, window: int, ts, blocks: tuple, now: float, payload=b"") -> None:
+        """Build an established segment here and hand it to the host (what the fast emitter declined).
+
+        The C fast path (``_fastpath``, _fp_ack.pxi) calls it too for a pure ACK.
+        """
+        write_segment(self.host, self.local_addr, self.remote_addr,
+                      TcpHeader(self.local_port, self.remote_port, seq, ack, flags, window, 0, 0,
+                                None, None, False, blocks, ts), now, payload)
 
     def emit_syn(self, flags: int, now: float, mss: int, wscale: int | None, sack_permitted: bool,
                  timestamps: bool) -> None:

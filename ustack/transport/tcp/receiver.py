@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "budget", "dsack")
+                 "budget", "dsack", "delack_due")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -55,6 +55,10 @@ class Receiver:
         self._timers = timers
         self._owner = owner
         self._on_delack = on_delack
+        # When the delayed ACK is due (None: no delayed ACK runs). The timer is re-armed lazily: an ACK
+        # that leaves clears this field and leaves the timer be; a firing that finds the ACK due later
+        # re-arms it for then (``delack_fired``). A bulk stream costs no timer operation per ACK.
+        self.delack_due = None
         self.high_water = high_water  # called when readable bytes reach ``recv_high``
         self.ack_now = False  # an ACK is owed now (out of order, gap filled, FIN, every 2nd segment...)
         self.wnd_update = False  # a read opened the window: advertise it
@@ -126,11 +130,8 @@ class Receiver:
             self.ack_now = True
         elif push and delack.push_wants_ack():
             self.ack_now = True
-        elif self.delack_timer.deadline is None:
-            timer = self.delack_timer
-            if timer is UNARMED:
-                timer = self.delack_timer = self._timers.timer(self._on_delack, self._owner)
-            timer.arm(now + delack.timeout(rtt.srtt if rtt is not None else None))
+        elif self.delack_due is None:
+            self.arm_delack(now + delack.timeout(rtt.srtt if rtt is not None else None))
         if self.rd_shutdown:
             rcvbuf.read(len(rcvbuf))
         elif before < self.recv_high <= len(rcvbuf):
@@ -255,12 +256,37 @@ class Receiver:
         self.wnd_update = False
         self.dsack = None
         self.unacked = 0
-        if self.delack_timer.deadline is not None:
-            self.delack_timer.cancel()
+        self.delack_due = None  # (the timer stays: lazy, see ``delack_fired``)
 
     def stop(self) -> None:
         """No more delayed ACKs (TIME-WAIT, CLOSED)."""
+        self.delack_due = None
         self.delack_timer.cancel()
+
+    def arm_delack(self, due: float) -> None:
+        """The delayed ACK is due at ``due``: the timer fires then, or earlier and re-arms (lazy)."""
+        self.delack_due = due
+        timer = self.delack_timer
+        if timer is UNARMED:
+            timer = self.delack_timer = self._timers.timer(self._on_delack, self._owner)
+        deadline = timer.deadline
+        if deadline is None or deadline > due:
+            timer.arm(due)
+
+    def delack_fired(self, now: float) -> bool:
+        """The delayed-ACK timer fired: True when an ACK is to go now.
+
+        A timer left from an ACK that has since left finds no delayed ACK due
+        (nothing to do) or one due later (re-armed for then).
+        """
+        due = self.delack_due
+        if due is None:
+            return False
+        if due > now:
+            self.delack_timer.arm(due)
+            return False
+        self.delack_due = None
+        return self.delack_expired()
 
     def delack_expired(self) -> bool:
         """The delayed-ACK timer fired: True when an ACK is owed (the delay adapts, ``DelayedAck``)."""

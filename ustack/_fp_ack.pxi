@@ -1,0 +1,185 @@
+# The receive side of the established fast path in C: RCV.NXT, the ACK policy
+# (delayed ACK, RFC 1122 4.2.3.2 and RFC 5681 4.2, with Linux's heuristics as
+# ``ustack.transport.tcp.delack`` describes them) and the pure ACK itself.
+#
+# One source of truth for the state: these functions read and write the very
+# fields the Python parts use (the TCB through ``TcbLayout``; the
+# ``Receiver``'s and its ``DelayedAck``'s slots through ``SlotLayout``s), so a segment
+# the fast path took and one the Python path took leave the same state
+# behind. The rules are the Python ones transcribed, step for step, in the
+# same order and with the same float arithmetic (IEEE doubles both sides);
+# the differential test (tests/tcp/test_tcp_fastpath_diff.py) holds them to
+# the same emitted bytes and the same state after every step. What they
+# mirror, by name: ``Receiver.in_order``, ``DelayedAck.data_received``,
+# ``grant_quickacks``, ``quickack_mode``, ``push_wants_ack``, ``timeout``;
+# ``Receiver.arm_delack``; ``Output.emit`` for a pure ACK (``Output.send_ack``), ``Receiver.select_window``
+# and ``offerable`` (outside memory pressure), ``ts_clock``, ``Receiver.ack_sent``
+# and ``DelayedAck.ack_sent``.
+#
+# The ACK leaves through the host's fast emitter (``Output.fast``, the flow's
+# template written straight into a TX slot) or, when that declines, through
+# ``Output.write`` (the general builder): the bytes are the same either way.
+
+from cpython.float cimport PyFloat_AsDouble, PyFloat_FromDouble
+from cpython.long cimport PyLong_FromLongLong
+
+cdef object _EMPTY = b""
+
+
+cdef inline double _dget(object o) except? -1.0:
+    return PyFloat_AsDouble(o)
+
+
+cdef int _grant_quickacks(object delack, Py_ssize_t *do, int64_t rcv_wnd, int64_t rcv_mss) except -1:
+    """``DelayedAck.grant_quickacks``: rcv_wnd / (2 * rcv_mss) quick ACKs, at least 2, at most max_quickacks."""
+    cdef int64_t n = rcv_wnd // (2 * rcv_mss) if rcv_mss > 0 else 0   # rcv_wnd >= 0 (a free count)
+    cdef int64_t cap = _iget(delack, do[D_MAX_QUICKACKS])
+    if n < 2:
+        n = 2
+    if n > cap:
+        n = cap
+    if n > _iget(delack, do[D_QUICK]):
+        _fset(delack, do[D_QUICK], PyLong_FromLongLong(n))
+    return 0
+
+
+cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do, object rcvbuf,
+                   Py_ssize_t dlen, Py_ssize_t before, object now, bint push) except -1:
+    """``Receiver.in_order(dlen, dlen, False, before, now, push)`` for data appended at RCV.NXT."""
+    cdef int64_t rcv_mss, free, unacked
+    cdef double t = PyFloat_AsDouble(now), m, half, ato, ato_min, rto, cap, srtt
+    cdef Py_ssize_t held
+    _fset(tcb, off[T_RCV_NXT], PyLong_FromUnsignedLong(<uint32_t>(<uint32_t>_iget(tcb, off[T_RCV_NXT]) + dlen)))
+    _fset(receiver, ro[R_BYTES_RECEIVED], PyLong_FromLongLong(_iget(receiver, ro[R_BYTES_RECEIVED]) + dlen))
+    rcv_mss = _iget(tcb, off[T_RCV_MSS])
+    if dlen > rcv_mss:
+        rcv_mss = min(<int64_t>dlen, _iget(tcb, off[T_MSS_BASE]))
+        _fset(tcb, off[T_RCV_MSS], PyLong_FromLongLong(rcv_mss))
+    delack = _fget(receiver, ro[R_DELACK])
+    rtt = _fget(receiver, ro[R_RTT])
+    rto = PyFloat_AsDouble(rtt.rto) if rtt is not None else 1.0
+    held = PyByteArray_GET_SIZE(rcvbuf._data)
+    free = PyLong_AsLongLong(rcvbuf.capacity) - held
+    if free < 0:
+        free = 0
+    # DelayedAck.data_received (Linux tcp_event_data_recv)
+    last = _fget(delack, do[D_LRCVTIME])
+    ato_min_obj = _fget(delack, do[D_ATO_MIN])
+    ato_min = PyFloat_AsDouble(ato_min_obj)
+    if last is None:
+        _grant_quickacks(delack, do, free, rcv_mss)
+        _fset(delack, do[D_ATO], ato_min_obj)
+    else:
+        m = t - PyFloat_AsDouble(last)
+        half = ato_min / 2
+        ato = PyFloat_AsDouble(_fget(delack, do[D_ATO]))
+        if m <= half:
+            _fset(delack, do[D_ATO], PyFloat_FromDouble(ato / 2 + half))
+        elif m < ato:
+            _fset(delack, do[D_ATO], PyFloat_FromDouble(min(ato / 2 + m, rto)))
+        elif m > rto:
+            _grant_quickacks(delack, do, free, rcv_mss)
+    _fset(delack, do[D_LRCVTIME], now)
+    unacked = _iget(receiver, ro[R_UNACKED]) + dlen
+    _fset(receiver, ro[R_UNACKED], PyLong_FromLongLong(unacked))
+    if not _bget(delack, do[D_ENABLED]):
+        _fset(receiver, ro[R_ACK_NOW], True)
+    elif unacked >= 2 * rcv_mss:
+        _fset(receiver, ro[R_ACK_NOW], True)  # every second full-sized segment (RFC 5681 4.2)
+    elif _iget(delack, do[D_QUICK]) > 0 and not _bget(delack, do[D_PINGPONG]):
+        _fset(receiver, ro[R_ACK_NOW], True)  # quick-ACK mode
+    elif push and _bget(delack, do[D_READER_WAITING]) and (not _bget(delack, do[D_PINGPONG])
+                                                           or _bget(delack, do[D_PUSHED])):
+        _fset(receiver, ro[R_ACK_NOW], True)  # a pushed segment and a reader waiting for it
+    else:
+        if push:
+            _fset(delack, do[D_PUSHED], True)
+        if _fget(receiver, ro[R_DELACK_DUE]) is None:
+            # DelayedAck.timeout: ato, bounded by ato_max and max(SRTT, ato_min) once above ato_min
+            ato = PyFloat_AsDouble(_fget(delack, do[D_ATO]))
+            if ato > ato_min:
+                cap = PyFloat_AsDouble(_fget(delack, do[D_ATO_MAX]))
+                srtt_obj = rtt.srtt if rtt is not None else None
+                if srtt_obj:
+                    srtt = PyFloat_AsDouble(srtt_obj)
+                    cap = min(cap, max(srtt, ato_min))
+                ato = min(ato, cap)
+            # Receiver.arm_delack: the timer is touched only when it is not armed or armed later (lazy);
+            # when it is, Receiver.arm_delack itself (it makes the timer on first use)
+            due = PyFloat_FromDouble(t + ato)
+            _fset(receiver, ro[R_DELACK_DUE], due)
+            deadline = _fget(receiver, ro[R_DELACK_TIMER]).deadline
+            if deadline is None or deadline > due:
+                receiver.arm_delack(due)
+    if _bget(receiver, ro[R_RD_SHUTDOWN]):
+        rcvbuf.read(held)
+    elif before < _fget(receiver, ro[R_RECV_HIGH]) <= held:
+        _fget(receiver, ro[R_HIGH_WATER])()
+    return 0
+
+
+cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do,
+                   object now) except -1:
+    """``Output.send_ack(now)``: <SEQ=SND.MAX><ACK=RCV.NXT><CTL=ACK>, window and timestamps as ``Output.emit``."""
+    cdef int64_t free, room, cur, win, field, actual, cap, rcv_nxt, quick
+    cdef int shift
+    cdef uint32_t edge, adv
+    rcvbuf = _fget(receiver, ro[R_RCVBUF])
+    layer = _fget(receiver, ro[R_BUDGET])
+    if ((_bget(tcb, off[T_SACK_OK]) and (rcvbuf.ooo_bytes or receiver.dsack is not None))
+            or (layer is not None and layer.under_pressure)):
+        conn.out.send_ack(now)  # SACK or D-SACK blocks (RFC 2883) or a trimmed window: the Python way
+        return 0
+    out = conn.out
+    # Receiver.select_window over Receiver.offerable (no memory pressure here)
+    cap = PyLong_AsLongLong(rcvbuf.capacity)
+    free = cap - PyByteArray_GET_SIZE(rcvbuf._data)
+    if free < 0:
+        free = 0
+    if layer is not None:
+        room = _mem_room(layer)
+        if room < free:
+            free = room if room > 0 else 0
+    rcv_nxt = _iget(tcb, off[T_RCV_NXT])
+    adv = <uint32_t>_iget(tcb, off[T_RCV_ADV])
+    cur = <int32_t>(adv - <uint32_t>rcv_nxt)
+    if cur < 0:
+        cur = 0
+    win = cur if free - cur < min(cap // 2, _iget(tcb, off[T_MSS_BASE])) else free
+    shift = <int>_iget(tcb, off[T_RCV_WSCALE])
+    field = (win + (<int64_t>1 << shift) - 1) >> shift
+    if field > 0xFFFF:
+        field = 0xFFFF
+    actual = field << shift
+    _fset(tcb, off[T_RCV_WND], PyLong_FromLongLong(actual))
+    edge = <uint32_t>(<uint32_t>rcv_nxt + <uint32_t>actual)
+    if _seq_lt(adv, edge):
+        _fset(tcb, off[T_RCV_ADV], PyLong_FromUnsignedLong(edge))
+    if _bget(tcb, off[T_TS_OK]):
+        ts = (PyLong_FromUnsignedLong(<uint32_t>(<int64_t>(PyFloat_AsDouble(now) * 1000) + _iget(tcb, off[T_TS_OFFSET]))),
+              _fget(tcb, off[T_TS_RECENT]))
+    else:
+        ts = None
+    seq = _fget(tcb, off[T_SND_MAX])
+    ack = _fget(tcb, off[T_RCV_NXT])
+    fwin = PyLong_FromLongLong(field)
+    if not out.fast(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq, ack, TH_ACK, fwin, ts,
+                    _EMPTY, now):
+        out.write(seq, ack, TH_ACK, fwin, ts, (), now)
+    out.segs_out += 1
+    out.stats.counters["tcp.out_segs"] += 1
+    _fset(tcb, off[T_LAST_ACK_SENT], ack)
+    # Receiver.ack_sent(now, False) and DelayedAck.ack_sent(unacked > 0)
+    delack = _fget(receiver, ro[R_DELACK])
+    _fset(delack, do[D_PUSHED], False)
+    if _bget(receiver, ro[R_UNACKED]):
+        quick = _iget(delack, do[D_QUICK])
+        if quick:
+            _fset(delack, do[D_QUICK], PyLong_FromLongLong(quick - 1))
+            if quick == 1:
+                _fset(delack, do[D_ATO], _fget(delack, do[D_ATO_MIN]))
+    _fset(receiver, ro[R_ACK_NOW], False)
+    _fset(receiver, ro[R_WND_UPDATE], False)
+    _fset(receiver, ro[R_UNACKED], 0)
+    _fset(receiver, ro[R_DELACK_DUE], None)  # the timer stays (lazy: Receiver.delack_fired)
+    return 0
