@@ -16,6 +16,7 @@ import pytest
 from tests.tcp.harness import Harness
 from ustack.transport.tcp.prr import Prr
 from ustack.transport.tcp.seq import seq_add, seq_diff
+from ustack.wire.tcp import PSH
 
 MSS = 1000
 RTT = 0.01
@@ -34,6 +35,7 @@ class Wire:
         self.ack_stall = ack_stall  # ACKs the receiver sends before this time arrive only then
         self.sent: dict = {}  # index -> transmissions so far
         self.log: list = []  # (time, index, transmission) of every data segment the engine sent
+        self.pushed: list = []  # (index, transmission) of the segments sent with PSH
         self.events: list = []  # (time, kind, payload)
         self.rcv_nxt = base
         self.ooo: list = []  # [start, end] received above rcv_nxt, most recent first
@@ -47,6 +49,8 @@ class Wire:
             idx = seq_diff(seg.seq, self.base) // MSS
             n = self.sent[idx] = self.sent.get(idx, 0) + 1
             self.log.append((h.now, idx, n))
+            if seg.hdr.flags & PSH:
+                self.pushed.append((idx, n))
             if (idx, n) in self.drops:
                 continue
             when = h.now + self.rtt / 2 + self.delays.get((idx, n), 0.0)
@@ -231,6 +235,7 @@ def test_spurious_timeout_is_undone_by_frto():
     assert info.timeouts == 1 and info.spurious_undone == 1
     assert wire.retransmissions() == [(0, 2)]  # no go-back-N
     assert conn.sender.cc.window >= cwnd
+    assert (10, 1) in wire.pushed  # the tail probe (new data, 20 ms on) carried PSH: ACKed at once
     wire.run(until=h.now + 0.5)
     assert bytes(wire.received) == data
 

@@ -629,6 +629,7 @@ class RackRecovery:
             return
         self.tlps += 1
         sender.stats.inc("tcp.tlp_probes")
+        sender.psh_next = True  # a receiver that delays ACKs answers a pushed segment when it is read
         before = tcb.snd_max
         if seq_diff(tcb.snd_nxt, tcb.snd_una) < len(sender.sndbuf) and tcb.snd_nxt == tcb.snd_max:
             sender.output(now, budget=tcb.snd_mss)
