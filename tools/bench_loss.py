@@ -1,7 +1,7 @@
 """Bulk TCP under random loss: ustack beside the kernel in the same run (``ustack bench``'s loss row).
 
     python -m ustack.tools.bench_loss [--loss 3] [--bytes 20000000] [--reps 3] [--pipe-only]
-                                      [--backend packet] [--echo BYTES]
+                                      [--backend packet] [--echo BYTES] [--congestion cubic]
 
 Two parts:
 
@@ -96,11 +96,42 @@ def _json_line(proc, timeout: float) -> dict:
     return json.loads(line)
 
 
-def _spawn(popen, script: str, *args) -> "subprocess.Popen":
+def _cpus() -> tuple:
+    """(stack CPU, kernel end's CPU) on a machine with two or more, as ``ustack bench`` places them."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+
+
+def _spawn(popen, script: str, *args, stack_side: bool = False) -> "subprocess.Popen":
+    """A kernel end on the kernel ends' CPU (``stack_side``: on the stack's, for Linux -> Linux's sink)."""
     import subprocess
     import sys
 
-    return popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", script, *map(str, args)]
+    other = _cpus()[0 if stack_side else 1]
+    if other is not None:
+        argv = ["taskset", "-c", str(other)] + argv
+    return popen(argv, stdout=subprocess.PIPE, text=True)
+
+
+class _Pinned:
+    """This process on the stack's CPU for the with-block (the kernel ends run on the other)."""
+
+    def __enter__(self):
+        import os
+
+        self.home = os.sched_getaffinity(0)
+        cpu = _cpus()[0]
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        os.sched_setaffinity(0, self.home)
 
 
 def linux_to_linux(size: int, percent: int) -> float:
@@ -114,7 +145,7 @@ def linux_to_linux(size: int, percent: int) -> float:
             index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
             ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
         _drop(topo, percent)
-        sink = _spawn(topo.stack_popen, SINK, topo.stack_addr, PORT)
+        sink = _spawn(topo.stack_popen, SINK, topo.stack_addr, PORT, stack_side=True)
         _json_line(sink, 10)
         src = _spawn(topo.peer_popen, SOURCE, topo.stack_addr, PORT, size, "bulk")
         sent = _json_line(src, 600)
@@ -164,7 +195,7 @@ class _Ustack:
         self.topo.close()
 
 
-def ustack_to_kernel(size: int, percent: int, backend: str) -> dict:
+def ustack_to_kernel(size: int, percent: int, backend: str, **knobs) -> dict:
     import select
 
     from ustack.transport.tcp import State
@@ -174,7 +205,7 @@ def ustack_to_kernel(size: int, percent: int, backend: str) -> dict:
         sink = _spawn(u.topo.peer_popen, SINK, u.topo.peer_addr, PORT)
         _json_line(sink, 10)
         start = time.monotonic()
-        conn = u.layer.connect(None, (socket.inet_aton(u.topo.peer_addr), PORT), u.driver.clock())
+        conn = u.layer.connect(None, (socket.inet_aton(u.topo.peer_addr), PORT), u.driver.clock(), **knobs)
         u.wait(lambda: conn.state == State.ESTABLISHED, 10.0)
         chunk = memoryview(bytes(1 << 16))
         sent = 0
@@ -201,12 +232,12 @@ def ustack_to_kernel(size: int, percent: int, backend: str) -> dict:
         u.close()
 
 
-def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False) -> dict:
+def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False, **knobs) -> dict:
     import select
 
     u = _Ustack(backend, percent)
     try:
-        lst = u.layer.listen((bytes(4), PORT), 4)
+        lst = u.layer.listen((bytes(4), PORT), 4, **knobs)
         src = _spawn(u.topo.peer_popen, SOURCE, u.topo.stack_addr, PORT, size, "echo" if echo else "bulk")
         state = {"conn": None, "got": 0, "pending": bytearray(), "end": None}
 
@@ -241,14 +272,15 @@ def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False) 
         u.close()
 
 
-def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, log=print) -> dict:
+def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, **knobs) -> dict:
     runs: dict = {"linux": [], "ustack_to_kernel": [], "kernel_to_ustack": []}
-    for _ in range(reps):  # interleaved, so that the machine's load falls on every row alike
-        runs["linux"].append({"mb_s": linux_to_linux(size, percent)})
-        runs["ustack_to_kernel"].append(ustack_to_kernel(size, percent, backend))
-        runs["kernel_to_ustack"].append(kernel_to_ustack(size, percent, backend))
-    if echo:
-        runs["echo"] = [kernel_to_ustack(echo, percent, backend, echo=True)]
+    with _Pinned():
+        for _ in range(reps):  # interleaved, so that the machine's load falls on every row alike
+            runs["linux"].append({"mb_s": linux_to_linux(size, percent)})
+            runs["ustack_to_kernel"].append(ustack_to_kernel(size, percent, backend, **knobs))
+            runs["kernel_to_ustack"].append(kernel_to_ustack(size, percent, backend, **knobs))
+        if echo:
+            runs["echo"] = [kernel_to_ustack(echo, percent, backend, echo=True, **knobs)]
     out = {}
     for name, rs in runs.items():
         out[name] = {"mb_s": statistics.median(r["mb_s"] for r in rs), "runs": rs}
@@ -283,11 +315,13 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="packet", help="ustack backend on veth (default packet)")
     p.add_argument("--echo", type=int, default=0, help="also echo this many bytes each way through ustack")
     p.add_argument("--pipe-only", action="store_true", help="only the pipe part (no privileges needed)")
+    p.add_argument("--congestion", default=None, help="ustack's congestion control on veth (default: the stack's)")
     args = p.parse_args(argv)
     if not 0 <= args.loss < 100 or args.bytes <= 0 or args.reps <= 0:
         p.error("need 0 <= --loss < 100, --bytes > 0, --reps > 0")
     pipe = pipe_rows(min(args.bytes, 5_000_000))
-    veth = None if args.pipe_only else veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo)
+    knobs = {"congestion": args.congestion} if args.congestion else {}
+    veth = None if args.pipe_only else veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo, **knobs)
     print("\n".join(format_lines(pipe, veth, args.loss)))
     return 0
 

@@ -16,6 +16,7 @@ import pytest
 from tests.tcp.harness import Harness
 from ustack.transport.tcp.prr import Prr
 from ustack.transport.tcp.seq import seq_add, seq_diff
+from ustack.wire.tcp import PSH
 
 MSS = 1000
 RTT = 0.01
@@ -34,6 +35,7 @@ class Wire:
         self.ack_stall = ack_stall  # ACKs the receiver sends before this time arrive only then
         self.sent: dict = {}  # index -> transmissions so far
         self.log: list = []  # (time, index, transmission) of every data segment the engine sent
+        self.pushed: list = []  # (index, transmission) of the segments sent with PSH
         self.events: list = []  # (time, kind, payload)
         self.rcv_nxt = base
         self.ooo: list = []  # [start, end] received above rcv_nxt, most recent first
@@ -47,6 +49,8 @@ class Wire:
             idx = seq_diff(seg.seq, self.base) // MSS
             n = self.sent[idx] = self.sent.get(idx, 0) + 1
             self.log.append((h.now, idx, n))
+            if seg.hdr.flags & PSH:
+                self.pushed.append((idx, n))
             if (idx, n) in self.drops:
                 continue
             when = h.now + self.rtt / 2 + self.delays.get((idx, n), 0.0)
@@ -231,6 +235,7 @@ def test_spurious_timeout_is_undone_by_frto():
     assert info.timeouts == 1 and info.spurious_undone == 1
     assert wire.retransmissions() == [(0, 2)]  # no go-back-N
     assert conn.sender.cc.window >= cwnd
+    assert (10, 1) in wire.pushed  # the tail probe (new data, 20 ms on) carried PSH: ACKed at once
     wire.run(until=h.now + 0.5)
     assert bytes(wire.received) == data
 
@@ -295,3 +300,27 @@ def test_prr_slow_start_reduction_bound():
     assert prr.sndcnt(3 * MSS, 6 * MSS, 10 * MSS, MSS) == 4 * MSS  # max(4 - 2, 3) + 1, = ssthresh - pipe
     prr.sent(4 * MSS)
     assert prr.sndcnt(MSS, 9 * MSS, 10 * MSS, MSS) == MSS  # ssthresh - pipe binds
+
+
+def test_duplicate_data_is_reported_by_a_dsack():
+    """RFC 2883 4: data received twice is reported in the first SACK block of the next ACK, sent at
+    once and only once: old data, old data overlapping new, and out-of-order data held already."""
+    h = Harness(delayed_ack=False, sack=True)
+    conn = h.open_active(peer_options={"sack_perm": True})
+    assert conn.tcb.sack_ok
+    base = h.peer.snd_nxt
+    h.peer.send(flags="A", payload=b"a" * 100)
+    h.peer.expect(flags="A", ack=base + 100, sack_blocks=())
+    h.peer.send(flags="A", seq=base, payload=b"a" * 100, advance=False)  # entirely old
+    h.peer.expect(flags="A", ack=base + 100, sack_blocks=((base, base + 100),))
+    assert h.stats["drop.tcp.unacceptable"] == 1 and h.stats["tcp.dsack_sent"] == 1
+    h.peer.send(flags="A", seq=base + 300, payload=b"d" * 100, advance=False)  # out of order
+    h.peer.expect(flags="A", ack=base + 100, sack_blocks=((base + 300, base + 400),))
+    h.peer.send(flags="A", seq=base + 300, payload=b"d" * 100, advance=False)  # the same again
+    h.peer.expect(flags="A", ack=base + 100, sack_blocks=((base + 300, base + 400), (base + 300, base + 400)))
+    h.peer.send(flags="A", seq=base + 50, payload=b"a" * 50 + b"b" * 100, advance=False)  # 50 old, 100 new
+    h.peer.expect(flags="A", ack=base + 200, sack_blocks=((base + 50, base + 100), (base + 300, base + 400)))
+    h.peer.snd_nxt = base + 200
+    h.peer.send(flags="A", payload=b"e" * 100)  # in order: the ACK carries no D-SACK any more
+    h.peer.expect(flags="A", ack=base + 300 + 100, sack_blocks=())
+    assert conn.recv(1000) == b"a" * 100 + b"b" * 100 + b"e" * 100 + b"d" * 100

@@ -150,18 +150,26 @@ class RackRecovery:
         segs = self.segs
         k = 0
         delivered = 0
+        plain = None  # the last delivered segment sent once and never SACKed: RACK needs only that one
+        fack = self.fack
         for r in segs:
             if r[1] > new:
                 break
             k += 1
             fl = r[3]
-            if fl & SACKED:
+            if not fl:
+                plain = r
+                if r[1] < fack and not self.reordering_seen:
+                    self._rack_update(r, now)  # delivered below RACK.fack: reordering
+            elif fl & SACKED:
                 self.sacked_bytes -= r[1] - r[0]
                 delivered -= r[1] - r[0]
             else:
                 if fl & LOST:
                     self.lost_bytes -= r[1] - r[0]
                 self._rack_update(r, now)
+        if plain is not None:
+            self._rack_update(plain, now)  # the latest sent of them: RACK.xmit_ts, RACK.rtt, min_RTT
         if k:
             del segs[:k]
         return delivered
@@ -621,6 +629,7 @@ class RackRecovery:
             return
         self.tlps += 1
         sender.stats.inc("tcp.tlp_probes")
+        sender.psh_next = True  # a receiver that delays ACKs answers a pushed segment when it is read
         before = tcb.snd_max
         if seq_diff(tcb.snd_nxt, tcb.snd_una) < len(sender.sndbuf) and tcb.snd_nxt == tcb.snd_max:
             sender.output(now, budget=tcb.snd_mss)

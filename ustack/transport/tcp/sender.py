@@ -69,7 +69,7 @@ class Sender:
     __slots__ = ("tcb", "out", "stats", "sndbuf", "rtt", "cc", "recovery", "rtx_timer", "persist_timer",
                  "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
-                 "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery")
+                 "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
                  low_water: Callable[[], None], mss: int, cork_timer):
@@ -94,6 +94,7 @@ class Sender:
         self.retransmits = self.timeouts = self.dup_acks = self.bytes_acked = 0
         self.rtx_kind = RTO  # what the retransmission timer stands for (RACK-TLP: RTO, REO or PTO)
         self.ack_tsecr = None  # TSecr of the ACK in progress (RACK, Eifel)
+        self.psh_next = False  # the next data segment carries PSH (a tail loss probe: the receiver ACKs it at once)
         self.configure(config)
 
     def configure(self, config: TcpConfig) -> None:
@@ -240,8 +241,9 @@ class Sender:
         flags = ACK
         if fin:
             flags |= FIN
-        if n and off + n == len(sndbuf):
+        if n and (off + n == len(sndbuf) or self.psh_next):
             flags |= PSH
+            self.psh_next = False
         self.out.emit(seq, flags, now, payload)
         end = seq_add(seq, n + 1 if fin else n)
         self.recovery.on_send(seq, n + 1 if fin else n, now)
