@@ -8,7 +8,10 @@ makes. Each instance decides where it lives at its first addressing call:
   with IPv6), or a type other than SOCK_STREAM / SOCK_DGRAM: the kernel, at
   once (AF_UNIX stays kernel);
 - ``bind``/``connect``/``connect_ex``/``sendto``/``sendmsg`` to an address
-  in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104: the kernel (loopback stays kernel);
+  in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (or "localhost"): the kernel,
+  or, when patched with ``loopback=`` a driver (``ustack run --loopback``),
+  ustack on that driver's loopback stack (``ustack.api.loopback``), so both
+  ends of a loopback connection are ustack sockets;
 - any other address, or a call that needs a decision first (``listen``,
   ``fileno``, ``send``...): ustack, on the patched driver.
 
@@ -62,6 +65,7 @@ class PatchedSocket(_ORIGINAL):
 
     _driver = None  # set by patch() on the class it installs
     _resolver = None  # likewise
+    _loopback = None  # the loopback stack's driver, or None: loopback stays on the kernel
 
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         self._u = None
@@ -72,8 +76,9 @@ class PatchedSocket(_ORIGINAL):
         self._args = (family, type, proto)
         self._pending: list = []
         base = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
-        ours = family == _std.AF_INET or (family == _std.AF_INET6 and self._driver is not None
-                                          and getattr(self._driver.stack, "ipv6", None) is not None)
+        ours = family == _std.AF_INET or (family == _std.AF_INET6 and (
+            self._loopback is not None or (self._driver is not None
+                                           and getattr(self._driver.stack, "ipv6", None) is not None)))
         if fileno is not None or not ours or base not in (_std.SOCK_STREAM, _std.SOCK_DGRAM):
             self._become_kernel(fileno)
         else:
@@ -95,8 +100,8 @@ class PatchedSocket(_ORIGINAL):
             getattr(_ORIGINAL, name)(self, *args)
         self._pending = []
 
-    def _become_ustack(self):
-        u = _make_ustack(self._driver, *self._args)
+    def _become_ustack(self, driver=None):
+        u = _make_ustack(driver or self._driver, *self._args)
         for name, args in self._pending:
             getattr(u, name)(*args)
         self._pending = []
@@ -110,7 +115,12 @@ class PatchedSocket(_ORIGINAL):
         if self._kernel:
             return None
         if address is not None and _is_loopback(address):
+            if self._loopback is not None:
+                return self._become_ustack(self._loopback)
             self._become_kernel()
+            return None
+        if self._args[0] == _std.AF_INET6 and getattr(self._driver.stack, "ipv6", None) is None:
+            self._become_kernel()  # an AF_INET6 socket made for the loopback stack, used elsewhere
             return None
         return self._become_ustack()
 
@@ -140,13 +150,38 @@ class PatchedSocket(_ORIGINAL):
     # -- the calls -------------------------------------------------------------------
     def sendto(self, data, *args):
         u = self._impl(args[-1] if args else None)
-        return _ORIGINAL.sendto(self, data, *args) if u is None else u.sendto(data, *args)
+        if u is None:
+            return _ORIGINAL.sendto(self, data, *args)
+        return u.sendto(data, *args[:-1], _numeric(self, u, args[-1])) if args else u.sendto(data)
 
     def sendmsg(self, buffers, ancdata=(), flags=0, address=None):
         u = self._impl(address)
         if u is None:
             return _ORIGINAL.sendmsg(self, buffers, ancdata, flags, *(() if address is None else (address,)))
-        return u.sendmsg(buffers, ancdata, flags, address)
+        return u.sendmsg(buffers, ancdata, flags, None if address is None else _numeric(self, u, address))
+
+
+def _numeric(sock, u, address):
+    """``address`` with a host name resolved as the kernel's socket calls do (the patch's resolver)."""
+    if not (isinstance(address, tuple) and len(address) >= 2 and isinstance(address[0], str)):
+        return address
+    host = address[0]
+    if host in ("", "<broadcast>") or _std_is_numeric(host):
+        return address
+    infos = sock._resolver.getaddrinfo(host, address[1], u.family, u.type)
+    if not infos:
+        raise _std.gaierror(_std.EAI_NONAME, "Name or service not known")
+    return infos[0][4][:2] + tuple(address[2:])
+
+
+def _std_is_numeric(host: str) -> bool:
+    for fam in (_std.AF_INET, _std.AF_INET6):
+        try:
+            _std.inet_pton(fam, host.split("%", 1)[0])
+            return True
+        except OSError:
+            pass
+    return False
 
 
 def _deciding(name):
@@ -154,7 +189,9 @@ def _deciding(name):
 
     def call(self, address, *rest):
         u = self._impl(address)
-        return kernel(self, address, *rest) if u is None else getattr(u, name)(address, *rest)
+        if u is None:
+            return kernel(self, address, *rest)
+        return getattr(u, name)(_numeric(self, u, address), *rest)
 
     call.__name__ = name
     return call
@@ -230,7 +267,7 @@ class _PatchScope(type):
         unpatch()
 
 
-def patch(driver, resolver=None) -> type:
+def patch(driver, resolver=None, loopback=None) -> type:
     """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class.
 
     The class is also a context manager: ``with ustack.patch(driver): ...`` runs
@@ -240,9 +277,12 @@ def patch(driver, resolver=None) -> type:
     ``gethostbyaddr`` and ``getnameinfo`` answer through ``resolver`` (default: a
     ``ustack.api.resolver.Resolver`` on ``driver`` with the system's
     /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
+    ``loopback``: the driver of a loopback stack (``ustack.api.loopback``)
+    that gets the sockets addressed to 127/8, ::1 and "localhost".
     """
     resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
-    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "__module__": __name__})
+    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback,
+                                                     "__module__": __name__})
     _std.socket = cls
     for name in _NAME_CALLS:
         setattr(_std, name, getattr(resolver, name))

@@ -1,0 +1,102 @@
+"""``Session(loopback=True)`` / ``ustack run --loopback``: 127/8, ::1 and "localhost" on an in-process ustack stack."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import socket
+import threading
+import urllib.request
+
+import pytest
+
+from ustack.api.aio import EventLoop
+from ustack.api.session import Session, settings
+
+
+@pytest.fixture
+def session():
+    s = Session("pipe", "198.18.0.2/24", loopback=True).install()
+    try:
+        yield s
+    finally:
+        s.close()
+    assert socket.socket.__module__ == "socket"
+
+
+def _on_loopback(session, sock):
+    return sock._u is not None and sock._u._driver is session.loopback
+
+
+def test_settings_read_ustack_loopback():
+    assert settings({"USTACK_ADDR": "198.18.0.2/24", "USTACK_LOOPBACK": "1"})["loopback"] is True
+    assert "loopback" not in settings({"USTACK_ADDR": "198.18.0.2/24", "USTACK_LOOPBACK": "0"})
+
+
+@pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"),
+                                         (socket.AF_INET, "localhost")])
+def test_tcp_both_ends_are_ustack_sockets(session, family, host):
+    with socket.socket(family) as srv:
+        srv.bind((host, 0))
+        srv.listen()
+        with socket.create_connection(srv.getsockname()[:2], timeout=5) as cli:
+            conn, peer = srv.accept()
+            with conn:
+                assert _on_loopback(session, srv) and _on_loopback(session, cli) and _on_loopback(session, conn)
+                assert peer[:2] == cli.getsockname()[:2] and conn.getpeername()[:2] == cli.getsockname()[:2]
+                cli.sendall(b"y" * 100_000)
+                cli.shutdown(socket.SHUT_WR)
+                got = b"".join(iter(lambda: conn.recv(65536), b""))
+                assert got == b"y" * 100_000
+    assert session.stack.stats["eth.frames_sent"] == session.stack.stats["arp.announcements_sent"]  # nothing else on the wire
+
+
+def test_closed_ports_refuse_tcp_and_udp(session):
+    with socket.socket() as s:
+        s.settimeout(5)
+        with pytest.raises(ConnectionRefusedError):
+            s.connect(("127.0.0.1", 9))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.settimeout(5)
+        u.connect(("127.0.0.1", 9))
+        u.send(b"x")
+        with pytest.raises(ConnectionRefusedError):
+            u.recv(10)
+    assert session.loopback.stack.stats.drops()["udp.no_socket"] == 1
+
+
+def test_http_server_and_urllib_over_localhost(session):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://localhost:{srv.server_port}/", timeout=5)
+        assert e.value.code == 501  # BaseHTTPRequestHandler has no do_GET: the server really answered
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(5)
+
+
+def test_native_asyncio_loop_polls_the_loopback_stack_too(session):
+    async def main():
+        assert isinstance(asyncio.get_running_loop(), EventLoop)
+
+        async def echo(r, w):
+            w.write(await r.readexactly(5))
+            await w.drain()
+            w.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"hello")
+        data = await asyncio.wait_for(r.read(), 5)
+        w.close()
+        await w.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return data
+
+    assert asyncio.run(main()) == b"hello"
