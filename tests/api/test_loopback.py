@@ -100,3 +100,50 @@ def test_native_asyncio_loop_polls_the_loopback_stack_too(session):
         return data
 
     assert asyncio.run(main()) == b"hello"
+
+
+def test_makefile_before_connect_and_close_before_the_file(session):
+    with socket.socket() as srv:
+        srv.bind(("localhost", 0))
+        srv.listen()
+        s = socket.socket()
+        s.settimeout(5)
+        reader = s.makefile("rb")  # before any address: the decision waits for connect
+        s.connect(srv.getsockname())
+        assert _on_loopback(session, s)
+        conn, _ = srv.accept()
+        with conn:
+            conn.sendall(b"line one\nrest")
+            s.close()  # the file keeps the socket open, as the stdlib's
+            assert reader.readline() == b"line one\n"
+            conn.shutdown(socket.SHUT_WR)
+            assert reader.read() == b"rest"
+        reader.close()
+        assert s._u._dead  # the last file closed it
+
+
+def test_bad_port_is_refused_before_the_name_is_looked_up(session):
+    with socket.socket() as s:
+        with pytest.raises(OverflowError):
+            s.bind(("localhost", -1))
+
+
+def test_a_forked_child_gets_ebadf_and_leaves_the_parents_stack_alone(session):
+    import os
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.bind(("127.0.0.1", 0))
+        pid = os.fork()
+        if pid == 0:  # the child: every call fails at once, close does nothing
+            code = 1
+            try:
+                u.sendto(b"x", u.getsockname())
+            except OSError as e:
+                code = 0 if e.errno == 9 else 2
+            u.close()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        u.sendto(b"still mine", u.getsockname())
+        u.settimeout(5)
+        assert u.recv(100) == b"still mine"

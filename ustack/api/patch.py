@@ -36,9 +36,11 @@ refused by ``detach()`` with EOPNOTSUPP.
 from __future__ import annotations
 
 import errno
+import os
 import socket as _std
 import ssl
 
+from ustack.transport.ports import check_port
 from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as _make_ustack
 from ustack.api.tls import TlsDispatch
@@ -50,7 +52,7 @@ _LOOPBACK_FIRST_OCTET = "127."
 _DECIDING = ("bind", "connect", "connect_ex")
 _RECORDED = ("setsockopt", "settimeout", "setblocking")
 _DELEGATED = ("accept", "close", "detach", "dup", "fileno", "getpeername", "getsockname", "getsockopt",
-              "gettimeout", "getblocking", "listen", "makefile", "recv", "recv_into", "recvfrom",
+              "gettimeout", "getblocking", "listen", "recv", "recv_into", "recvfrom",
               "recvfrom_into", "recvmsg", "recvmsg_into", "send", "sendall", "sendfile", "shutdown")
 
 
@@ -66,6 +68,7 @@ class PatchedSocket(_ORIGINAL):
     _driver = None  # set by patch() on the class it installs
     _resolver = None  # likewise
     _loopback = None  # the loopback stack's driver, or None: loopback stays on the kernel
+    _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
 
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         self._u = None
@@ -94,7 +97,9 @@ class PatchedSocket(_ORIGINAL):
         return obj
 
     def _become_kernel(self, fileno=None) -> None:
+        io_refs, closed = getattr(self, "_io_refs", 0), getattr(self, "_closed", False)
         _ORIGINAL.__init__(self, *self._args, fileno)
+        self._io_refs, self._closed = io_refs, closed  # files from makefile() made before the decision
         self._kernel = True
         for name, args in self._pending:
             getattr(_ORIGINAL, name)(self, *args)
@@ -111,6 +116,8 @@ class PatchedSocket(_ORIGINAL):
     def _impl(self, address=None):
         """The ustack socket, or None for the kernel; decides (by ``address``) when undecided."""
         if self._u is not None:
+            if self._pid != os.getpid():
+                raise OSError(errno.EBADF, "a ustack socket does not survive fork(): the stack stayed in the parent")
             return self._u
         if self._kernel:
             return None
@@ -168,10 +175,12 @@ def _numeric(sock, u, address):
     host = address[0]
     if host in ("", "<broadcast>") or _std_is_numeric(host):
         return address
-    infos = sock._resolver.getaddrinfo(host, address[1], u.family, u.type)
+    port = address[1]
+    check_port(port)  # as the kernel's calls: a bad port is refused before the name is looked up
+    infos = sock._resolver.getaddrinfo(host, 0, u.family, u.type)
     if not infos:
         raise _std.gaierror(_std.EAI_NONAME, "Name or service not known")
-    return infos[0][4][:2] + tuple(address[2:])
+    return (infos[0][4][0], port) + tuple(address[2:])
 
 
 def _std_is_numeric(host: str) -> bool:
@@ -230,6 +239,12 @@ def _delegated(name):
             self._closed = True
             self._kernel = True  # nothing was made: close the (never opened) kernel object
             return _ORIGINAL.close(self)
+        if name == "close" and self._u is not None:
+            # as the stdlib's close: files from makefile() (the stdlib's, on this object) keep it open
+            self._closed = True
+            if self._io_refs > 0 or self._pid != os.getpid():
+                return None  # (a forked child leaves the parent's stack alone)
+            return self._u.close()
         u = self._impl()
         if u is None:
             return kernel(self, *args, **kw)
@@ -281,7 +296,7 @@ def patch(driver, resolver=None, loopback=None) -> type:
     that gets the sockets addressed to 127/8, ::1 and "localhost".
     """
     resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
-    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback,
+    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback, "_pid": os.getpid(),
                                                      "__module__": __name__})
     _std.socket = cls
     for name in _NAME_CALLS:
