@@ -147,3 +147,17 @@ def test_a_forked_child_gets_ebadf_and_leaves_the_parents_stack_alone(session):
         u.sendto(b"still mine", u.getsockname())
         u.settimeout(5)
         assert u.recv(100) == b"still mine"
+
+
+def test_wildcard_bind_waits_for_the_address_that_picks_the_stack(session):
+    with socket.socket() as srv, socket.socket() as cli, socket.socket() as server_on_wire:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        cli.settimeout(5)
+        cli.bind(("", 0))  # a client's source: the wildcard
+        cli.connect(srv.getsockname())
+        assert _on_loopback(session, cli) and cli.getsockname()[0] == "127.0.0.1"
+        server_on_wire.bind(("0.0.0.0", 0))
+        server_on_wire.listen()  # no address came: the main stack
+        assert server_on_wire._u._driver is session.driver
+        srv.accept()[0].close()

@@ -62,6 +62,10 @@ def _is_loopback(address) -> bool:
                  or address[0].startswith("::ffff:" + _LOOPBACK_FIRST_OCTET)))
 
 
+def _is_wildcard(address) -> bool:
+    return isinstance(address, tuple) and len(address) >= 2 and address[0] in ("", "0.0.0.0", "::")
+
+
 class PatchedSocket(_ORIGINAL):
     """``socket.socket`` while patched: ustack for AF_INET, the kernel for loopback and everything else."""
 
@@ -106,11 +110,10 @@ class PatchedSocket(_ORIGINAL):
         self._pending = []
 
     def _become_ustack(self, driver=None):
-        u = _make_ustack(driver or self._driver, *self._args)
-        for name, args in self._pending:
+        u = self._u = _make_ustack(driver or self._driver, *self._args)
+        pending, self._pending = self._pending, []
+        for name, args in pending:
             getattr(u, name)(*args)
-        self._pending = []
-        self._u = u
         return u
 
     def _impl(self, address=None):
@@ -197,6 +200,12 @@ def _deciding(name):
     kernel = getattr(_ORIGINAL, name)
 
     def call(self, address, *rest):
+        if (name == "bind" and self._loopback is not None and self._u is None and not self._kernel
+                and _is_wildcard(address)):
+            # a wildcard spans every interface; with two stacks, the first address used picks one
+            # (connect/sendto to 127/8: the loopback stack; anything else, or listen: the main one)
+            self._pending.append((name, (address, *rest)))
+            return None
         u = self._impl(address)
         if u is None:
             return kernel(self, address, *rest)

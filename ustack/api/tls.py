@@ -45,7 +45,12 @@ class TlsSocket:
         except OSError:
             connected = False
         if connected and do_handshake_on_connect:
-            self.do_handshake()
+            try:
+                self.do_handshake()
+            except (OSError, ValueError):
+                # as SSLSocket, which owns the fd it detached: a failed handshake closes the connection
+                self.close()
+                raise
 
     # -- record pump -------------------------------------------------------------
     def _flush(self) -> None:
