@@ -161,3 +161,19 @@ def test_wildcard_bind_waits_for_the_address_that_picks_the_stack(session):
         server_on_wire.listen()  # no address came: the main stack
         assert server_on_wire._u._driver is session.driver
         srv.accept()[0].close()
+
+
+def test_fileno_before_bind_is_the_fd_selectors_keep(session):
+    import selectors
+
+    with socket.socket() as srv, selectors.DefaultSelector() as sel:
+        srv.setblocking(False)
+        fd = srv.fileno()  # asyncore and asyncio register a socket before it has an address
+        sel.register(srv, selectors.EVENT_READ)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        assert srv.fileno() == fd and _on_loopback(session, srv)
+        assert sel.select(0) == []
+        with socket.create_connection(srv.getsockname(), timeout=5):
+            assert [k.fd for k, _ in sel.select(5)] == [fd]
+            srv.accept()[0].close()

@@ -41,6 +41,7 @@ import socket as _std
 import ssl
 
 from ustack.transport.ports import check_port
+from ustack.api.readiness import ReadinessFd
 from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as _make_ustack
 from ustack.api.tls import TlsDispatch
@@ -73,6 +74,7 @@ class PatchedSocket(_ORIGINAL):
     _resolver = None  # likewise
     _loopback = None  # the loopback stack's driver, or None: loopback stays on the kernel
     _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
+    _early_rfd = None  # a readiness fd handed out before the decision (loopback mode)
 
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         self._u = None
@@ -102,6 +104,9 @@ class PatchedSocket(_ORIGINAL):
 
     def _become_kernel(self, fileno=None) -> None:
         io_refs, closed = getattr(self, "_io_refs", 0), getattr(self, "_closed", False)
+        early, self._early_rfd = self._early_rfd, None
+        if early is not None:
+            early.close()  # (an AF_INET6 socket of the loopback mode used off loopback on a v4-only stack)
         _ORIGINAL.__init__(self, *self._args, fileno)
         self._io_refs, self._closed = io_refs, closed  # files from makefile() made before the decision
         self._kernel = True
@@ -111,6 +116,14 @@ class PatchedSocket(_ORIGINAL):
 
     def _become_ustack(self, driver=None):
         u = self._u = _make_ustack(driver or self._driver, *self._args)
+        early = getattr(self, "_early_rfd", None)
+        if early is not None:  # the fd handed out before the decision becomes this socket's readiness fd
+            self._early_rfd = None
+            with u._driver.lock:
+                u._h.rfd = early
+                u._watch()
+                early.set(*u._readiness())
+            u._driver.ensure_running()
         pending, self._pending = self._pending, []
         for name, args in pending:
             getattr(u, name)(*args)
@@ -244,7 +257,16 @@ def _delegated(name):
                 elif n == "setblocking":
                     timeout = None if a[0] else 0.0
             return timeout if name == "gettimeout" else timeout != 0.0
+        if name == "fileno" and self._u is None and not self._kernel and self._loopback is not None:
+            # selectors register a socket before it is bound or connected; with two stacks the address
+            # that picks one has not come yet: the readiness fd is made now and adopted at the decision
+            if self._early_rfd is None:
+                self._early_rfd = ReadinessFd(False, False)
+            return self._early_rfd.fileno()
         if name == "close" and self._u is None and not self._kernel:
+            early, self._early_rfd = self._early_rfd, None
+            if early is not None:
+                early.close()
             self._closed = True
             self._kernel = True  # nothing was made: close the (never opened) kernel object
             return _ORIGINAL.close(self)
