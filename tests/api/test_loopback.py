@@ -177,3 +177,11 @@ def test_fileno_before_bind_is_the_fd_selectors_keep(session):
         with socket.create_connection(srv.getsockname(), timeout=5):
             assert [k.fd for k, _ in sel.select(5)] == [fd]
             srv.accept()[0].close()
+
+
+def test_so_oobinline_is_accepted_and_read_back(session):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE) == 0
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)  # ftplib's test server sets it
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE) == 1
