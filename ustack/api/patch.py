@@ -260,8 +260,9 @@ def _delegated(name):
         if name == "fileno" and self._u is None and not self._kernel and self._loopback is not None:
             # selectors register a socket before it is bound or connected; with two stacks the address
             # that picks one has not come yet: the readiness fd is made now and adopted at the decision
-            if self._early_rfd is None:
-                self._early_rfd = ReadinessFd(False, False)
+            if self._early_rfd is None:  # as a fresh kernel socket: TCP readable and writable (HUP), UDP writable
+                tcp = self._args[1] & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC) == _std.SOCK_STREAM
+                self._early_rfd = ReadinessFd(tcp, True)
             return self._early_rfd.fileno()
         if name == "close" and self._u is None and not self._kernel:
             early, self._early_rfd = self._early_rfd, None

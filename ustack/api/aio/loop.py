@@ -54,6 +54,7 @@ from asyncio import constants, sslproto
 from ustack.api.aio.transport import DatagramTransport, StreamTransport, hook, unhook
 from ustack.api.base import MSG_DONTWAIT, SocketBase
 from ustack.api.dgram import DatagramSocket, udp_readiness
+from ustack.api.patch import PatchedSocket
 from ustack.api.stream import StreamSocket, tcp_readiness
 from ustack.transport.tcp.tcb import State
 
@@ -66,14 +67,16 @@ def ustack_socket(sock, address=None):
     """The ustack socket behind ``sock`` (a ustack socket or a patched one), or None for a kernel socket.
 
     A patched socket not yet decided is decided by ``address`` (loopback: the
-    kernel) or, without one, for ustack, as its first call would.
+    kernel, or the loopback stack) or, without one, for ustack, as its first
+    call would. By type, not isinstance: a ``Mock(spec=sock)`` passes
+    isinstance checks and must be treated as the foreign object it is.
     """
-    if isinstance(sock, SocketBase):
+    kind = type(sock)
+    if issubclass(kind, SocketBase):
         return sock
-    impl = getattr(sock, "_impl", None)
-    if impl is None or not hasattr(sock, "_u"):
+    if not issubclass(kind, PatchedSocket):
         return None
-    return impl(address)
+    return sock._impl(address)
 
 
 class StackSelector(selectors.BaseSelector):
