@@ -185,3 +185,12 @@ def test_so_oobinline_is_accepted_and_read_back(session):
         assert s.getsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE) == 0
         s.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)  # ftplib's test server sets it
         assert s.getsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE) == 1
+
+
+def test_getsockopt_before_bind_does_not_pick_the_stack(session):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
+        assert s._u is None
+        s.bind(("localhost", 0))
+        assert _on_loopback(session, s)

@@ -264,6 +264,17 @@ def _delegated(name):
                 tcp = self._args[1] & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC) == _std.SOCK_STREAM
                 self._early_rfd = ReadinessFd(tcp, True)
             return self._early_rfd.fileno()
+        if name == "getsockopt" and self._u is None and not self._kernel and self._loopback is not None:
+            # asking before the first address (asyncore's set_reuse_addr): a scratch socket with the
+            # options set so far answers, and the decision still waits for the address
+            scratch = _make_ustack(self._loopback, *self._args)
+            try:
+                for n, a in self._pending:
+                    if n == "setsockopt":
+                        scratch.setsockopt(*a)
+                return scratch.getsockopt(*args, **kw)
+            finally:
+                scratch.close()
         if name == "close" and self._u is None and not self._kernel:
             early, self._early_rfd = self._early_rfd, None
             if early is not None:
