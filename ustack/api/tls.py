@@ -62,7 +62,8 @@ class TlsSocket:
         try:
             data = self._sock.recv(_RECORD)
         except BlockingIOError:
-            raise ssl.SSLWantReadError("The operation did not complete (read)") from None
+            # (errno, text) as _ssl raises it: callers read err.args[1]
+            raise ssl.SSLWantReadError(ssl.SSL_ERROR_WANT_READ, "The operation did not complete (read)") from None
         if data:
             self._incoming.write(data)
         else:
