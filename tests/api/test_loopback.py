@@ -194,3 +194,30 @@ def test_getsockopt_before_bind_does_not_pick_the_stack(session):
         assert s._u is None
         s.bind(("localhost", 0))
         assert _on_loopback(session, s)
+
+
+def test_wrap_socket_detaches_the_socket_it_wraps(session, certificate):
+    import ssl
+
+    cert, key = certificate
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        raw = socket.create_connection(srv.getsockname(), timeout=5)
+        conn, _ = srv.accept()
+        conn.settimeout(5)
+        result = []
+        t = threading.Thread(target=lambda: result.append(server_ctx.wrap_socket(conn, server_side=True).recv(10)))
+        t.start()
+        tls = client_ctx.wrap_socket(raw)
+        assert raw.fileno() == -1  # as SSLSocket leaves it: detached
+        raw.close()  # (asyncio's test helpers do this) ends nothing
+        tls.sendall(b"over tls")
+        t.join(5)
+        assert result == [b"over tls"]
+        tls.close()

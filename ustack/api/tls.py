@@ -229,6 +229,12 @@ class TlsDispatch:
     @classmethod
     def _create(cls, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
                 server_hostname=None, context=None, session=None):
+        if getattr(sock, "_u", None) is not None:
+            # as SSLSocket detach()es the socket it wraps: the TLS socket takes the connection over and the
+            # object the caller holds is left closed (fd -1), so closing it later ends nothing
+            inner = type(sock)._wrap(sock._u)
+            sock._u, sock._kernel = None, True
+            sock = inner
         if getattr(sock, "_u", None) is not None or hasattr(sock, "_h"):
             return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                              server_hostname, session)
