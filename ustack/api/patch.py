@@ -27,8 +27,8 @@ instances of the class too. Code that looked ``socket.socket`` up before
 TLS: ``ssl.SSLSocket`` takes the fd over with ``detach()``, and ours is a
 readiness fd, not a socket; so while patched, ``SSLContext.wrap_socket``
 gives a ``ustack.api.tls.TlsSocket`` (SSLObject on memory BIOs) for a
-ustack-backed socket and an ``ssl.SSLSocket`` for a kernel one. A
-TlsSocket is not an ``ssl.SSLSocket`` instance, and wrapping a patched
+ustack-backed socket (an ``ssl.SSLSocket`` subclass; the wrapped socket
+is detached, as SSLSocket leaves it) and an ``ssl.SSLSocket`` for a kernel one. Wrapping a patched
 socket before its first addressing call (no address yet to decide by) is
 refused by ``detach()`` with EOPNOTSUPP.
 """

@@ -11,26 +11,46 @@ socket and moves TLS records between it and an ``SSLObject`` (the
 Blocking and timeout sockets behave as ``SSLSocket`` does; on a
 non-blocking socket a call that needs more records raises
 ``ssl.SSLWantReadError`` (``SSLWantWriteError`` is never raised: records
-go out through ``sendall``). A ``TlsSocket`` is not an ``ssl.SSLSocket``
-instance. Not supported: ``sendfile`` zero-copy (a copy loop is used),
+go out through ``sendall``). A ``TlsSocket`` is an ``ssl.SSLSocket``
+subclass whose kernel part is never opened. Not supported: ``sendfile`` zero-copy (a copy loop is used),
 ``MSG_*`` flags on TLS calls (ValueError, as ``SSLSocket``).
 """
 
 from __future__ import annotations
 
+import _socket
 import socket as _std
 import ssl
 
 _RECORD = 16 * 1024 + 512  # one TLS record and some
 
 
-class TlsSocket:
-    """A TLS connection over a (connected or connecting) ustack socket, with SSLSocket's calls."""
+def _to_sock(name):
+    def call(self, *args, **kw):
+        sock = self._sock
+        if sock is None:
+            raise OSError(9, "Bad file descriptor")
+        return getattr(sock, name)(*args, **kw)
+
+    call.__name__ = name
+    return call
+
+
+class TlsSocket(ssl.SSLSocket):
+    """A TLS connection over a (connected or connecting) ustack socket, with SSLSocket's calls.
+
+    A subclass of ``ssl.SSLSocket`` (so ``isinstance`` checks hold) whose
+    kernel-socket part is never opened (fd -1): every socket-level call
+    goes to the ustack socket underneath, every TLS call to the SSLObject.
+    """
+
+    def __new__(cls, *args, **kw):
+        return _socket.socket.__new__(cls)  # the C socket object, unopened; SSLSocket.__init__ is not run
 
     def __init__(self, sock, context, server_side=False, do_handshake_on_connect=True,
                  suppress_ragged_eofs=True, server_hostname=None, session=None):
         self._sock = sock
-        self.context = context
+        self._context = context
         self.server_side = server_side
         self.do_handshake_on_connect = do_handshake_on_connect
         self.suppress_ragged_eofs = suppress_ragged_eofs
@@ -211,9 +231,30 @@ class TlsSocket:
     def __exit__(self, *exc):
         self.close()
 
+    # the socket-level calls and attributes: the ustack socket underneath answers
+    fileno = _to_sock("fileno")
+    settimeout = _to_sock("settimeout")
+    gettimeout = _to_sock("gettimeout")
+    setblocking = _to_sock("setblocking")
+    getblocking = _to_sock("getblocking")
+    getsockname = _to_sock("getsockname")
+    getpeername = _to_sock("getpeername")
+    setsockopt = _to_sock("setsockopt")
+    getsockopt = _to_sock("getsockopt")
+    shutdown = _to_sock("shutdown")
+    family = property(lambda self: self._sock.family)
+    type = property(lambda self: self._sock.type)
+    proto = property(lambda self: self._sock.proto)
+    timeout = property(lambda self: self._sock.gettimeout())
+
+    def detach(self):
+        raise OSError(95, "a TLS socket over ustack has no kernel fd to hand over")
+
+    def dup(self):
+        raise NotImplementedError(f"Can't dup() {self.__class__.__name__} instances")
+
     def __getattr__(self, name):
-        # fileno, settimeout, gettimeout, setblocking, getsockname, getpeername, setsockopt, shutdown,
-        # family, type...: the socket underneath answers
+        # anything else a socket has: the socket underneath answers
         sock = self.__dict__.get("_sock")
         if sock is None:
             raise AttributeError(name)
