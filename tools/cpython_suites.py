@@ -4,8 +4,10 @@
 
 Each test module runs twice in a subprocess of its own, ``python -m test
 -u network --junit-xml ...``: once as is (the kernel's loopback), once as
-``python -m ustack run --backend pipe --addr 198.18.0.2/24 --loopback -m
-test ...`` (127.0.0.1 and ::1 on ustack's in-process loopback interface).
+``python -m ustack run --backend pipe --addr 198.18.0.2/24 --loopback
+--wildcard loopback -m test ...`` (127.0.0.1 and ::1 on ustack's
+in-process loopback interface; the suites' wildcard servers are there for
+loopback clients).
 A module that runs past ``--timeout`` seconds is killed and reported as
 hung (its partial results are lost: regrtest writes the XML at the end).
 The tests come with the interpreter (Debian: libpython3.X-testsuite); none
@@ -34,7 +36,7 @@ JUDGED = ("test_socketserver", "test_httplib", "test_xmlrpc", "test_urllib2_loca
           "test_asyncio.test_sock_lowlevel", "test_asyncio.test_server", "test_asyncio.test_sslproto",
           "test_asyncio.test_events", "test_asyncio.test_ssl", "test_ssl")
 MODULES = JUDGED + ("test_socket",)
-USTACK_ARGS = ("--backend", "pipe", "--addr", "198.18.0.2/24", "--loopback")
+USTACK_ARGS = ("--backend", "pipe", "--addr", "198.18.0.2/24", "--loopback", "--wildcard", "loopback")
 DEFAULT_TIMEOUT = 900.0
 PASS, FAIL, ERROR, SKIP, MISSING = "pass", "fail", "error", "skip", "missing"
 

@@ -24,7 +24,10 @@ removed and the stack closed.
 (``ustack.api.loopback``): a second stack owning 127.0.0.1/8 and ::1 whose
 device delivers its TX to its own RX, so sockets addressed to 127/8, ::1 or
 "localhost" are ustack sockets too and no kernel socket carries loopback
-traffic (without it, loopback stays on the kernel).
+traffic (without it, loopback stays on the kernel). A socket bound to
+the wildcard (or not at all) picks its stack by the first address it uses;
+a server that never uses one goes to the main stack, or with ``--wildcard
+loopback`` to the loopback one (the two stacks cannot share a listener).
 
 ``--backend pipe`` needs no privileges: a peer stack on the other end of the
 in-memory link (the next address, as ``ustack serve --backend pipe`` makes
@@ -60,6 +63,9 @@ def add_parser(subparsers):
                         "stock: asyncio's own loop on the sockets' readiness fds and the driver thread")
     p.add_argument("--loopback", action="store_true",
                    help="127.0.0.0/8 and ::1 on an in-process ustack loopback interface instead of the kernel's")
+    p.add_argument("--wildcard", choices=("main", "loopback"), default="main",
+                   help="with --loopback: the stack of a server bound to the wildcard (0.0.0.0, ::) or not bound; "
+                        "ustack's two stacks cannot share one listener as Linux's interfaces do (default: main)")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                    help="run library module MODULE as a script; everything after it is its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
@@ -95,7 +101,7 @@ def cmd_run(args) -> int:
             lo = open_loopback(driver.clock, busy_poll=driver.busy_poll)
             lo.start()
         driver.start()
-        patch(driver, loopback=lo)
+        patch(driver, loopback=lo, wildcard=args.wildcard if lo is not None else "main")
         if args.asyncio == "native":
             install_policy(driver, *((lo,) if lo is not None else ()))
         status, interrupted = run_program(module, program)

@@ -221,3 +221,21 @@ def test_wrap_socket_detaches_the_socket_it_wraps(session, certificate):
         t.join(5)
         assert result == [b"over tls"]
         tls.close()
+
+
+def test_wildcard_loopback_puts_unaddressed_servers_on_the_loopback_stack():
+    s = Session("pipe", "198.18.0.2/24", loopback=True)
+    s.driver.start()
+    from ustack.api.patch import patch, unpatch
+
+    patch(s.driver, loopback=s.loopback, wildcard="loopback")
+    try:
+        with socket.create_server(("", 0)) as srv:  # ftplib's active-mode data listener
+            with socket.create_connection(("127.0.0.1", srv.getsockname()[1]), timeout=5):
+                srv.accept()[0].close()
+            assert srv._u._driver is s.loopback
+    finally:
+        unpatch()
+        s.close()
+    with pytest.raises(ValueError):
+        patch(s.driver, wildcard="everywhere")

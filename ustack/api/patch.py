@@ -75,6 +75,7 @@ class PatchedSocket(_ORIGINAL):
     _loopback = None  # the loopback stack's driver, or None: loopback stays on the kernel
     _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
     _early_rfd = None  # a readiness fd handed out before the decision (loopback mode)
+    _wildcard_loopback = False  # loopback mode: a socket decided without an address goes to the loopback stack
 
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         self._u = None
@@ -142,6 +143,8 @@ class PatchedSocket(_ORIGINAL):
                 return self._become_ustack(self._loopback)
             self._become_kernel()
             return None
+        if address is None and self._loopback is not None and self._wildcard_loopback:
+            return self._become_ustack(self._loopback)  # no address came (a wildcard server): the loopback stack
         if self._args[0] == _std.AF_INET6 and getattr(self._driver.stack, "ipv6", None) is None:
             self._become_kernel()  # an AF_INET6 socket made for the loopback stack, used elsewhere
             return None
@@ -325,7 +328,7 @@ class _PatchScope(type):
         unpatch()
 
 
-def patch(driver, resolver=None, loopback=None) -> type:
+def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class.
 
     The class is also a context manager: ``with ustack.patch(driver): ...`` runs
@@ -336,10 +339,16 @@ def patch(driver, resolver=None, loopback=None) -> type:
     ``ustack.api.resolver.Resolver`` on ``driver`` with the system's
     /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
     ``loopback``: the driver of a loopback stack (``ustack.api.loopback``)
-    that gets the sockets addressed to 127/8, ::1 and "localhost".
+    that gets the sockets addressed to 127/8, ::1 and "localhost";
+    ``wildcard`` ("main" or "loopback") is where a socket goes that is
+    decided without an address (a server bound to 0.0.0.0 or ::, or not
+    bound at all, at its ``listen``): one stack, since they are two.
     """
+    if wildcard not in ("main", "loopback"):
+        raise ValueError(f"wildcard must be 'main' or 'loopback', not {wildcard!r}")
     resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
     cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback, "_pid": os.getpid(),
+                                                     "_wildcard_loopback": wildcard == "loopback",
                                                      "__module__": __name__})
     _std.socket = cls
     for name in _NAME_CALLS:
