@@ -239,3 +239,37 @@ def test_wildcard_loopback_puts_unaddressed_servers_on_the_loopback_stack():
         s.close()
     with pytest.raises(ValueError):
         patch(s.driver, wildcard="everywhere")
+
+
+def test_wrap_socket_before_connect(session, certificate):
+    import ssl
+
+    cert, key = certificate
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        result = []
+
+        def serve():
+            conn, _ = srv.accept()
+            conn.settimeout(5)
+            with server_ctx.wrap_socket(conn, server_side=True) as tls_conn:
+                result.append(tls_conn.recv(10))
+
+        t = threading.Thread(target=serve)
+        t.start()
+        raw = socket.socket()
+        tls = client_ctx.wrap_socket(raw)  # asyncio's test_connect_accepted_socket does this
+        assert raw.fileno() == -1
+        tls.settimeout(5)
+        tls.connect(srv.getsockname())
+        assert tls._sock._u._driver is session.loopback
+        tls.sendall(b"early")
+        t.join(5)
+        tls.close()
+        assert result == [b"early"]

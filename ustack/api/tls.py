@@ -48,7 +48,7 @@ class TlsSocket(ssl.SSLSocket):
         return _socket.socket.__new__(cls)  # the C socket object, unopened; SSLSocket.__init__ is not run
 
     def __init__(self, sock, context, server_side=False, do_handshake_on_connect=True,
-                 suppress_ragged_eofs=True, server_hostname=None, session=None):
+                 suppress_ragged_eofs=True, server_hostname=None, session=None, connected=None):
         self._sock = sock
         self._context = context
         self.server_side = server_side
@@ -59,11 +59,12 @@ class TlsSocket(ssl.SSLSocket):
         self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)
         self._io_refs = 0
         self._closed = False
-        connected = True
-        try:
-            sock.getpeername()
-        except OSError:
-            connected = False
+        if connected is None:
+            connected = True
+            try:
+                sock.getpeername()
+            except OSError:
+                connected = False
         if connected and do_handshake_on_connect:
             try:
                 self.do_handshake()
@@ -276,6 +277,15 @@ class TlsDispatch:
             inner = type(sock)._wrap(sock._u)
             sock._u, sock._kernel = None, True
             sock = inner
+        elif hasattr(sock, "_u") and not sock._kernel:
+            # a patched socket not yet addressed (wrapped before connect): the TLS socket takes it over as
+            # it stands, and its connect() will pick the stack
+            inner = type(sock).__new__(type(sock))
+            inner.__dict__.update(sock.__dict__)
+            inner._io_refs, inner._closed = sock._io_refs, sock._closed  # (socket.socket's slots)
+            sock._u, sock._kernel, sock._pending, sock._early_rfd = None, True, [], None
+            return TlsSocket(inner, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                             server_hostname, session, connected=False)
         if getattr(sock, "_u", None) is not None or hasattr(sock, "_h"):
             return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                              server_hostname, session)
