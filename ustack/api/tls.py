@@ -56,7 +56,10 @@ class TlsSocket(ssl.SSLSocket):
         self.suppress_ragged_eofs = suppress_ragged_eofs
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)
+        # SSLContext.wrap_bio checks the arguments; the TLS object inside it is what SSLSocket keeps as
+        # _sslobj (code such as CPython's ssl tests reads its chains), owned by this socket as there
+        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)._sslobj
+        self._sslobj.owner = self
         self._io_refs = 0
         self._closed = False
         if connected is None:
@@ -180,7 +183,7 @@ class TlsSocket(ssl.SSLSocket):
         return self._sslobj.pending()
 
     def unwrap(self):
-        self._run(self._sslobj.unwrap)
+        self._run(self._sslobj.shutdown)
         sock, self._sock = self._sock, None
         return sock
 
