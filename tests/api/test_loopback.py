@@ -273,3 +273,44 @@ def test_wrap_socket_before_connect(session, certificate):
         t.join(5)
         tls.close()
         assert result == [b"early"]
+
+
+def test_tls_nonblocking_send_raises_want_write_when_full_and_loses_nothing(session, certificate):
+    import ssl
+
+    cert, key = certificate
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    server_ctx.num_tickets = 0  # nothing for the client to leave unread (its close would then be a RST)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        tls = client_ctx.wrap_socket(socket.socket())
+        got = []
+        go = threading.Event()
+
+        def serve():
+            conn, _ = srv.accept()
+            conn.settimeout(10)
+            with server_ctx.wrap_socket(conn, server_side=True) as s:
+                go.wait(10)
+                got.append(b"".join(iter(lambda: s.recv(65536), b"")))
+
+        t = threading.Thread(target=serve)
+        t.start()
+        tls.settimeout(5)
+        tls.connect(srv.getsockname())
+        tls.setblocking(False)
+        sent = 0
+        with pytest.raises(ssl.SSLWantWriteError):
+            for _ in range(10_000):  # the peer does not read: the send buffer fills
+                sent += tls.send(bytes([sent % 251]) * 8192)
+        go.set()
+        tls.setblocking(True)
+        tls.settimeout(5)
+        tls.close()
+        t.join(10)
+        assert len(got[0]) == sent and got[0] == b"".join(bytes([i * 8192 % 251]) * 8192 for i in range(sent // 8192))

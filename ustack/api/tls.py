@@ -10,9 +10,10 @@ socket and moves TLS records between it and an ``SSLObject`` (the
 
 Blocking and timeout sockets behave as ``SSLSocket`` does; on a
 non-blocking socket a call that needs more records raises
-``ssl.SSLWantReadError`` (``SSLWantWriteError`` is never raised: records
-go out through ``sendall``). A ``TlsSocket`` is an ``ssl.SSLSocket``
-subclass whose kernel part is never opened. Not supported: ``sendfile`` zero-copy (a copy loop is used),
+``ssl.SSLWantReadError``, and a write while the records of an earlier
+one still wait for room raises ``ssl.SSLWantWriteError`` (nothing taken).
+A ``TlsSocket`` is an ``ssl.SSLSocket`` subclass whose kernel part is
+never opened. Not supported: ``sendfile`` zero-copy (a copy loop is used),
 ``MSG_*`` flags on TLS calls (ValueError, as ``SSLSocket``).
 """
 
@@ -62,6 +63,7 @@ class TlsSocket(ssl.SSLSocket):
         self._sslobj.owner = self
         self._io_refs = 0
         self._closed = False
+        self._unsent = bytearray()  # records a non-blocking send could not take yet
         if connected is None:
             connected = True
             try:
@@ -78,9 +80,23 @@ class TlsSocket(ssl.SSLSocket):
 
     # -- record pump -------------------------------------------------------------
     def _flush(self) -> None:
+        """Send the records OpenSSL produced; on a non-blocking socket what does not fit waits in _unsent."""
         data = self._outgoing.read()
         if data:
-            self._sock.sendall(data)
+            self._unsent += data
+        if not self._unsent:
+            return
+        if self._sock.gettimeout() != 0:
+            self._sock.sendall(self._unsent)
+            self._unsent.clear()
+            return
+        sent = 0
+        try:
+            while sent < len(self._unsent):
+                sent += self._sock.send(memoryview(self._unsent)[sent:])
+        except BlockingIOError:
+            pass
+        del self._unsent[:sent]
 
     def _fill(self) -> None:
         try:
@@ -136,6 +152,10 @@ class TlsSocket(ssl.SSLSocket):
             raise
 
     def write(self, data) -> int:
+        if self._unsent:
+            self._flush()
+            if self._unsent:  # records of an earlier write still wait for room: nothing taken this time
+                raise ssl.SSLWantWriteError(ssl.SSL_ERROR_WANT_WRITE, "The operation did not complete (write)")
         return self._run(self._sslobj.write, data)
 
     def recv(self, buflen=1024, flags=0) -> bytes:
@@ -227,6 +247,11 @@ class TlsSocket(ssl.SSLSocket):
     def close(self) -> None:
         self._closed = True
         if self._io_refs <= 0 and self._sock is not None:
+            if self._unsent and self._sock.gettimeout() != 0:
+                try:
+                    self._flush()  # records a non-blocking write left, now that the socket blocks
+                except OSError:
+                    pass
             self._sock.close()
 
     def __enter__(self):
