@@ -303,6 +303,12 @@ class TlsDispatch:
     @classmethod
     def _create(cls, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
                 server_hostname=None, context=None, session=None):
+        if server_side and server_hostname:  # SSLSocket._create's argument checks, before anything changes
+            raise ValueError("server_hostname can only be specified in server mode")
+        if server_side and session is not None:
+            raise ValueError("session can only be specified in client mode")
+        if context is not None and context.check_hostname and not server_hostname:
+            raise ValueError("check_hostname requires server_hostname")
         if getattr(sock, "_u", None) is not None:
             # as SSLSocket detach()es the socket it wraps: the TLS socket takes the connection over and the
             # object the caller holds is left closed (fd -1), so closing it later ends nothing
