@@ -46,6 +46,11 @@ client reaching the stack's IPv6 address: the same services and metrics
 (no latency suite), then a table of each IPv6 row's ratio to the same
 stack's IPv4 row.
 
+The loopback rows (off with ``--no-loopback``): 64-byte TCP
+request/response RTT and bulk MB/s over 127.0.0.1 with both ends in this
+process, on the kernel and on ustack's loopback interface (``ustack run
+--loopback``; ustack.tools.bench_loopback); in the JSON as ``loopback``.
+
 A second table gives the per-backend ring cost: raw 60-byte (64 on a wire)
 UDP frames per second received and transmitted and this process's CPU µs
 per frame, next to a kernel UDP socket, measured by ustack.tools.bench_rings (tap,
@@ -79,6 +84,7 @@ import time
 from dataclasses import asdict
 from typing import Optional
 
+from ustack.tools import bench_loopback
 from ustack.tools.bench_config import REFERENCE_KINDS, ROW_KINDS, USTACK_BACKENDS, BenchConfig
 from ustack.tools.bench_report import draw_png, format_table, latency_table, notes_for, write_json
 from ustack.tools.bench_program import run_program_row
@@ -113,6 +119,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-latency", action="store_true", help="skip the latency suite (sizes, ping, connect)")
     p.add_argument("--no-ipv6", action="store_true",
                    help="skip the IPv6 rows (the kernel and each ustack backend again over IPv6: RTT, MB/s, conn/s)")
+    p.add_argument("--no-loopback", action="store_true",
+                   help="skip the loopback rows (ustack --loopback vs the kernel's 127.0.0.1, both ends in-process)")
     p.add_argument("--no-program", action="store_true",
                    help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
     p.add_argument("--no-loss", action="store_true",
@@ -176,7 +184,7 @@ def cmd_bench(args) -> int:
                                                  "client_cpus": sorted(placement.client or []),
                                                  "server_cpus": sorted(placement.server or [])},
         "config": {**asdict(cfg), "quick": args.quick, "xdp_mode": args.xdp_mode, "rows": ["kernel"] + kinds},
-        "rows": [], "programs": [], "rings": [], "notes": [],
+        "rows": [], "programs": [], "rings": [], "loopback": [], "notes": [],
     }
 
     def log(text: str) -> None:
@@ -214,6 +222,10 @@ def cmd_bench(args) -> int:
             veth = bench_loss.veth_rows(size, args.loss, cfg.reps, backend)
             result["loss"] = {"percent": args.loss, "backend": backend, "pipe": pipe, "veth": veth,
                               "lines": bench_loss.format_lines(pipe, veth, args.loss)}
+        if not args.no_loopback:
+            log("ustack bench: loopback rows (ustack --loopback vs the kernel's 127.0.0.1)")
+            result["loopback"] = bench_loopback.measure(300 if args.quick else 2000,
+                                                        5_000_000 if args.quick else 20_000_000, cfg.reps)
     except KeyboardInterrupt:
         interrupted = True
         result["notes"].append("interrupted: partial results")
@@ -235,6 +247,8 @@ def cmd_bench(args) -> int:
     print(format_table(result))
     if "loss" in result:
         print("\n".join(result["loss"]["lines"]))
+    if result.get("loopback"):
+        print(bench_loopback.format_rows(result["loopback"]))
     written = [f for f in (args.json, args.png if args.png and not chart_problem else None) if f]
     if written:
         print(f"wrote {', '.join(written)}")

@@ -20,6 +20,15 @@ closing handshakes given up to EXIT_LINGER seconds to finish (the kernel
 finishes them after a process exits; ``finish_connections``), the patch
 removed and the stack closed.
 
+``--loopback`` gives the program an in-process loopback interface
+(``ustack.api.loopback``): a second stack owning 127.0.0.1/8 and ::1 whose
+device delivers its TX to its own RX, so sockets addressed to 127/8, ::1 or
+"localhost" are ustack sockets too and no kernel socket carries loopback
+traffic (without it, loopback stays on the kernel). A socket bound to
+the wildcard (or not at all) picks its stack by the first address it uses;
+a server that never uses one goes to the main stack, or with ``--wildcard
+loopback`` to the loopback one (the two stacks cannot share a listener).
+
 ``--backend pipe`` needs no privileges: a peer stack on the other end of the
 in-memory link (the next address, as ``ustack serve --backend pipe`` makes
 it) offers echo (RFC 862) over UDP and TCP on port 7.
@@ -52,6 +61,11 @@ def add_parser(subparsers):
     p.add_argument("--asyncio", choices=ASYNCIO_MODES, default="native",
                    help="native (default): asyncio's loops poll the stack themselves (ustack.api.aio); "
                         "stock: asyncio's own loop on the sockets' readiness fds and the driver thread")
+    p.add_argument("--loopback", action="store_true",
+                   help="127.0.0.0/8 and ::1 on an in-process ustack loopback interface instead of the kernel's")
+    p.add_argument("--wildcard", choices=("main", "loopback"), default="main",
+                   help="with --loopback: the stack of a server bound to the wildcard (0.0.0.0, ::) or not bound; "
+                        "ustack's two stacks cannot share one listener as Linux's interfaces do (default: main)")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                    help="run library module MODULE as a script; everything after it is its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
@@ -75,25 +89,33 @@ def cmd_run(args) -> int:
     if started is None:
         return 2
     stack, driver, extras = started
-    peer = None
+    peer = lo = None
     from ustack.api.aio import install_policy, uninstall_policy
+    from ustack.api.loopback import close_loopback, open_loopback
     from ustack.api.patch import patch, unpatch
 
     try:
         if args.backend == "pipe":
             peer = PipeEchoPeer(stack, extras["link"], driver.clock)
+        if args.loopback:
+            lo = open_loopback(driver.clock, busy_poll=driver.busy_poll)
+            lo.start()
         driver.start()
         wait_ipv6_ready(stack, driver)  # RFC 4862 5.4: an IPv6 address is used once DAD has settled
         if peer is not None:
             wait_ipv6_ready(peer.stack, peer.driver)
-        patch(driver)
+        patch(driver, loopback=lo, wildcard=args.wildcard if lo is not None else "main")
         if args.asyncio == "native":
-            install_policy(driver)
+            install_policy(driver, *((lo,) if lo is not None else ()))
         status, interrupted = run_program(module, program)
         finish_connections(driver)
+        if lo is not None:
+            finish_connections(lo)
     finally:
         uninstall_policy()
         unpatch()
+        if lo is not None:
+            close_loopback(lo)
         driver.close()
         if peer is not None:
             peer.close()

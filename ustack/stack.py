@@ -59,8 +59,9 @@ from ustack.net.mld import MldListener
 from ustack.net.ipv4 import Ipv4Layer
 from ustack.net.ipv6 import Ipv6Layer
 from ustack.net.link import Link
+from ustack.net.loopback import LoopbackNeighbours
 from ustack.net.route import Interface
-from ustack.net.route6 import Interface6
+from ustack.net.route6 import PREFERRED, Interface6
 from ustack.snapshot import snapshot
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
@@ -96,6 +97,13 @@ class Stack:
     ``max_buckets``; ``UdpLayer``'s ``datagram_overhead``...), documented
     with each layer. ``fastpath=False`` turns off TCP receive header
     prediction in C (default: on unless ``USTACK_FASTPATH=0``).
+
+    ``loopback=True`` makes this a loopback interface (Linux's ``lo``) over
+    a device that delivers its TX to its own RX (``ustack.backends.loopback``):
+    ``addr`` is then "127.0.0.1/8" (and "::1/128" for IPv6), neighbours
+    resolve to our own MAC at once (``ustack.net.loopback``: no ARP, no ND,
+    no DAD), and sources in 127/8, ::1 and our own address are accepted
+    instead of dropped as martians.
     """
 
     def __init__(self, device: Device, addr: str, *, gateway: Optional[str] = None, mac: Optional[bytes] = None,
@@ -103,7 +111,7 @@ class Stack:
                  isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
                  arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
                  udp: Optional[dict] = None, gateway6: Optional[str] = None, ipv6: Optional[dict] = None,
-                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None):
+                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None, loopback: bool = False):
         caps = device.capabilities
         texts = [addr] if isinstance(addr, str) else list(addr)
         v4 = [a for a in texts if ":" not in a]
@@ -124,8 +132,13 @@ class Stack:
             raise ValueError(f"MTU {iface.mtu} does not fit the device's {caps.frame_size}-byte TX slots")
         self.isn_secret = secret = isn_secret if isn_secret is not None else os.urandom(16)
         self.link = link = Link(device, iface.mac, iface.mtu, burst or caps.max_burst, stats)
-        self.arp = ArpLayer(link, iface, timers, stats, **{"ttl": arp_ttl, **(arp or {})})
+        self.loopback = loopback
+        if loopback:
+            self.arp = LoopbackNeighbours(iface.mac, stats, "arp.loopback")
+        else:
+            self.arp = ArpLayer(link, iface, timers, stats, **{"ttl": arp_ttl, **(arp or {})})
         self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats, **{"id_secret": secret, **(ipv4 or {})})
+        ip.loopback = loopback
         self.protocols = ProtocolTable()
         self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats, **(icmp or {}))
         self.udp = UdpLayer(ip, iface, stats, secret,
@@ -167,12 +180,20 @@ class Stack:
             raise ValueError("gateway6 must be an IPv6 address")
         self.iface6 = iface6 = Interface6(iface.mac, iface.mtu, gw)
         self.ipv6 = ip6 = Ipv6Layer(self.link, iface6, self.timers, self.stats, secret=self.isn_secret, **ipv6)
+        if self.loopback:
+            # RFC 4291 2.5.3: ::1 on the loopback interface, no DAD (RFC 4862 5.4), no link-local address
+            ip6.loopback = True
+            ip6.ndp = LoopbackNeighbours(iface.mac, self.stats, "ndp.loopback")
+            for prefix in prefixes:
+                iface6.add(prefix, "static", PREFERRED)
+        else:
+            for prefix in prefixes:
+                ip6.ndp.add_static(prefix)
         self.ndp = ip6.ndp
-        for prefix in prefixes:
-            ip6.ndp.add_static(prefix)
         self.icmpv6 = icmp6 = Icmpv6Layer(ip6, self.protocols, self.stats, **icmpv6)
         # RFC 3810: the groups the interface joins (solicited-node ones) reported to routers and snooping switches
-        self.mld = icmp6.mld = MldListener(iface6, self.timers, self.stats, ip6.send_mld)
+        if not self.loopback:  # nobody to report groups to on a loopback link
+            self.mld = icmp6.mld = MldListener(iface6, self.timers, self.stats, ip6.send_mld)
         ip6.redeliver = self._deliver
         ip6.send_error = icmp6.send_error
         udp = self.udp

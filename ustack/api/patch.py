@@ -8,7 +8,10 @@ makes. Each instance decides where it lives at its first addressing call:
   with IPv6), or a type other than SOCK_STREAM / SOCK_DGRAM: the kernel, at
   once (AF_UNIX stays kernel);
 - ``bind``/``connect``/``connect_ex``/``sendto``/``sendmsg`` to an address
-  in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104: the kernel (loopback stays kernel);
+  in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (or "localhost"): the kernel,
+  or, when patched with ``loopback=`` a driver (``ustack run --loopback``),
+  ustack on that driver's loopback stack (``ustack.api.loopback``), so both
+  ends of a loopback connection are ustack sockets;
 - any other address, or a call that needs a decision first (``listen``,
   ``fileno``, ``send``...): ustack, on the patched driver.
 
@@ -24,8 +27,8 @@ instances of the class too. Code that looked ``socket.socket`` up before
 TLS: ``ssl.SSLSocket`` takes the fd over with ``detach()``, and ours is a
 readiness fd, not a socket; so while patched, ``SSLContext.wrap_socket``
 gives a ``ustack.api.tls.TlsSocket`` (SSLObject on memory BIOs) for a
-ustack-backed socket and an ``ssl.SSLSocket`` for a kernel one. A
-TlsSocket is not an ``ssl.SSLSocket`` instance, and wrapping a patched
+ustack-backed socket (an ``ssl.SSLSocket`` subclass; the wrapped socket
+is detached, as SSLSocket leaves it) and an ``ssl.SSLSocket`` for a kernel one. Wrapping a patched
 socket before its first addressing call (no address yet to decide by) is
 refused by ``detach()`` with EOPNOTSUPP.
 """
@@ -33,9 +36,12 @@ refused by ``detach()`` with EOPNOTSUPP.
 from __future__ import annotations
 
 import errno
+import os
 import socket as _std
 import ssl
 
+from ustack.transport.ports import check_port
+from ustack.api.readiness import ReadinessFd
 from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as _make_ustack
 from ustack.api.tls import TlsDispatch
@@ -47,7 +53,7 @@ _LOOPBACK_FIRST_OCTET = "127."
 _DECIDING = ("bind", "connect", "connect_ex")
 _RECORDED = ("setsockopt", "settimeout", "setblocking")
 _DELEGATED = ("accept", "close", "detach", "dup", "fileno", "getpeername", "getsockname", "getsockopt",
-              "gettimeout", "getblocking", "listen", "makefile", "recv", "recv_into", "recvfrom",
+              "gettimeout", "getblocking", "listen", "recv", "recv_into", "recvfrom",
               "recvfrom_into", "recvmsg", "recvmsg_into", "send", "sendall", "sendfile", "shutdown")
 
 
@@ -57,11 +63,19 @@ def _is_loopback(address) -> bool:
                  or address[0].startswith("::ffff:" + _LOOPBACK_FIRST_OCTET)))
 
 
+def _is_wildcard(address) -> bool:
+    return isinstance(address, tuple) and len(address) >= 2 and address[0] in ("", "0.0.0.0", "::")
+
+
 class PatchedSocket(_ORIGINAL):
     """``socket.socket`` while patched: ustack for AF_INET, the kernel for loopback and everything else."""
 
     _driver = None  # set by patch() on the class it installs
     _resolver = None  # likewise
+    _loopback = None  # the loopback stack's driver, or None: loopback stays on the kernel
+    _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
+    _early_rfd = None  # a readiness fd handed out before the decision (loopback mode)
+    _wildcard_loopback = False  # loopback mode: a socket decided without an address goes to the loopback stack
 
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         self._u = None
@@ -72,8 +86,9 @@ class PatchedSocket(_ORIGINAL):
         self._args = (family, type, proto)
         self._pending: list = []
         base = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
-        ours = family == _std.AF_INET or (family == _std.AF_INET6 and self._driver is not None
-                                          and getattr(self._driver.stack, "ipv6", None) is not None)
+        ours = family == _std.AF_INET or (family == _std.AF_INET6 and (
+            self._loopback is not None or (self._driver is not None
+                                           and getattr(self._driver.stack, "ipv6", None) is not None)))
         if fileno is not None or not ours or base not in (_std.SOCK_STREAM, _std.SOCK_DGRAM):
             self._become_kernel(fileno)
         else:
@@ -89,28 +104,49 @@ class PatchedSocket(_ORIGINAL):
         return obj
 
     def _become_kernel(self, fileno=None) -> None:
+        io_refs, closed = getattr(self, "_io_refs", 0), getattr(self, "_closed", False)
+        early, self._early_rfd = self._early_rfd, None
+        if early is not None:
+            early.close()  # (an AF_INET6 socket of the loopback mode used off loopback on a v4-only stack)
         _ORIGINAL.__init__(self, *self._args, fileno)
+        self._io_refs, self._closed = io_refs, closed  # files from makefile() made before the decision
         self._kernel = True
         for name, args in self._pending:
             getattr(_ORIGINAL, name)(self, *args)
         self._pending = []
 
-    def _become_ustack(self):
-        u = _make_ustack(self._driver, *self._args)
-        for name, args in self._pending:
+    def _become_ustack(self, driver=None):
+        u = self._u = _make_ustack(driver or self._driver, *self._args)
+        early = getattr(self, "_early_rfd", None)
+        if early is not None:  # the fd handed out before the decision becomes this socket's readiness fd
+            self._early_rfd = None
+            with u._driver.lock:
+                u._h.rfd = early
+                u._watch()
+                early.set(*u._readiness())
+            u._driver.ensure_running()
+        pending, self._pending = self._pending, []
+        for name, args in pending:
             getattr(u, name)(*args)
-        self._pending = []
-        self._u = u
         return u
 
     def _impl(self, address=None):
         """The ustack socket, or None for the kernel; decides (by ``address``) when undecided."""
         if self._u is not None:
+            if self._pid != os.getpid():
+                raise OSError(errno.EBADF, "a ustack socket does not survive fork(): the stack stayed in the parent")
             return self._u
         if self._kernel:
             return None
         if address is not None and _is_loopback(address):
+            if self._loopback is not None:
+                return self._become_ustack(self._loopback)
             self._become_kernel()
+            return None
+        if address is None and self._loopback is not None and self._wildcard_loopback:
+            return self._become_ustack(self._loopback)  # no address came (a wildcard server): the loopback stack
+        if self._args[0] == _std.AF_INET6 and getattr(self._driver.stack, "ipv6", None) is None:
+            self._become_kernel()  # an AF_INET6 socket made for the loopback stack, used elsewhere
             return None
         return self._become_ustack()
 
@@ -140,21 +176,56 @@ class PatchedSocket(_ORIGINAL):
     # -- the calls -------------------------------------------------------------------
     def sendto(self, data, *args):
         u = self._impl(args[-1] if args else None)
-        return _ORIGINAL.sendto(self, data, *args) if u is None else u.sendto(data, *args)
+        if u is None:
+            return _ORIGINAL.sendto(self, data, *args)
+        return u.sendto(data, *args[:-1], _numeric(self, u, args[-1])) if args else u.sendto(data)
 
     def sendmsg(self, buffers, ancdata=(), flags=0, address=None):
         u = self._impl(address)
         if u is None:
             return _ORIGINAL.sendmsg(self, buffers, ancdata, flags, *(() if address is None else (address,)))
-        return u.sendmsg(buffers, ancdata, flags, address)
+        return u.sendmsg(buffers, ancdata, flags, None if address is None else _numeric(self, u, address))
+
+
+def _numeric(sock, u, address):
+    """``address`` with a host name resolved as the kernel's socket calls do (the patch's resolver)."""
+    if not (isinstance(address, tuple) and len(address) >= 2 and isinstance(address[0], str)):
+        return address
+    host = address[0]
+    if host in ("", "<broadcast>") or _std_is_numeric(host):
+        return address
+    port = address[1]
+    check_port(port)  # as the kernel's calls: a bad port is refused before the name is looked up
+    infos = sock._resolver.getaddrinfo(host, 0, u.family, u.type)
+    if not infos:
+        raise _std.gaierror(_std.EAI_NONAME, "Name or service not known")
+    return (infos[0][4][0], port) + tuple(address[2:])
+
+
+def _std_is_numeric(host: str) -> bool:
+    for fam in (_std.AF_INET, _std.AF_INET6):
+        try:
+            _std.inet_pton(fam, host.split("%", 1)[0])
+            return True
+        except OSError:
+            pass
+    return False
 
 
 def _deciding(name):
     kernel = getattr(_ORIGINAL, name)
 
     def call(self, address, *rest):
+        if (name == "bind" and self._loopback is not None and self._u is None and not self._kernel
+                and _is_wildcard(address)):
+            # a wildcard spans every interface; with two stacks, the first address used picks one
+            # (connect/sendto to 127/8: the loopback stack; anything else, or listen: the main one)
+            self._pending.append((name, (address, *rest)))
+            return None
         u = self._impl(address)
-        return kernel(self, address, *rest) if u is None else getattr(u, name)(address, *rest)
+        if u is None:
+            return kernel(self, address, *rest)
+        return getattr(u, name)(_numeric(self, u, address), *rest)
 
     call.__name__ = name
     return call
@@ -189,10 +260,37 @@ def _delegated(name):
                 elif n == "setblocking":
                     timeout = None if a[0] else 0.0
             return timeout if name == "gettimeout" else timeout != 0.0
+        if name == "fileno" and self._u is None and not self._kernel and self._loopback is not None:
+            # selectors register a socket before it is bound or connected; with two stacks the address
+            # that picks one has not come yet: the readiness fd is made now and adopted at the decision
+            if self._early_rfd is None:  # as a fresh kernel socket: TCP readable and writable (HUP), UDP writable
+                tcp = self._args[1] & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC) == _std.SOCK_STREAM
+                self._early_rfd = ReadinessFd(tcp, True)
+            return self._early_rfd.fileno()
+        if name == "getsockopt" and self._u is None and not self._kernel and self._loopback is not None:
+            # asking before the first address (asyncore's set_reuse_addr): a scratch socket with the
+            # options set so far answers, and the decision still waits for the address
+            scratch = _make_ustack(self._loopback, *self._args)
+            try:
+                for n, a in self._pending:
+                    if n == "setsockopt":
+                        scratch.setsockopt(*a)
+                return scratch.getsockopt(*args, **kw)
+            finally:
+                scratch.close()
         if name == "close" and self._u is None and not self._kernel:
+            early, self._early_rfd = self._early_rfd, None
+            if early is not None:
+                early.close()
             self._closed = True
             self._kernel = True  # nothing was made: close the (never opened) kernel object
             return _ORIGINAL.close(self)
+        if name == "close" and self._u is not None:
+            # as the stdlib's close: files from makefile() (the stdlib's, on this object) keep it open
+            self._closed = True
+            if self._io_refs > 0 or self._pid != os.getpid():
+                return None  # (a forked child leaves the parent's stack alone)
+            return self._u.close()
         u = self._impl()
         if u is None:
             return kernel(self, *args, **kw)
@@ -230,7 +328,7 @@ class _PatchScope(type):
         unpatch()
 
 
-def patch(driver, resolver=None) -> type:
+def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     """Install a PatchedSocket class on ``driver`` as ``socket.socket``; returns the class.
 
     The class is also a context manager: ``with ustack.patch(driver): ...`` runs
@@ -240,9 +338,18 @@ def patch(driver, resolver=None) -> type:
     ``gethostbyaddr`` and ``getnameinfo`` answer through ``resolver`` (default: a
     ``ustack.api.resolver.Resolver`` on ``driver`` with the system's
     /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
+    ``loopback``: the driver of a loopback stack (``ustack.api.loopback``)
+    that gets the sockets addressed to 127/8, ::1 and "localhost";
+    ``wildcard`` ("main" or "loopback") is where a socket goes that is
+    decided without an address (a server bound to 0.0.0.0 or ::, or not
+    bound at all, at its ``listen``): one stack, since they are two.
     """
+    if wildcard not in ("main", "loopback"):
+        raise ValueError(f"wildcard must be 'main' or 'loopback', not {wildcard!r}")
     resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
-    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "__module__": __name__})
+    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback, "_pid": os.getpid(),
+                                                     "_wildcard_loopback": wildcard == "loopback",
+                                                     "__module__": __name__})
     _std.socket = cls
     for name in _NAME_CALLS:
         setattr(_std, name, getattr(resolver, name))

@@ -16,7 +16,8 @@ The variables: USTACK_ADDR (A.B.C.D/N, required), USTACK_BACKEND (pipe,
 tap, packet, afxdp; default packet), USTACK_IFNAME (required except for
 pipe), USTACK_GATEWAY, USTACK_PCAP (a capture file, created 0600),
 USTACK_MTU, USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``),
-USTACK_ASYNCIO (native, the default: asyncio's loops poll the stack
+USTACK_LOOPBACK (1: 127/8 and ::1 on an in-process ustack loopback
+interface, ``ustack.api.loopback``, instead of the kernel's), USTACK_ASYNCIO (native, the default: asyncio's loops poll the stack
 themselves, ``ustack.api.aio``; stock: asyncio's own loop on readiness fds). With
 the pipe backend the other end of the in-memory link is ``session.link.b``
 (tests put a peer stack there). ``ustack run`` does the same from its
@@ -32,6 +33,7 @@ from typing import Mapping, Optional
 from ustack.api.aio import install_policy, uninstall_policy
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
+from ustack.api.loopback import close_loopback, open_loopback
 from ustack.api.patch import patch, unpatch
 from ustack.capture import PcapDevice
 from ustack.stack import Stack
@@ -46,7 +48,7 @@ class Session:
 
     def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
                  pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL,
-                 asyncio: str = "native"):
+                 asyncio: str = "native", loopback: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         if backend != "pipe" and not ifname:
@@ -73,19 +75,23 @@ class Session:
             device.close()
             raise
         self.driver = Driver(self.stack, self.clock, busy_poll=busy_poll)
+        self.loopback = open_loopback(self.clock, busy_poll=busy_poll) if loopback else None
         self.installed = False
         self.closed = False
 
     def install(self) -> "Session":
         """Start the Driver thread, patch ``socket.socket`` onto this stack, set the asyncio policy."""
+        lo = self.loopback
+        if lo is not None:
+            lo.start()
         self.driver.start()
         stack = self.stack
         if stack.iface6 is not None:  # RFC 4862 5.4: the program's first connect needs a settled address
             self.driver.wait_until(lambda: stack.iface6.link_local is not None and not any(
                 a.state == "tentative" for a in stack.iface6.addresses.values()), 5.0)
-        patch(self.driver)
+        patch(self.driver, loopback=lo)
         if self.asyncio == "native":
-            install_policy(self.driver)
+            install_policy(self.driver, *((lo,) if lo is not None else ()))
         self.installed = True
         return self
 
@@ -97,6 +103,8 @@ class Session:
         if self.installed:
             uninstall_policy()
             unpatch()
+        if self.loopback is not None:
+            close_loopback(self.loopback)
         self.driver.close()
         self.stack.close()
         self.stack.device.close()
@@ -118,6 +126,8 @@ def settings(environ: Mapping[str, str]) -> Optional[dict]:
             kw["mtu"] = int(mtu, 10)
         except ValueError:
             raise ValueError(f"{PREFIX}MTU={mtu!r} is not an integer") from None
+    if environ.get(PREFIX + "LOOPBACK", "") not in ("", "0"):
+        kw["loopback"] = True
     busy = environ.get(PREFIX + "BUSY_POLL")
     if busy:
         try:

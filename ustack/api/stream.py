@@ -110,6 +110,7 @@ class StreamSocket(SocketBase):
         self._knobs: dict = {}
         self._reuseaddr = False
         self._reuseport = False
+        self._oobinline = 0  # SO_OOBINLINE as set; urgent data is always in line here (RFC 6093)
         self._linger: Optional[tuple[int, int]] = None
         self._connect_reported = _conn is not None  # an accepted socket has nothing to report
         if _conn is not None:
@@ -550,6 +551,11 @@ class StreamSocket(SocketBase):
             self._reuseport = bool(int.from_bytes(value, "little") if isinstance(value, (bytes, bytearray))
                                    else value)
             return
+        if level == SOL_SOCKET and optname == _std.SO_OOBINLINE:
+            # the connection ignores URG and delivers urgent data in line (RFC 6093 6), as SO_OOBINLINE=1 does
+            self._oobinline = int(bool(int.from_bytes(value, "little") if isinstance(value, (bytes, bytearray))
+                                       else value))
+            return
         if level == SOL_SOCKET and optname == _std.SO_LINGER:
             if isinstance(value, (bytes, bytearray)):
                 self._linger = struct.unpack("ii", bytes(value[:8]))
@@ -590,6 +596,8 @@ class StreamSocket(SocketBase):
             return int(self._reuseport)
         if level == SOL_SOCKET and optname == _std.SO_LINGER:
             return struct.pack("ii", *(self._linger or (0, 0)))
+        if level == SOL_SOCKET and optname == _std.SO_OOBINLINE:
+            return self._oobinline
         knob = _SOCKOPT_KNOBS.get((level, optname))
         if knob is None:
             raise OSError(errno.ENOPROTOOPT, "Protocol not available")

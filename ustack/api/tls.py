@@ -10,54 +10,100 @@ socket and moves TLS records between it and an ``SSLObject`` (the
 
 Blocking and timeout sockets behave as ``SSLSocket`` does; on a
 non-blocking socket a call that needs more records raises
-``ssl.SSLWantReadError`` (``SSLWantWriteError`` is never raised: records
-go out through ``sendall``). A ``TlsSocket`` is not an ``ssl.SSLSocket``
-instance. Not supported: ``sendfile`` zero-copy (a copy loop is used),
+``ssl.SSLWantReadError``, and a write while the records of an earlier
+one still wait for room raises ``ssl.SSLWantWriteError`` (nothing taken).
+A ``TlsSocket`` is an ``ssl.SSLSocket`` subclass whose kernel part is
+never opened. Not supported: ``sendfile`` zero-copy (a copy loop is used),
 ``MSG_*`` flags on TLS calls (ValueError, as ``SSLSocket``).
 """
 
 from __future__ import annotations
 
+import _socket
 import socket as _std
 import ssl
 
 _RECORD = 16 * 1024 + 512  # one TLS record and some
 
 
-class TlsSocket:
-    """A TLS connection over a (connected or connecting) ustack socket, with SSLSocket's calls."""
+def _to_sock(name):
+    def call(self, *args, **kw):
+        sock = self._sock
+        if sock is None:
+            raise OSError(9, "Bad file descriptor")
+        return getattr(sock, name)(*args, **kw)
+
+    call.__name__ = name
+    return call
+
+
+class TlsSocket(ssl.SSLSocket):
+    """A TLS connection over a (connected or connecting) ustack socket, with SSLSocket's calls.
+
+    A subclass of ``ssl.SSLSocket`` (so ``isinstance`` checks hold) whose
+    kernel-socket part is never opened (fd -1): every socket-level call
+    goes to the ustack socket underneath, every TLS call to the SSLObject.
+    """
+
+    def __new__(cls, *args, **kw):
+        return _socket.socket.__new__(cls)  # the C socket object, unopened; SSLSocket.__init__ is not run
 
     def __init__(self, sock, context, server_side=False, do_handshake_on_connect=True,
-                 suppress_ragged_eofs=True, server_hostname=None, session=None):
+                 suppress_ragged_eofs=True, server_hostname=None, session=None, connected=None):
         self._sock = sock
-        self.context = context
+        self._context = context
         self.server_side = server_side
         self.do_handshake_on_connect = do_handshake_on_connect
         self.suppress_ragged_eofs = suppress_ragged_eofs
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)
+        # SSLContext.wrap_bio checks the arguments; the TLS object inside it is what SSLSocket keeps as
+        # _sslobj (code such as CPython's ssl tests reads its chains), owned by this socket as there
+        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)._sslobj
+        self._sslobj.owner = self
         self._io_refs = 0
         self._closed = False
-        connected = True
-        try:
-            sock.getpeername()
-        except OSError:
-            connected = False
+        self._unsent = bytearray()  # records a non-blocking send could not take yet
+        if connected is None:
+            connected = True
+            try:
+                sock.getpeername()
+            except OSError:
+                connected = False
         if connected and do_handshake_on_connect:
-            self.do_handshake()
+            try:
+                self.do_handshake()
+            except (OSError, ValueError):
+                # as SSLSocket, which owns the fd it detached: a failed handshake closes the connection
+                self.close()
+                raise
 
     # -- record pump -------------------------------------------------------------
     def _flush(self) -> None:
+        """Send the records OpenSSL produced; on a non-blocking socket what does not fit waits in _unsent."""
         data = self._outgoing.read()
         if data:
-            self._sock.sendall(data)
+            self._unsent += data
+        if not self._unsent:
+            return
+        if self._sock.gettimeout() != 0:
+            self._sock.sendall(self._unsent)
+            self._unsent.clear()
+            return
+        sent = 0
+        try:
+            while sent < len(self._unsent):
+                sent += self._sock.send(memoryview(self._unsent)[sent:])
+        except BlockingIOError:
+            pass
+        del self._unsent[:sent]
 
     def _fill(self) -> None:
         try:
             data = self._sock.recv(_RECORD)
         except BlockingIOError:
-            raise ssl.SSLWantReadError("The operation did not complete (read)") from None
+            # (errno, text) as _ssl raises it: callers read err.args[1]
+            raise ssl.SSLWantReadError(ssl.SSL_ERROR_WANT_READ, "The operation did not complete (read)") from None
         if data:
             self._incoming.write(data)
         else:
@@ -106,6 +152,10 @@ class TlsSocket:
             raise
 
     def write(self, data) -> int:
+        if self._unsent:
+            self._flush()
+            if self._unsent:  # records of an earlier write still wait for room: nothing taken this time
+                raise ssl.SSLWantWriteError(ssl.SSL_ERROR_WANT_WRITE, "The operation did not complete (write)")
         return self._run(self._sslobj.write, data)
 
     def recv(self, buflen=1024, flags=0) -> bytes:
@@ -153,7 +203,7 @@ class TlsSocket:
         return self._sslobj.pending()
 
     def unwrap(self):
-        self._run(self._sslobj.unwrap)
+        self._run(self._sslobj.shutdown)
         sock, self._sock = self._sock, None
         return sock
 
@@ -197,6 +247,11 @@ class TlsSocket:
     def close(self) -> None:
         self._closed = True
         if self._io_refs <= 0 and self._sock is not None:
+            if self._unsent and self._sock.gettimeout() != 0:
+                try:
+                    self._flush()  # records a non-blocking write left, now that the socket blocks
+                except OSError:
+                    pass
             self._sock.close()
 
     def __enter__(self):
@@ -205,9 +260,34 @@ class TlsSocket:
     def __exit__(self, *exc):
         self.close()
 
+    # the socket-level calls and attributes: the ustack socket underneath answers
+    fileno = _to_sock("fileno")
+    settimeout = _to_sock("settimeout")
+    gettimeout = _to_sock("gettimeout")
+    setblocking = _to_sock("setblocking")
+    getblocking = _to_sock("getblocking")
+    getsockname = _to_sock("getsockname")
+    getpeername = _to_sock("getpeername")
+    setsockopt = _to_sock("setsockopt")
+    getsockopt = _to_sock("getsockopt")
+    shutdown = _to_sock("shutdown")
+    bind = _to_sock("bind")
+    listen = _to_sock("listen")
+    get_inheritable = _to_sock("get_inheritable")
+    set_inheritable = _to_sock("set_inheritable")
+    family = property(lambda self: self._sock.family)
+    type = property(lambda self: self._sock.type)
+    proto = property(lambda self: self._sock.proto)
+    timeout = property(lambda self: self._sock.gettimeout())
+
+    def detach(self):
+        raise OSError(95, "a TLS socket over ustack has no kernel fd to hand over")
+
+    def dup(self):
+        raise NotImplementedError(f"Can't dup() {self.__class__.__name__} instances")
+
     def __getattr__(self, name):
-        # fileno, settimeout, gettimeout, setblocking, getsockname, getpeername, setsockopt, shutdown,
-        # family, type...: the socket underneath answers
+        # anything else a socket has: the socket underneath answers
         sock = self.__dict__.get("_sock")
         if sock is None:
             raise AttributeError(name)
@@ -223,6 +303,27 @@ class TlsDispatch:
     @classmethod
     def _create(cls, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
                 server_hostname=None, context=None, session=None):
+        if server_side and server_hostname:  # SSLSocket._create's argument checks, before anything changes
+            raise ValueError("server_hostname can only be specified in server mode")
+        if server_side and session is not None:
+            raise ValueError("session can only be specified in client mode")
+        if context is not None and context.check_hostname and not server_hostname:
+            raise ValueError("check_hostname requires server_hostname")
+        if getattr(sock, "_u", None) is not None:
+            # as SSLSocket detach()es the socket it wraps: the TLS socket takes the connection over and the
+            # object the caller holds is left closed (fd -1), so closing it later ends nothing
+            inner = type(sock)._wrap(sock._u)
+            sock._u, sock._kernel = None, True
+            sock = inner
+        elif hasattr(sock, "_u") and not sock._kernel:
+            # a patched socket not yet addressed (wrapped before connect): the TLS socket takes it over as
+            # it stands, and its connect() will pick the stack
+            inner = type(sock).__new__(type(sock))
+            inner.__dict__.update(sock.__dict__)
+            inner._io_refs, inner._closed = sock._io_refs, sock._closed  # (socket.socket's slots)
+            sock._u, sock._kernel, sock._pending, sock._early_rfd = None, True, [], None
+            return TlsSocket(inner, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                             server_hostname, session, connected=False)
         if getattr(sock, "_u", None) is not None or hasattr(sock, "_h"):
             return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                              server_hostname, session)

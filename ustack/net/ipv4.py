@@ -64,6 +64,7 @@ class Ipv4Layer:
                  reassembly_max_datagrams: int = 64, allow_unspecified_dhcp: bool = True,
                  id_secret: Optional[bytes] = None, id_buckets: int = DEFAULT_BUCKETS):
         self.link = link
+        self.loopback = False  # set by the Stack on a loopback interface: 127/8 sources are ours
         self.allow_unspecified_dhcp = allow_unspecified_dhcp
         self.iface = iface
         self.arp = arp
@@ -233,14 +234,14 @@ class Ipv4Layer:
                     return None  # RFC 1122 3.2.1.3 (a): a host learning its address (DHCP/BOOTP)
                 return "ipv4.martian_source.unspecified"
             return "ipv4.martian_source.this_network"
-        if first == 127:
-            return "ipv4.martian_source.loopback"
+        if first == 127:  # RFC 1122 3.2.1.3 (g): never on a wire; a loopback interface is where they live
+            return None if self.loopback else "ipv4.martian_source.loopback"
         if first >= 224:
             if src == BROADCAST4:
                 return "ipv4.martian_source.broadcast"
             return "ipv4.martian_source.multicast" if first < 240 else "ipv4.martian_source.reserved"
         iface = self.iface
-        if src == iface.addr:
+        if src == iface.addr and not self.loopback:
             return "ipv4.martian_source.ours"
         if src == iface.broadcast and iface.prefixlen < 31:
             return "ipv4.martian_source.broadcast"

@@ -91,6 +91,7 @@ class Ipv6Layer:
                  reassembly_max_datagrams: int = 64, max_extension_headers: int = MAX_EXTENSION_HEADERS,
                  pmtu_timeout: float = 600.0, max_pmtu_entries: int = 1024, ndp: Optional[dict] = None):
         self._l2 = bytes(12)  # Ethernet addresses of the frame input_ext is working on
+        self.loopback = False  # set by the Stack on a loopback interface: ::1 and our own sources accepted
         if iface.mtu < MIN_MTU:
             raise ValueError(f"IPv6 needs a link MTU of at least {MIN_MTU} (RFC 8200 section 5), not {iface.mtu}")
         self.link = link
@@ -293,6 +294,8 @@ class Ipv6Layer:
             return "ipv6.martian_source.multicast"
         if src == ANY6:
             return None if proto == PROTO_ICMPV6 else "ipv6.martian_source.unspecified"
+        if self.loopback:
+            return None if src in self.iface.preferred() else "ipv6.martian_source.not_loopback"
         if src == LOOPBACK6:
             return "ipv6.martian_source.loopback"
         if src[:12] == V4_MAPPED:

@@ -16,9 +16,12 @@ from ustack.api.aio.loop import EventLoop, EventLoopPolicy, ustack_socket
 __all__ = ["EventLoop", "EventLoopPolicy", "install_policy", "uninstall_policy", "ustack_socket"]
 
 
-def install_policy(driver) -> EventLoopPolicy:
-    """Make ``EventLoop(driver)`` the loop ``asyncio.run()`` and ``new_event_loop()`` create."""
-    policy = EventLoopPolicy(driver)
+def install_policy(driver, *more) -> EventLoopPolicy:
+    """Make ``EventLoop(driver, *more)`` the loop ``asyncio.run()`` and ``new_event_loop()`` create.
+
+    ``more``: other drivers the loops poll too (the loopback interface's).
+    """
+    policy = EventLoopPolicy(driver, *more)
     asyncio.set_event_loop_policy(policy)
     return policy
 

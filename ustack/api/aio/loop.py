@@ -54,6 +54,7 @@ from asyncio import constants, sslproto
 from ustack.api.aio.transport import DatagramTransport, StreamTransport, hook, unhook
 from ustack.api.base import MSG_DONTWAIT, SocketBase
 from ustack.api.dgram import DatagramSocket, udp_readiness
+from ustack.api.patch import PatchedSocket
 from ustack.api.stream import StreamSocket, tcp_readiness
 from ustack.transport.tcp.tcb import State
 
@@ -66,14 +67,16 @@ def ustack_socket(sock, address=None):
     """The ustack socket behind ``sock`` (a ustack socket or a patched one), or None for a kernel socket.
 
     A patched socket not yet decided is decided by ``address`` (loopback: the
-    kernel) or, without one, for ustack, as its first call would.
+    kernel, or the loopback stack) or, without one, for ustack, as its first
+    call would. By type, not isinstance: a ``Mock(spec=sock)`` passes
+    isinstance checks and must be treated as the foreign object it is.
     """
-    if isinstance(sock, SocketBase):
+    kind = type(sock)
+    if issubclass(kind, SocketBase):
         return sock
-    impl = getattr(sock, "_impl", None)
-    if impl is None or not hasattr(sock, "_u"):
+    if not issubclass(kind, PatchedSocket):
         return None
-    return impl(address)
+    return sock._impl(address)
 
 
 class StackSelector(selectors.BaseSelector):
@@ -105,19 +108,25 @@ class StackSelector(selectors.BaseSelector):
 class EventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop polling a ustack stack (see the module docstring)."""
 
-    def __init__(self, driver):
+    def __init__(self, driver, *more):
+        # ``more``: other stacks' drivers this loop polls too (the loopback interface's, ``ustack run --loopback``)
         self._driver = driver
         self._stack = driver.stack
-        # kicks from threads that move the stack's deadline (their sends) make this readable
-        self._waker = driver.wake_fd()
-        self._waiting_fd = self._waker.r
+        self._drivers = (driver, *more)
+        # kicks from threads that move a stack's deadline (their sends) make its waker readable
+        self._wakers = {}
         super().__init__(StackSelector(self))
-        dev_fd = self._stack.device.fileno()
         inner = self._selector._inner
-        self._device_fd = dev_fd if dev_fd is not None and dev_fd >= 0 else -1
-        if self._device_fd >= 0:
-            inner.register(dev_fd, selectors.EVENT_READ, _STACK)
-        inner.register(self._waiting_fd, selectors.EVENT_READ, _STACK)
+        self._device_fd = 0
+        for d in self._drivers:
+            waker = d.wake_fd()
+            self._wakers[waker.r] = (d, waker)
+            inner.register(waker.r, selectors.EVENT_READ, _STACK)
+            dev_fd = d.stack.device.fileno()
+            if dev_fd is not None and dev_fd >= 0:
+                inner.register(dev_fd, selectors.EVENT_READ, _STACK)
+            else:
+                self._device_fd = -1  # one device without an fd: look again soon
         self._serving_hooks: dict = {}
         self._resolver = None  # made on first use when the patch has none for this driver
         self._loop_thread = None
@@ -130,9 +139,9 @@ class EventLoop(asyncio.SelectorEventLoop):
 
     def close(self):
         super().close()
-        waker, self._waker = self._waker, None
-        if waker is not None:
-            self._driver.release_wake_fd(waker)  # the driver's kicks stop writing to it
+        wakers, self._wakers = self._wakers, {}
+        for driver, waker in wakers.values():
+            driver.release_wake_fd(waker)  # the driver's kicks stop writing to it
 
     # -- driving the stack ----------------------------------------------------------
     @property
@@ -146,16 +155,21 @@ class EventLoop(asyncio.SelectorEventLoop):
             self.call_soon_threadsafe(fn)
 
     def _poll_stack(self):
-        driver = self._driver
-        stats = self._stack.stats
-        with driver.lock:
-            received = stats[_RX_COUNTER]
-            now = driver.clock()
-            deadline = driver.deadline = self._stack.poll(now)
-            if stats[_RX_COUNTER] != received:
-                self._spin_end = now + driver.busy_poll  # frames flow: spin a while before sleeping
+        """One round of every stack this loop polls; the earliest next deadline."""
+        first = None
+        for driver in self._drivers:
+            stack = driver.stack
+            stats = stack.stats
+            with driver.lock:
+                received = stats[_RX_COUNTER]
+                now = driver.clock()
+                deadline = driver.deadline = stack.poll(now)
+                if stats[_RX_COUNTER] != received:
+                    self._spin_end = now + driver.busy_poll  # frames flow: spin a while before sleeping
+            if deadline is not None and (first is None or deadline < first):
+                first = deadline
         self.stack_rounds += 1
-        return deadline
+        return first
 
     def _select_with_stack(self, inner, timeout):
         driver = self._driver
@@ -173,8 +187,9 @@ class EventLoop(asyncio.SelectorEventLoop):
         for key, mask in events:
             if key.data is _STACK:
                 stack_event = True
-                if key.fd == self._waiting_fd:
-                    self._waker.drain()
+                woken = self._wakers.get(key.fd)
+                if woken is not None:
+                    woken[1].drain()
             else:
                 out.append((key, mask))
         if stack_event or timeout != 0:
@@ -182,19 +197,20 @@ class EventLoop(asyncio.SelectorEventLoop):
         return out
 
     def run_forever(self):
-        driver = self._driver
-        thread_ran = driver._thread is not None
-        auto = driver.auto_start
-        driver.auto_start = False
-        driver.stop()
+        saved = []
+        for driver in self._drivers:
+            saved.append((driver, driver._thread is not None, driver.auto_start))
+            driver.auto_start = False
+            driver.stop()
         self._loop_thread = threading.get_ident()
         try:
             super().run_forever()
         finally:
             self._loop_thread = None
-            driver.auto_start = auto
-            if thread_ran:
-                driver.start()
+            for driver, thread_ran, auto in saved:
+                driver.auto_start = auto
+                if thread_ran:
+                    driver.start()
 
     # -- transports ---------------------------------------------------------------------
     def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
@@ -243,7 +259,7 @@ class EventLoop(asyncio.SelectorEventLoop):
 
     def _accept_ready(self, protocol_factory, sock, u, lst, sslcontext, server, backlog,
                       ssl_handshake_timeout, ssl_shutdown_timeout):
-        driver = self._driver
+        driver = u._driver  # the listener's stack (this loop may poll several)
         for _ in range(backlog):
             with driver.lock:
                 conn = lst.accept()
@@ -392,9 +408,10 @@ def _done(fut) -> None:
 class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
     """New loops are ``EventLoop(driver)``: ``asyncio.run()`` in an unmodified program runs on the stack."""
 
-    def __init__(self, driver):
+    def __init__(self, driver, *more):
         super().__init__()
         self._driver = driver
+        self._more = more
 
     def new_event_loop(self):
-        return EventLoop(self._driver)
+        return EventLoop(self._driver, *self._more)
