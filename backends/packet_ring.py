@@ -317,6 +317,7 @@ class PacketRingDevice:
             "retire_tov_ms": None if v2 else retire_tov_ms,
             "fanout": fanout,
         }
+        extra["rx_frames"] = rx_nr  # the stack holds at most half of them (ustack.rxhold)
         if v2:
             extra["rx_slots"] = (rx_nr, rx_frame_size)
         self.capabilities = Capabilities(

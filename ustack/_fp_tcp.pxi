@@ -23,14 +23,15 @@
 #   Duplicate ACKs and window updates go the Python way.
 #
 # Then: TS.Recent (RFC 7323 4.3), the payload appended to the receive
-# buffer in C, RCV.NXT and the ACK policy by ``Receiver.in_order`` (the one
+# buffer (a view into the held RX frame, ``ustack.rxhold``), RCV.NXT and
+# the ACK policy by ``Receiver.in_order`` (the one
 # implementation of ``delack``'s rules), the output loop (skipped when it has
 # nothing to send and no timer to touch: an empty send buffer, nothing
 # outstanding, no FIN, no cork timer), and the ACK if the policy says it is
 # owed now. Python code this file relies on by name: ``Connection`` (tcb,
 # receiver, sender, out, layer.mem_room, layer.under_pressure, orphaned, segment_arrives),
-# ``Receiver`` (rcvbuf._data, rcvbuf.ooo_bytes, in_order, ack_now),
-# ``Sender`` (on_ack, output, recovery.after_ack, sndbuf._data, force, push,
+# ``Receiver`` (rcvbuf.append, rcvbuf.ooo_bytes, in_order, ack_now),
+# ``Sender`` (on_ack, output, recovery.after_ack, len(sndbuf), force, push,
 # cork_timer), ``Output.send_ack``.
 
 from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
@@ -71,7 +72,6 @@ cdef class EstablishedPath:
         cdef uint32_t seq, ack, una, snd_max, wl1, rcv_nxt
         cdef int64_t rcv_wnd, seg_wnd, old_wnd
         cdef Py_ssize_t dlen, before
-        cdef Py_buffer view
         cdef int flags
         cdef bint wnd_update = False, ts_ok
         if type(seg) is not Packet:
@@ -144,21 +144,14 @@ cdef class EstablishedPath:
             else:
                 sender.on_ack(seg, dlen, now)
             # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
-            buf = rcvbuf._data
-            before = PyByteArray_GET_SIZE(buf)
-            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
-            try:
-                if view.len != dlen:
-                    raise ValueError("payload changed length")
-                PyByteArray_Resize(buf, before + dlen)
-                memcpy(PyByteArray_AS_STRING(buf) + before, view.buf, dlen)
-            finally:
-                PyBuffer_Release(&view)
+            # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
+            before = len(rcvbuf)
+            rcvbuf.append(payload)
             receiver.in_order(dlen, dlen, False, before, now, bool(flags & TH_PSH))
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
                     or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
-                    or PyByteArray_GET_SIZE(sender.sndbuf._data) or sender.force or sender.push
+                    or len(sender.sndbuf) or sender.force or sender.push
                     or sender.cork_timer.deadline is not None):
                 sender.output(now)  # (otherwise it has nothing to send and no timer to change)
             if receiver.ack_now:

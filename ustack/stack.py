@@ -17,7 +17,10 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
    one typed record (``_fastpath.Packet``) per frame;
 3. each record goes to its kind's handler (one dict lookup): UDP/TCP/ICMP/
    ARP/fragments to their layers, drops counted under their named reason;
-4. the frames are released back to the device;
+4. the frames are released back to the device, but for those whose TCP
+   payload a receive buffer keeps as a view (``ustack.rxhold``: one copy
+   per byte on the socket path; at most ``rx_hold`` frames, by default
+   half the device's RX frames up to 128); they go back once read;
 5. due timers fire (ARP retries, reassembly timeouts, TCP timers);
 6. everything emitted during the round is posted with one ``tx_commit``.
 
@@ -60,6 +63,7 @@ from ustack.net.ipv6 import Ipv6Layer
 from ustack.net.link import Link
 from ustack.net.route import Interface
 from ustack.net.route6 import Interface6
+from ustack.rxhold import RxHold
 from ustack.snapshot import snapshot
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
@@ -99,7 +103,7 @@ class Stack:
                  isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
                  arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
                  udp: Optional[dict] = None, gateway6: Optional[str] = None, ipv6: Optional[dict] = None,
-                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None):
+                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None, rx_hold: Optional[int] = None):
         caps = device.capabilities
         texts = [addr] if isinstance(addr, str) else list(addr)
         v4 = [a for a in texts if ":" not in a]
@@ -127,6 +131,10 @@ class Stack:
                             **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
+        if rx_hold is None:
+            ring = caps.extra.get("rx_frames") or 256
+            rx_hold = min(128, ring // 2)
+        self.rx_hold = self.tcp.rx_hold = RxHold(device.rx_release, rx_hold, stats)
         self._tcp_flows = self.tcp.flows.input if self.tcp.fastpath else None
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
@@ -193,17 +201,22 @@ class Stack:
             frames = device.rx_burst(link.burst)
             if frames:
                 self.stats.inc("eth.frames_received", len(frames))
+                hold = self.rx_hold
+                hold.in_round = True
                 try:
                     records = _fastpath.classify(frames, link.mac, self._verify_l4)
                     deliver = self._deliver
                     for frame, rec in zip(frames, records):
+                        hold.current = frame
                         try:
                             deliver(frame, rec, now)
                         except Exception as e:  # the barrier: one frame's bug never stops the host
                             self._internal_error(e)
                             self.stats.drop("stack.internal_error")
                 finally:
-                    device.rx_release(frames)
+                    hold.current = None
+                    hold.in_round = False
+                    device.rx_release(hold.unheld(frames))  # frames a receive buffer keeps go back later
             self._run_timers(now)
             mld = self.mld
             if mld is not None and mld.seen is not self.iface6.groups:

@@ -154,6 +154,7 @@ class Connection:
         self._orphan_una = 0
         self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
         self.receiver.budget = layer
+        self.receiver.rcvbuf.hold = layer.rx_hold
         # Receive header prediction in C (``_fastpath.EstablishedPath.input``), or None: Python only.
         self._fast = layer.established.input if layer.fastpath else None
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
@@ -864,6 +865,29 @@ class Connection:
         n = self.sender.sndbuf.write(data)
         self._recharge()
         if n and st in (State.ESTABLISHED, State.CLOSE_WAIT):
+            self._mark_dirty(now)
+        return n
+
+    def send_reserve(self, n: int) -> memoryview:
+        """Zero-copy send, step 1: a writable view of up to ``n`` bytes inside the send buffer (contiguous,
+        so possibly shorter; empty when full). Fill it, then ``send_commit``. Raises as ``send`` does."""
+        if self._pending_error is not None:
+            raise self.take_error()
+        st = self.tcb.state
+        if self.wr_shutdown or st not in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        room = self._send_room()
+        if room < n:
+            self.host.stats.inc("tcp.mem_pressure_send")
+            n = max(room, 0)
+        return self.sender.sndbuf.reserve(n)
+
+    def send_commit(self, n: int, now: float | None = None) -> int:
+        """Zero-copy send, step 2: queue the first ``n`` bytes written into the reservation (no copy);
+        the reservation's view is released. ``n`` = 0 gives it back."""
+        n = self.sender.sndbuf.commit(n)
+        self._recharge()
+        if n and self.tcb.state in (State.ESTABLISHED, State.CLOSE_WAIT):
             self._mark_dirty(now)
         return n
 

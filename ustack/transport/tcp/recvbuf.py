@@ -7,32 +7,56 @@ pieces are kept as a sorted list of non-overlapping, merged runs, so
 duplicates and overlaps cost no memory; the window bounds the bytes held
 and ``max_runs`` bounds the number of runs (a segment that would create
 one more run past the bound is dropped, and the peer retransmits it).
+
+In-order bytes are a queue of chunks, each a view: into an RX frame the
+buffer holds (``append``, the fast path's in-order segment: no copy, see
+``ustack.rxhold``), or into memory of the buffer's own (a copy). ``read``
+and ``read_into`` copy each byte once, out of the chunk; ``lend`` hands
+the chunks themselves to the application (``recv_views``), whose bytes
+keep counting against the window (``lent``) until ``unlend``.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 
 class ReceiveBuffer:
-    __slots__ = ("capacity", "max_runs", "_data", "_runs", "ooo_bytes", "last_run")
+    __slots__ = ("capacity", "max_runs", "_chunks", "_len", "_runs", "ooo_bytes", "last_run", "hold", "held", "lent")
 
     def __init__(self, capacity: int, max_runs: int = 256):
         if capacity <= 0:
             raise ValueError("receive buffer capacity must be positive")
         self.capacity = capacity
         self.max_runs = max_runs
-        self._data = bytearray()  # in order, not yet read by the user
+        self._chunks: deque = deque()  # [view, frame or None]: in order, not yet read by the user
+        self._len = 0  # bytes in _chunks
         self._runs: list = []  # [[start, bytearray]] sorted, disjoint, start > 0 (relative to RCV.NXT)
         self.ooo_bytes = 0
         self.last_run = None  # start of the run the most recent out-of-order segment joined (for SACK)
+        self.hold = None  # the stack's RxHold (frames kept past their round), or None: always copy
+        self.held = 0  # views of held frames this buffer keeps (chunks and lent ones), RxHold's count
+        self.lent = 0  # bytes lent to the application (``lend``) and not yet given back
 
     def __len__(self) -> int:
         """Bytes ready for the user."""
-        return len(self._data)
+        return self._len
 
     @property
     def free(self) -> int:
-        """Room left for in-order data: the basis of the receive window."""
-        return max(0, self.capacity - len(self._data))
+        """Room left for in-order data: the basis of the receive window (lent bytes still count)."""
+        return max(0, self.capacity - self._len - self.lent)
+
+    def append(self, data) -> None:
+        """In-order bytes at RCV.NXT with nothing held out of order (the fast path's segment):
+        kept as a view into the RX frame being delivered when the stack's hold takes it, else copied."""
+        hold = self.hold
+        frame = hold.take(self) if hold is not None else None
+        if frame is None:
+            self._chunks.append([memoryview(bytes(data)), None])
+        else:
+            self._chunks.append([memoryview(data).cast("B"), frame])
+        self._len += len(data)
 
     def write(self, offset: int, data) -> int:
         """Store ``data`` at ``offset`` bytes past RCV.NXT; returns how far RCV.NXT advances.
@@ -48,8 +72,9 @@ class ReceiveBuffer:
             data = memoryview(data)[-offset:]
             if not data:
                 return 0
-        before = len(self._data)
-        self._data += data
+        chunks = self._chunks
+        before = self._len
+        self.append(data)
         advanced = len(data)
         runs = self._runs
         if runs:
@@ -60,11 +85,12 @@ class ReceiveBuffer:
                 self.ooo_bytes -= len(run)
                 skip = shift - start
                 if skip < len(run):
-                    self._data += memoryview(run)[skip:]
+                    chunks.append([memoryview(run)[skip:], None])  # the run is no longer ours to change
+                    self._len += len(run) - skip
                     shift += len(run) - skip
             for r in runs:
                 r[0] -= shift
-            advanced = len(self._data) - before
+            advanced = self._len - before
             if self.last_run is not None:
                 self.last_run -= shift
                 if self.last_run <= 0:
@@ -108,21 +134,108 @@ class ReceiveBuffer:
 
     def peek(self, n: int) -> bytes:
         """The first ``n`` in-order bytes, left in place (MSG_PEEK)."""
-        return bytes(self._data[:n])
+        out = []
+        for view, _ in self._chunks:
+            if n <= 0:
+                break
+            out.append(view[:n])
+            n -= len(view)
+        return b"".join(out)
+
+    def _consume(self, n: int) -> None:
+        """Forget the first ``n`` in-order bytes; frames no chunk needs any more go back."""
+        chunks = self._chunks
+        self._len -= n
+        freed = []
+        while n:
+            chunk = chunks[0]
+            view = chunk[0]
+            if len(view) > n:
+                chunk[0] = view[n:]
+                break
+            n -= len(view)
+            chunks.popleft()
+            if chunk[1] is not None:
+                freed.append(chunk[1])
+        if freed:
+            self.hold.drop(freed, self)
 
     def read(self, n: int) -> bytes:
-        data = bytes(self._data[:n])
-        del self._data[:n]
+        """Up to ``n`` bytes, copied once out of the chunks."""
+        n = min(n, self._len)
+        if n <= 0:
+            return b""
+        first = self._chunks[0][0]
+        data = bytes(first[:n]) if len(first) >= n else self.peek(n)
+        self._consume(n)
         return data
 
     def read_into(self, buf) -> int:
-        n = min(len(buf), len(self._data))
-        memoryview(buf)[:n] = self._data[:n]
-        del self._data[:n]
+        """Copy up to ``len(buf)`` bytes straight out of the chunks into ``buf``."""
+        dst = memoryview(buf)
+        n = min(len(dst), self._len)
+        pos = 0
+        for view, _ in self._chunks:
+            k = min(len(view), n - pos)
+            if k <= 0:
+                break
+            dst[pos : pos + k] = view[:k]
+            pos += k
+        self._consume(n)
         return n
 
+    def lend(self, n: int) -> tuple:
+        """Up to ``n`` bytes handed out without a copy: (views, frames held for them, bytes). The views
+        are the chunks themselves; the bytes keep counting against the window until ``unlend``."""
+        chunks = self._chunks
+        n = min(n, self._len)
+        views, frames = [], []
+        left = n
+        while left:
+            chunk = chunks[0]
+            view, frame = chunk
+            if len(view) > left:
+                views.append(view[:left])
+                chunk[0] = view[left:]
+                if frame is not None:
+                    # the rest stays here: the frame gets one more holder, for the lent part
+                    self.hold.take_again(frame, self)
+                    frames.append(frame)
+                break
+            chunks.popleft()
+            views.append(view)
+            if frame is not None:
+                frames.append(frame)
+            left -= len(view)
+        self._len -= n
+        self.lent += n
+        return views, frames, n
+
+    def unlend(self, nbytes: int, frames: list) -> None:
+        """The application gave back lent views: their bytes and frames."""
+        self.lent = max(0, self.lent - nbytes)
+        if frames:
+            self.hold.drop(frames, self)
+
+    def copy_out(self) -> None:
+        """Replace views into held frames by copies of their bytes (the hold's bound was reached)."""
+        freed = []
+        for chunk in self._chunks:
+            if chunk[1] is not None:
+                freed.append(chunk[1])
+                chunk[0] = memoryview(bytes(chunk[0]))
+                chunk[1] = None
+        if freed:
+            self.hold.drop(freed, self)
+
     def clear(self) -> None:
-        self._data = bytearray()
+        """Drop every byte held (lent views stay the application's until it gives them back)."""
+        chunks = self._chunks
+        freed = [frame for _, frame in chunks if frame is not None]
+        self._chunks = deque()
+        self._len = 0
         self._runs = []
         self.ooo_bytes = 0
         self.last_run = None
+        if freed:
+            self.hold.drop(freed, self)
