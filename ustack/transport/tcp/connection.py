@@ -74,6 +74,7 @@ from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
 from ustack.transport.tcp.info import TcpInfo
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
+from ustack.transport.tcp.recvbuf import LentViews
 from ustack.transport.tcp.sender import Sender
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
 from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED, State, Tcb
@@ -918,6 +919,30 @@ class Connection:
             self._mark_dirty(now)
         return n
 
+    def recv_views(self, n: int, now: float | None = None) -> LentViews:
+        """Zero-copy receive: up to ``n`` readable bytes lent as views (``LentViews``; empty when nothing
+        is ready, see ``eof``); raises a pending error once. The bytes keep counting against the window
+        and the memory budget until ``LentViews.release()`` (``return_views``)."""
+        receiver = self.receiver
+        rcvbuf = receiver.rcvbuf
+        if not len(rcvbuf) or n <= 0:
+            if self._pending_error is not None and n > 0:
+                raise self.take_error()
+            return LentViews([], [], 0, None)
+        views, frames, k = rcvbuf.lend(n)
+        self._recharge()
+        if receiver.after_read():
+            self._mark_dirty(now)
+        return LentViews(views, frames, k, self.return_views)
+
+    def return_views(self, lent: LentViews, now: float | None = None) -> None:
+        """The application released views lent by ``recv_views``: their frames go back, the window opens."""
+        receiver = self.receiver
+        receiver.rcvbuf.unlend(lent.nbytes, lent.frames)
+        self._recharge()
+        if receiver.after_read():
+            self._mark_dirty(now)
+
     def shutdown(self, how: int, now: float | None = None) -> None:
         """SHUT_RD, SHUT_WR or SHUT_RDWR (values of the socket module)."""
         if how not in (socket.SHUT_RD, socket.SHUT_WR, socket.SHUT_RDWR):
@@ -1031,7 +1056,7 @@ class Connection:
         if self._charged < 0:
             return
         rcvbuf = self.receiver.rcvbuf
-        held = len(self.sender.sndbuf) + len(rcvbuf) + rcvbuf.ooo_bytes
+        held = len(self.sender.sndbuf) + len(rcvbuf) + rcvbuf.ooo_bytes + rcvbuf.lent
         if held != self._charged:
             self.layer.charge(held - self._charged)
             self._charged = held

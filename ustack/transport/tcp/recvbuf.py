@@ -239,3 +239,49 @@ class ReceiveBuffer:
         self.last_run = None
         if freed:
             self.hold.drop(freed, self)
+
+
+class LentViews:
+    """Bytes lent by ``recv_views``: ``views`` (memoryviews, in order, ``nbytes`` in all) into RX frames
+    or the receive buffer's own memory. Read them, then ``release()`` (or leave a ``with`` block):
+    the frames go back to the device and the window opens. Views are unusable after the release."""
+
+    __slots__ = ("views", "nbytes", "frames", "_give_back")
+
+    def __init__(self, views: list, frames: list, nbytes: int, give_back):
+        self.views = views
+        self.nbytes = nbytes
+        self.frames = frames  # one entry per view of a held frame (RxHold's references)
+        self._give_back = give_back  # called once with this object when released
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __iter__(self):
+        return iter(self.views)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def tobytes(self) -> bytes:
+        """A copy of the lent bytes (for convenience; the point of lending is not to need it)."""
+        return b"".join(self.views)
+
+    @property
+    def released(self) -> bool:
+        return self._give_back is None
+
+    def release(self) -> None:
+        """Give the views back (a second call does nothing)."""
+        give_back, self._give_back = self._give_back, None
+        if give_back is None:
+            return
+        for view in self.views:
+            try:
+                view.release()
+            except BufferError:
+                pass  # re-exported by the application: its problem once the frame is reused
+        give_back(self)
