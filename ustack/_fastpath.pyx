@@ -13,6 +13,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_tcb.pxi: the TCP control block as C sees it (TcbLayout: the slots of tcb.Tcb)
 - _fp_tcp.pxi: the established-TCP fast path (receive header prediction, EstablishedPath)
   and the C demux of established flows (FlowTable)
+- _fp_rxq.pxi: the receive buffer's in-order chunks (ChunkQueue: views into held RX frames)
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -27,3 +28,4 @@ include "_fp_ring.pxi"
 include "_fp_xsk.pxi"
 include "_fp_tcb.pxi"
 include "_fp_tcp.pxi"
+include "_fp_rxq.pxi"

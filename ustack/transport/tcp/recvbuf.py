@@ -8,8 +8,8 @@ duplicates and overlaps cost no memory; the window bounds the bytes held
 and ``max_runs`` bounds the number of runs (a segment that would create
 one more run past the bound is dropped, and the peer retransmits it).
 
-In-order bytes are a queue of chunks, each a view: into an RX frame the
-buffer holds (``append``, the fast path's in-order segment: no copy, see
+In-order bytes are a queue of chunks (``_fastpath.ChunkQueue``, in C),
+each a view: into an RX frame the buffer holds (``append``: no copy, see
 ``ustack.rxhold``), or into memory of the buffer's own (a copy). ``read``
 and ``read_into`` copy each byte once, out of the chunk; ``lend`` hands
 the chunks themselves to the application (``recv_views``), whose bytes
@@ -18,45 +18,49 @@ keep counting against the window (``lent``) until ``unlend``.
 
 from __future__ import annotations
 
-from collections import deque
+from ustack._fastpath import ChunkQueue
 
 
 class ReceiveBuffer:
-    __slots__ = ("capacity", "max_runs", "_chunks", "_len", "_runs", "ooo_bytes", "last_run", "hold", "held", "lent")
+    __slots__ = ("capacity", "max_runs", "_chunks", "_runs", "ooo_bytes", "last_run", "lent", "append")
 
     def __init__(self, capacity: int, max_runs: int = 256):
         if capacity <= 0:
             raise ValueError("receive buffer capacity must be positive")
         self.capacity = capacity
         self.max_runs = max_runs
-        self._chunks: deque = deque()  # [view, frame or None]: in order, not yet read by the user
-        self._len = 0  # bytes in _chunks
+        self._chunks = ChunkQueue()  # in order, not yet read by the user
         self._runs: list = []  # [[start, bytearray]] sorted, disjoint, start > 0 (relative to RCV.NXT)
         self.ooo_bytes = 0
         self.last_run = None  # start of the run the most recent out-of-order segment joined (for SACK)
-        self.hold = None  # the stack's RxHold (frames kept past their round), or None: always copy
-        self.held = 0  # views of held frames this buffer keeps (chunks and lent ones), RxHold's count
         self.lent = 0  # bytes lent to the application (``lend``) and not yet given back
+        # append(data): in-order bytes at RCV.NXT (the fast path's segment, or the in-order part of a
+        # slow one), kept as a view into the RX frame being delivered when the hold takes it, else
+        # copied; the C queue's own method, so the fast path's call runs no Python frame
+        self.append = self._chunks.append
 
     def __len__(self) -> int:
         """Bytes ready for the user."""
-        return self._len
+        return self._chunks.nbytes
 
     @property
     def free(self) -> int:
         """Room left for in-order data: the basis of the receive window (lent bytes still count)."""
-        return max(0, self.capacity - self._len - self.lent)
+        return max(0, self.capacity - self._chunks.nbytes - self.lent)
 
-    def append(self, data) -> None:
-        """In-order bytes at RCV.NXT with nothing held out of order (the fast path's segment):
-        kept as a view into the RX frame being delivered when the stack's hold takes it, else copied."""
-        hold = self.hold
-        frame = hold.take(self) if hold is not None else None
-        if frame is None:
-            self._chunks.append([memoryview(bytes(data)), None])
-        else:
-            self._chunks.append([memoryview(data).cast("B"), frame])
-        self._len += len(data)
+    @property
+    def hold(self):
+        """The stack's RxHold (frames kept past their round), or None: every byte is copied in."""
+        return self._chunks.hold
+
+    @hold.setter
+    def hold(self, hold) -> None:
+        self._chunks.hold = hold
+
+    @property
+    def held(self) -> int:
+        """Views of held frames this buffer keeps (its chunks and the views it lent)."""
+        return self._chunks.held
 
     def write(self, offset: int, data) -> int:
         """Store ``data`` at ``offset`` bytes past RCV.NXT; returns how far RCV.NXT advances.
@@ -73,7 +77,7 @@ class ReceiveBuffer:
             if not data:
                 return 0
         chunks = self._chunks
-        before = self._len
+        before = chunks.nbytes
         self.append(data)
         advanced = len(data)
         runs = self._runs
@@ -85,12 +89,11 @@ class ReceiveBuffer:
                 self.ooo_bytes -= len(run)
                 skip = shift - start
                 if skip < len(run):
-                    chunks.append([memoryview(run)[skip:], None])  # the run is no longer ours to change
-                    self._len += len(run) - skip
+                    chunks.push(memoryview(run)[skip:], None)  # the run is no longer ours to change
                     shift += len(run) - skip
             for r in runs:
                 r[0] -= shift
-            advanced = self._len - before
+            advanced = chunks.nbytes - before
             if self.last_run is not None:
                 self.last_run -= shift
                 if self.last_run <= 0:
@@ -134,80 +137,21 @@ class ReceiveBuffer:
 
     def peek(self, n: int) -> bytes:
         """The first ``n`` in-order bytes, left in place (MSG_PEEK)."""
-        out = []
-        for view, _ in self._chunks:
-            if n <= 0:
-                break
-            out.append(view[:n])
-            n -= len(view)
-        return b"".join(out)
-
-    def _consume(self, n: int) -> None:
-        """Forget the first ``n`` in-order bytes; frames no chunk needs any more go back."""
-        chunks = self._chunks
-        self._len -= n
-        freed = []
-        while n:
-            chunk = chunks[0]
-            view = chunk[0]
-            if len(view) > n:
-                chunk[0] = view[n:]
-                break
-            n -= len(view)
-            chunks.popleft()
-            if chunk[1] is not None:
-                freed.append(chunk[1])
-        if freed:
-            self.hold.drop(freed, self)
+        return self._chunks.peek(n)
 
     def read(self, n: int) -> bytes:
         """Up to ``n`` bytes, copied once out of the chunks."""
-        n = min(n, self._len)
-        if n <= 0:
-            return b""
-        first = self._chunks[0][0]
-        data = bytes(first[:n]) if len(first) >= n else self.peek(n)
-        self._consume(n)
-        return data
+        return self._chunks.read(n)
 
     def read_into(self, buf) -> int:
         """Copy up to ``len(buf)`` bytes straight out of the chunks into ``buf``."""
-        dst = memoryview(buf)
-        n = min(len(dst), self._len)
-        pos = 0
-        for view, _ in self._chunks:
-            k = min(len(view), n - pos)
-            if k <= 0:
-                break
-            dst[pos : pos + k] = view[:k]
-            pos += k
-        self._consume(n)
-        return n
+        return self._chunks.read_into(buf)
 
     def lend(self, n: int) -> tuple:
         """Up to ``n`` bytes handed out without a copy: (views, frames held for them, bytes). The views
-        are the chunks themselves; the bytes keep counting against the window until ``unlend``."""
-        chunks = self._chunks
-        n = min(n, self._len)
+        are slices of the chunks; the bytes keep counting against the window until ``unlend``."""
         views, frames = [], []
-        left = n
-        while left:
-            chunk = chunks[0]
-            view, frame = chunk
-            if len(view) > left:
-                views.append(view[:left])
-                chunk[0] = view[left:]
-                if frame is not None:
-                    # the rest stays here: the frame gets one more holder, for the lent part
-                    self.hold.take_again(frame, self)
-                    frames.append(frame)
-                break
-            chunks.popleft()
-            views.append(view)
-            if frame is not None:
-                frames.append(frame)
-            left -= len(view)
-        self._len -= n
+        n = self._chunks.lend(n, views, frames)
         self.lent += n
         return views, frames, n
 
@@ -215,30 +159,18 @@ class ReceiveBuffer:
         """The application gave back lent views: their bytes and frames."""
         self.lent = max(0, self.lent - nbytes)
         if frames:
-            self.hold.drop(frames, self)
+            self._chunks.unlend(frames)
 
     def copy_out(self) -> None:
         """Replace views into held frames by copies of their bytes (the hold's bound was reached)."""
-        freed = []
-        for chunk in self._chunks:
-            if chunk[1] is not None:
-                freed.append(chunk[1])
-                chunk[0] = memoryview(bytes(chunk[0]))
-                chunk[1] = None
-        if freed:
-            self.hold.drop(freed, self)
+        self._chunks.copy_out()
 
     def clear(self) -> None:
         """Drop every byte held (lent views stay the application's until it gives them back)."""
-        chunks = self._chunks
-        freed = [frame for _, frame in chunks if frame is not None]
-        self._chunks = deque()
-        self._len = 0
+        self._chunks.clear()
         self._runs = []
         self.ooo_bytes = 0
         self.last_run = None
-        if freed:
-            self.hold.drop(freed, self)
 
 
 class LentViews:
