@@ -11,7 +11,7 @@ after reading; the reader touches every byte through a hash-free
 CPU time of the transfer, reported as CPU MB/s and ns per byte; medians of
 ``--runs``, the modes interleaved run by run so that load affects them alike.
 
-    python -m ustack.tools.bench_lending [--bytes 20000000] [--runs 3]
+    python -m ustack.tools.bench_lending [--bytes 20000000] [--runs 3] [--mtu 9000]
     python -m ustack.tools.bench_lending --exact [--bytes 20000000]
 
 ``--exact`` instead runs one transfer with the lending API on both sides
@@ -37,10 +37,10 @@ RECEIVERS = ("recv", "recv_into", "recv_views")
 
 
 def transfer(size: int, sender: str, receiver: str, seed: int = 1, impair: dict | None = None,
-             check: bool = False) -> dict:
+             check: bool = False, mtu: int = 1500) -> dict:
     """``size`` bytes from b to a; returns the CPU seconds, the digests when ``check`` and a's counters."""
     clock = ManualClock(1000.0)
-    link = PipeLink(clock, seed=seed, delay=0.0005, **(impair or {}))
+    link = PipeLink(clock, seed=seed, delay=0.0005, mtu=mtu, **(impair or {}))
     a, b = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
     lst = a.tcp.listen((ANY4, 80), 4)
     conn = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
@@ -114,6 +114,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ustack.tools.bench_lending", description=__doc__.splitlines()[0])
     p.add_argument("--bytes", type=int, default=20_000_000, help="bytes to transfer (default 20 MB)")
     p.add_argument("--runs", type=int, default=3, help="runs per mode (median reported)")
+    p.add_argument("--mtu", type=int, default=1500, help="the pipe's MTU (9000: jumbo frames, 6x the bytes a segment)")
     p.add_argument("--exact", action="store_true", help="one lending transfer at 5%% loss etc., checked exact")
     args = p.parse_args(argv)
     if args.bytes <= 0 or args.runs <= 0:
@@ -132,9 +133,9 @@ def main(argv=None) -> int:
     cpu = {m: [] for m in modes}
     for _ in range(args.runs):
         for m in modes:
-            cpu[m].append(transfer(args.bytes, *m)["cpu"])
+            cpu[m].append(transfer(args.bytes, *m, mtu=args.mtu)["cpu"])
     base = statistics.median(cpu[("send", "recv_into")])
-    print(f"TCP over the pipe, {args.bytes} bytes, medians of {args.runs} (CPU of both stacks and both apps):")
+    print(f"TCP over the pipe (MTU {args.mtu}), {args.bytes} bytes, medians of {args.runs} (CPU of both stacks and both apps):")
     for m in modes:
         med = statistics.median(cpu[m])
         print(f"  {m[0]:>8} -> {m[1]:<10} {med:7.3f} s CPU  {args.bytes / med / 1e6:6.1f} MB/s  "

@@ -138,3 +138,22 @@ def test_lent_bytes_close_the_window_until_released():
     assert net.a.rx_hold.held == 0
     net.run(lambda: len(server.receiver.rcvbuf) == len(more), 10)
     assert server.recv(10000, net.clock.now) == more
+
+
+def test_hold_bound_keeps_the_ring_flowing_while_nobody_reads():
+    net = checked_net()
+    net.a.rx_hold.limit = 4
+    lst = net.a.tcp.listen((b"\0\0\0\0", 80), 16)
+    client = net.b.tcp.connect(None, (A, 80), net.clock.now)
+    net.run(lambda: lst.readable, 5)
+    server = lst.accept()
+    data = hashlib.sha256(b"bound").digest() * 5000  # 160 KB: more than 4 frames, less than the window
+    assert client.send(data, net.clock.now) == len(data)
+    net.run(lambda: len(server.receiver.rcvbuf) == len(data), 30)
+    hold = net.a.rx_hold
+    assert hold.held <= 4 and net.a.stats["rx_hold.reclaims"] > 0  # copied out at the bound, frames went back
+    assert server.recv(len(data), net.clock.now) == data
+    assert hold.held == 0
+    client.close(net.clock.now)
+    server.close(net.clock.now)
+    net.run(lambda: server.state == State.CLOSED, 10)

@@ -180,3 +180,27 @@ def test_lent_views_release_once():
     assert given == [lv]
     with pytest.raises(ValueError):
         bytes(lv.views[0])
+
+
+def test_chunk_queue_wraps_and_grows_in_order():
+    """The C queue's ring of chunks: wrapped, then grown, the bytes come out in order (with lends between)."""
+    dev, hold, rb, _ = held_buffer(limit=1000, capacity=1 << 20)
+    expect = bytearray()
+    out = bytearray()
+    lent = []
+    for i in range(300):
+        piece = bytes([i % 251]) * (i % 7 + 1)
+        deliver(hold, rb, bytearray(b"--" + piece), 2)
+        expect += piece
+        if i % 3 == 0:
+            out += rb.read(5)  # partial chunks, the ring's head moves, so later pushes wrap
+        if i % 50 == 49:
+            views, frames, n = rb.lend(9)
+            out += b"".join(views)
+            lent.append((n, frames))
+    buf = bytearray(len(expect))
+    out += buf[:rb.read_into(buf)]
+    assert out == expect and len(rb) == 0
+    for n, frames in lent:
+        rb.unlend(n, frames)
+    assert hold.held == 0 and rb.held == 0 and len(dev.released) == 300
