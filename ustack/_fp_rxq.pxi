@@ -110,10 +110,13 @@ cdef class FrameHold:
         return 0
 
     def reclaim(self):
-        """Every queue copies out the bytes it holds in frames (not those lent to the application)."""
-        self.stats.inc("rx_hold.reclaims")
+        """Every queue copies out the bytes it holds in frames (not those lent to the application);
+        counted in ``rx_hold.reclaims`` when that gave frames back."""
+        cdef Py_ssize_t before = len(self._refs)
         for owner in list(self._owners.values()):
             (<ChunkQueue>owner).copy_out()
+        if len(self._refs) < before:
+            self.stats.inc("rx_hold.reclaims")
 
     def unheld(self, frames):
         """End of a round: the burst's frames nobody holds, plus those freed during the round."""
