@@ -134,7 +134,8 @@ class Stack:
         if rx_hold is None:
             ring = caps.extra.get("rx_frames") or 256
             rx_hold = min(128, ring // 2)
-        self.rx_hold = self.tcp.rx_hold = RxHold(device.rx_release, rx_hold, stats)
+        # frames go back through the device's rx_release as it is then (AF_XDP swaps it on open and close)
+        self.rx_hold = self.tcp.rx_hold = RxHold(lambda frames: device.rx_release(frames), rx_hold, stats)
         self._tcp_flows = self.tcp.flows.input if self.tcp.fastpath else None
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
