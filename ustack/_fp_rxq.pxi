@@ -7,6 +7,10 @@
 # queue copies its held bytes out (``reclaim``), then a payload that still
 # finds no room is copied. Frames freed inside a poll round wait for the
 # round's end (``unheld``); outside one they go back at once (``release``).
+# An ordered ring (AF_PACKET: the kernel fills slots, or blocks, in turn and
+# stops at one still held) also bounds a frame's age: once ``limit`` more
+# frames have come in, the bytes it holds are copied out (``reclaim``), and
+# ``lend`` copies before lending, so no slot waits on the application.
 #
 # ChunkQueue: a receive buffer's in-order bytes as chunks, each a byte
 # memoryview into a held frame or into a copy of its own. ``read_into``/
@@ -21,6 +25,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.object cimport PyObject
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from libc.string cimport memcpy
+import collections
 
 
 cdef struct RxChunk:
@@ -42,8 +47,11 @@ cdef class FrameHold:
     cdef dict _refs  # id(frame) -> views of it held (the views keep the frame object alive)
     cdef dict _owners  # id(queue) -> a ChunkQueue holding frames (held > 0)
     cdef list _pending  # frames freed during the round
+    cdef readonly bint ordered  # the device's RX ring is ordered (see the top of the file)
+    cdef readonly Py_ssize_t seen  # frames delivered so far (``at``)
+    cdef object _order  # ordered rings: deque of (seen when held, frame), oldest first
 
-    def __init__(self, release, Py_ssize_t limit, stats):
+    def __init__(self, release, Py_ssize_t limit, stats, bint ordered=False):
         if limit < 0:
             raise ValueError("the hold limit must be >= 0")
         self.release = release
@@ -54,6 +62,15 @@ cdef class FrameHold:
         self._refs = {}
         self._owners = {}
         self._pending = []
+        self.ordered = ordered
+        self.seen = 0
+        self._order = collections.deque()
+
+    def at(self, frame):
+        """The stack delivers ``frame`` now (None: between frames); counts its age on an ordered ring."""
+        self.current = frame
+        if frame is not None:
+            self.seen += 1
 
     @property
     def held(self):
@@ -72,6 +89,8 @@ cdef class FrameHold:
                     self.stats.inc("rx_hold.copied")
                     return None
             self._refs[key] = 1
+            if self.ordered:
+                self._order.append((self.seen, frame))
         else:
             self._refs[key] = n + 1
         if not owner.held:
@@ -118,17 +137,44 @@ cdef class FrameHold:
         if len(self._refs) < before:
             self.stats.inc("rx_hold.reclaims")
 
+    cdef int _age(self) except -1:
+        """Ordered ring: copy out what the oldest held frames hold once ``limit`` frames came after them."""
+        order = self._order
+        refs = self._refs
+        while order and id(order[0][1]) not in refs:
+            order.popleft()
+        if order and self.seen - <Py_ssize_t>order[0][0] > self.limit:
+            self.reclaim()
+            while order and id(order[0][1]) not in refs:
+                order.popleft()
+            if order and self.seen - <Py_ssize_t>order[0][0] > self.limit:
+                self.stats.inc("rx_hold.lent_overdue")  # (lending copies first on an ordered ring)
+                order.popleft()
+        return 0
+
     def unheld(self, frames):
         """End of a round: the burst's frames nobody holds, plus those freed during the round."""
         cdef dict refs = self._refs
         cdef list out
-        if refs:
+        cdef bint was = self.in_round
+        if self.ordered and self._order:
+            self.in_round = True  # what the age check frees goes back with this burst
+            try:
+                self._age()
+            finally:
+                self.in_round = was
+        cdef list pending = self._pending
+        cdef set again
+        if pending:
+            # a frame of this burst held and freed again within the round is in both: give it back once
+            again = {id(f) for f in pending}
+            out = [f for f in frames if id(f) not in refs and id(f) not in again]
+            out.extend(pending)
+            self._pending = []
+        elif refs:
             out = [f for f in frames if id(f) not in refs]
         else:
             out = list(frames)
-        if self._pending:
-            out.extend(self._pending)
-            self._pending = []
         return out
 
 
@@ -284,6 +330,8 @@ cdef class ChunkQueue:
         cdef RxChunk *c
         if n > self.nbytes:
             n = self.nbytes
+        if self.hold is not None and self.hold.ordered and self.held:
+            self.copy_out()  # an ordered ring must not wait on the application: lend copies
         while done < n:
             c = &self._c[self._head]
             k = c.len - c.off

@@ -14,7 +14,10 @@ would pass the bound, every receive buffer first copies its held (not yet
 lent) bytes out into memory of its own (``reclaim``: a second copy, only
 for bytes that wait), and the new payload is copied when the bound is
 still reached (``rx_hold.copied``): frames the application holds through
-``recv_views`` are the only ones the stack cannot take back.
+``recv_views`` are the only ones the stack cannot take back. On an
+ordered ring (AF_PACKET, ``rx_ordered`` in the device's capabilities: the
+kernel fills slots or blocks in turn and stops at one still held) the bound
+is also an age, and lending copies first (see ``_fp_rxq.pxi``).
 """
 
 from __future__ import annotations

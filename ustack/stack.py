@@ -131,11 +131,13 @@ class Stack:
                             **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
+        ordered = bool(caps.extra.get("rx_ordered"))
         if rx_hold is None:
             ring = caps.extra.get("rx_frames") or 256
-            rx_hold = min(128, ring // 2)
+            # an ordered ring must not come round to a held unit: fewer than half of them, counted in age too
+            rx_hold = max(1, min(128, (ring - 2) // 2 if ordered else ring // 2))
         # frames go back through the device's rx_release as it is then (AF_XDP swaps it on open and close)
-        self.rx_hold = self.tcp.rx_hold = RxHold(lambda frames: device.rx_release(frames), rx_hold, stats)
+        self.rx_hold = self.tcp.rx_hold = RxHold(lambda frames: device.rx_release(frames), rx_hold, stats, ordered)
         self._tcp_flows = self.tcp.flows.input if self.tcp.fastpath else None
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
@@ -203,12 +205,13 @@ class Stack:
             if frames:
                 self.stats.inc("eth.frames_received", len(frames))
                 hold = self.rx_hold
+                at = hold.at
                 hold.in_round = True
                 try:
                     records = _fastpath.classify(frames, link.mac, self._verify_l4)
                     deliver = self._deliver
                     for frame, rec in zip(frames, records):
-                        hold.current = frame
+                        at(frame)
                         try:
                             deliver(frame, rec, now)
                         except Exception as e:  # the barrier: one frame's bug never stops the host

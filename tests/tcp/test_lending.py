@@ -204,3 +204,20 @@ def test_chunk_queue_wraps_and_grows_in_order():
     for n, frames in lent:
         rb.unlend(n, frames)
     assert hold.held == 0 and rb.held == 0 and len(dev.released) == 300
+
+
+def test_frame_held_and_read_within_its_round_goes_back_once():
+    """A reader called back inside the round (on_event) frees a frame of the burst being delivered:
+    it goes back with the burst exactly once (twice would return a ring slot or block still in use)."""
+    dev, hold, rb, _ = held_buffer()
+    burst = [memoryview(bytearray(b"--abc")), memoryview(bytearray(b"--def"))]
+    hold.in_round = True
+    for f in burst:
+        hold.at(f)
+        rb.append(f[2:])
+    assert rb.read(4) == b"abcd" and hold.held == 1  # the first frame freed during the round
+    hold.at(None)
+    hold.in_round = False
+    out = hold.unheld(burst)
+    assert out == [burst[0]]
+    assert rb.read(2) == b"ef" and dev.released == [burst[1]]
