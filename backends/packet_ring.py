@@ -317,6 +317,10 @@ class PacketRingDevice:
             "retire_tov_ms": None if v2 else retire_tov_ms,
             "fanout": fanout,
         }
+        # what the kernel cycles through in order, slots (V2) or blocks (V3): a held one stops it there,
+        # so the stack copies out what it holds before it comes round again (ustack.rxhold)
+        extra["rx_frames"] = rx_nr if v2 else block_count
+        extra["rx_ordered"] = True
         if v2:
             extra["rx_slots"] = (rx_nr, rx_frame_size)
         self.capabilities = Capabilities(

@@ -104,7 +104,7 @@ class TapDevice:
             max_burst=max_burst,
             frame_size=frame_size,
             mode="tap (/dev/net/tun, one read/write per frame)",
-            extra={"ifname": name},
+            extra={"ifname": name, "rx_frames": rx_slots},
         )
         # RX slots are one byte longer than the largest frame the kernel
         # should hand us, so a read that fills a slot exposes an oversize frame.

@@ -14,6 +14,8 @@ Pieces (each in its own include file, one concern each):
 - _fp_tcp.pxi: the established-TCP fast path (receive header prediction, EstablishedPath)
   and the C demux of established flows (FlowTable, IPv4 and IPv6)
 - _fp_ack.pxi: the receive side's ACK policy (delayed ACK) and the pure ACK, in C
+- _fp_rxq.pxi: the receive buffer's in-order chunks (ChunkQueue: views into held RX frames)
+- _fp_sndq.pxi: the send buffer's ring (SendRing: views for the segment writer, reservations)
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -27,5 +29,7 @@ include "_fp_emit6.pxi"
 include "_fp_ring.pxi"
 include "_fp_xsk.pxi"
 include "_fp_tcb.pxi"
+include "_fp_rxq.pxi"
+include "_fp_sndq.pxi"
 include "_fp_tcp.pxi"
 include "_fp_ack.pxi"

@@ -58,8 +58,8 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
     delack = _fget(receiver, ro[R_DELACK])
     rtt = _fget(receiver, ro[R_RTT])
     rto = PyFloat_AsDouble(rtt.rto) if rtt is not None else 1.0
-    held = PyByteArray_GET_SIZE(rcvbuf._data)
-    free = PyLong_AsLongLong(rcvbuf.capacity) - held
+    held = (<ChunkQueue>rcvbuf._chunks).nbytes
+    free = PyLong_AsLongLong(rcvbuf.capacity) - held - PyLong_AsLongLong(rcvbuf.lent)  # ReceiveBuffer.free
     if free < 0:
         free = 0
     # DelayedAck.data_received (Linux tcp_event_data_recv)
@@ -133,7 +133,7 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
     out = conn.out
     # Receiver.select_window over Receiver.offerable (no memory pressure here)
     cap = PyLong_AsLongLong(rcvbuf.capacity)
-    free = cap - PyByteArray_GET_SIZE(rcvbuf._data)
+    free = cap - (<ChunkQueue>rcvbuf._chunks).nbytes - PyLong_AsLongLong(rcvbuf.lent)  # ReceiveBuffer.free
     if free < 0:
         free = 0
     if layer is not None:

@@ -17,22 +17,24 @@
 # - data: it fits in the advertised window, nothing is held out of order,
 #   no early FIN waits, the user has not closed, the layer's memory budget
 #   has room and is below its soft level; its ACK acknowledges nothing new (the window update done
-#   here) or new data below SND.MAX (the Sender's ``on_ack``, one call);
+#   here, with the tail of ``Sender.on_ack``: ack_tsecr, recovery.after_ack,
+#   recovery.arm_timer) or new data below SND.MAX (the Sender's ``on_ack``, one call);
 # - a pure ACK (no data): it acknowledges new data (SND.UNA < SEG.ACK <=
 #   SND.MAX) and no FIN of ours is queued; the Sender's ``on_ack`` takes it.
 #   Duplicate ACKs and window updates go the Python way.
 #
 # Then: TS.Recent (RFC 7323 4.3), the payload appended to the receive
-# buffer in C, RCV.NXT and the ACK policy (``_in_order`` in _fp_ack.pxi: the
+# buffer (a view into the held RX frame, ``ustack.rxhold``: ReceiveBuffer.append),
+# RCV.NXT and the ACK policy (``_in_order`` in _fp_ack.pxi: the
 # rules of ``Receiver.in_order`` and ``delack`` over their own state), the
 # output loop (skipped when it has nothing to send and no timer to touch: an
 # empty send buffer, nothing outstanding, no FIN, no cork timer), and the
 # pure ACK if the policy says it is owed now (``_send_ack``, into a TX slot
 # through the host's fast emitter). Python code this file relies on by name:
 # ``Connection`` (tcb, receiver, sender, out, layer.mem_room,
-# layer.under_pressure, orphaned, segment_arrives), ``Receiver`` (rcvbuf._data,
-# rcvbuf.ooo_bytes, ack_now, and the fields _fp_ack.pxi names), ``Sender``
-# (on_ack, output, recovery.after_ack, sndbuf._data, force, push,
+# layer.under_pressure, orphaned, segment_arrives), ``Receiver`` (rcvbuf.append,
+# rcvbuf._chunks, rcvbuf.lent, rcvbuf.ooo_bytes, ack_now, and the fields _fp_ack.pxi names), ``Sender``
+# (on_ack, ack_tsecr, output, recovery.after_ack, recovery.arm_timer, len(sndbuf), force, push,
 # cork_timer), ``Output`` (fast, write, send_ack).
 
 from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
@@ -84,7 +86,6 @@ cdef class EstablishedPath:
         cdef uint32_t seq, ack, una, snd_max, wl1, rcv_nxt
         cdef int64_t rcv_wnd, seg_wnd, old_wnd
         cdef Py_ssize_t dlen, before
-        cdef Py_buffer view
         cdef int flags
         cdef bint wnd_update = False, ts_ok
         if type(seg) is not Packet:
@@ -159,27 +160,25 @@ cdef class EstablishedPath:
                     _fset(tcb, off[T_SND_WL2], ack)
                     if seg_wnd > _iget(tcb, off[T_MAX_SND_WND]):
                         _fset(tcb, off[T_MAX_SND_WND], seg_wnd)
+                # (its tail: the ACK's TSecr for RACK/Eifel, the recovery told, its timer run; ESTABLISHED
+                # is a sending state)
+                sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
+                recovery = sender.recovery
+                recovery.after_ack(ack, (), now)
                 if snd_max != una:
-                    sender.recovery.after_ack(ack, (), now)
+                    recovery.arm_timer(now)  # (it does nothing with nothing outstanding)
             else:
                 sender.on_ack(seg, dlen, now)
             # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
-            buf = rcvbuf._data
-            before = PyByteArray_GET_SIZE(buf)
-            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
-            try:
-                if view.len != dlen:
-                    raise ValueError("payload changed length")
-                PyByteArray_Resize(buf, before + dlen)
-                memcpy(PyByteArray_AS_STRING(buf) + before, view.buf, dlen)
-            finally:
-                PyBuffer_Release(&view)
+            # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
+            before = (<ChunkQueue>rcvbuf._chunks).nbytes
+            rcvbuf.append(payload)
             _in_order(tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen, before, now,
                       flags & TH_PSH)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
                     or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
-                    or PyByteArray_GET_SIZE(sender.sndbuf._data) or sender.force or sender.push
+                    or len(sender.sndbuf) or sender.force or sender.push
                     or sender.cork_timer.deadline is not None):
                 sender.output(now)  # (otherwise it has nothing to send and no timer to change)
             if _bget(receiver, self.receiver_layout._off[R_ACK_NOW]):
@@ -217,8 +216,8 @@ cdef int _recharge(object conn, object sender, object receiver) except -1:
     if charged < 0:
         return 0
     rcvbuf = receiver.rcvbuf
-    held = (PyByteArray_GET_SIZE(sender.sndbuf._data) + PyByteArray_GET_SIZE(rcvbuf._data)
-            + PyLong_AsLongLong(rcvbuf.ooo_bytes))
+    held = (len(sender.sndbuf) + (<ChunkQueue>rcvbuf._chunks).nbytes + PyLong_AsLongLong(rcvbuf.ooo_bytes)
+            + PyLong_AsLongLong(rcvbuf.lent))
     if held != charged:
         conn.layer.charge(held - charged)
         conn._charged = held
@@ -427,7 +426,7 @@ cdef class FlowTable:
             return False
         return self._take(<Packet>seg, frame, now)
 
-    def deliver_burst(self, frames, records, now, deliver, failed, iface6):
+    def deliver_burst(self, frames, records, now, deliver, failed, iface6, FrameHold hold=None):
         """A classified burst in order (``Stack.poll``): the TCP segments of ESTABLISHED flows to their
         connections here (``input``), every other record to ``deliver(frame, record, now)``.
 
@@ -438,7 +437,8 @@ cdef class FlowTable:
         was set up; an IPv4 flow's local address is the interface's), except
         for IPv6, where addresses come and go: an IPv6 segment is taken here
         only while its destination is among ``iface6``'s preferred addresses
-        and its source is not (otherwise ``deliver`` screens it).
+        and its source is not (otherwise ``deliver`` screens it). ``hold``
+        (the stack's RxHold) is told which frame is being delivered (``at``).
         """
         cdef Py_ssize_t i, n = len(records)
         cdef Packet p
@@ -446,6 +446,9 @@ cdef class FlowTable:
         for i in range(n):
             rec = records[i]
             frame = frames[i]
+            if hold is not None:  # FrameHold.at(frame)
+                hold.current = frame
+                hold.seen += 1
             try:
                 if type(rec) is Packet:
                     p = <Packet>rec

@@ -18,7 +18,10 @@ The parts, bottom up (each gets only the collaborators it uses, never the Stack)
    records kept and refilled from round to round;
 3. each record goes to its kind's handler (one dict lookup): UDP/TCP/ICMP/
    ARP/fragments to their layers, drops counted under their named reason;
-4. the frames are released back to the device;
+4. the frames are released back to the device, but for those whose TCP
+   payload a receive buffer keeps as a view (``ustack.rxhold``: one copy
+   per byte on the socket path; at most ``rx_hold`` frames, by default
+   half the device's RX frames up to 128); they go back once read;
 5. due timers fire (ARP retries, reassembly timeouts, TCP timers);
 6. everything emitted during the round is posted with one ``tx_commit``.
 
@@ -62,6 +65,7 @@ from ustack.net.link import Link
 from ustack.net.loopback import LoopbackNeighbours
 from ustack.net.route import Interface
 from ustack.net.route6 import PREFERRED, Interface6
+from ustack.rxhold import RxHold
 from ustack.snapshot import snapshot
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
@@ -111,7 +115,8 @@ class Stack:
                  isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
                  arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
                  udp: Optional[dict] = None, gateway6: Optional[str] = None, ipv6: Optional[dict] = None,
-                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None, loopback: bool = False):
+                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None, loopback: bool = False,
+                 rx_hold: Optional[int] = None):
         caps = device.capabilities
         texts = [addr] if isinstance(addr, str) else list(addr)
         v4 = [a for a in texts if ":" not in a]
@@ -146,6 +151,13 @@ class Stack:
                             **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
+        ordered = bool(caps.extra.get("rx_ordered"))
+        if rx_hold is None:
+            ring = caps.extra.get("rx_frames") or 256
+            # an ordered ring must not come round to a held unit: fewer than half of them, counted in age too
+            rx_hold = max(1, min(128, (ring - 2) // 2 if ordered else ring // 2))
+        # frames go back through the device's rx_release as it is then (AF_XDP swaps it on open and close)
+        self.rx_hold = self.tcp.rx_hold = RxHold(lambda frames: device.rx_release(frames), rx_hold, stats, ordered)
         self._tcp_flows = self.tcp.flows.input if self.tcp.fastpath else None
         # With the fast path the poll loop runs in C (FlowTable.deliver_burst): established flows' segments
         # go straight to their connections, every other frame to _deliver, in order.
@@ -227,19 +239,25 @@ class Stack:
             frames = device.rx_burst(link.burst)
             if frames:
                 self.stats.inc("eth.frames_received", len(frames))
+                hold = self.rx_hold
+                at = hold.at
+                hold.in_round = True
                 try:
                     records = self._classifier.classify(frames)
                     deliver = self._deliver
                     if self._tcp_burst is not None:
-                        self._tcp_burst(frames, records, now, deliver, self._frame_failed, self.iface6)
+                        self._tcp_burst(frames, records, now, deliver, self._frame_failed, self.iface6, hold)
                     else:
                         for frame, rec in zip(frames, records):
+                            at(frame)
                             try:
                                 deliver(frame, rec, now)
                             except Exception as e:  # the barrier: one frame's bug never stops the host
                                 self._frame_failed(e)
                 finally:
-                    device.rx_release(frames)
+                    hold.current = None
+                    hold.in_round = False
+                    device.rx_release(hold.unheld(frames))  # frames a receive buffer keeps go back later
             self._run_timers(now)
             mld = self.mld
             if mld is not None and mld.seen is not self.iface6.groups:

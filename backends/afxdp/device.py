@@ -233,6 +233,7 @@ class AfXdpDevice:
                 "need_wakeup": need_wakeup,
                 "sg": sg,
                 "queue": self.queue,
+                "rx_frames": rx_frames,
                 "ifname": self.ifname,
                 "ifindex": info.ifindex,
                 "link_mtu": link_mtu,

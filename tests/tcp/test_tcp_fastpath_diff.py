@@ -28,9 +28,8 @@ def _state(h: Harness, conn) -> dict:
     rtt = snd.rtt
     return {
         "tcb": tuple(getattr(tcb, f) for f in _TCB_FIELDS),
-        "rcv": (rcv.ack_now, rcv.wnd_update, rcv.unacked, rcv.bytes_received, bytes(rcv.rcvbuf._data),
-                rcv.rcvbuf.runs(), rcv.rcvbuf.ooo_bytes, rcv.delack_timer.deadline,
-                rcv.delack_due),
+        "rcv": (rcv.ack_now, rcv.wnd_update, rcv.unacked, rcv.bytes_received, rcv.rcvbuf.peek(len(rcv.rcvbuf)),
+                rcv.rcvbuf.runs(), rcv.rcvbuf.ooo_bytes, rcv.delack_timer.deadline, rcv.delack_due),
         "delack": (d.ato, d.quick, d.pingpong, d.lrcvtime, d.pushed, d.reader_waiting),
         "snd": (len(snd.sndbuf), snd.rtx_timer.deadline, snd.persist_timer.deadline, snd.rtx_count, snd.rtt_seq,
                 snd.dup_acks, snd.bytes_acked, snd.retransmits, rtt.srtt, rtt.rttvar, rtt.rto, snd.cc.window,

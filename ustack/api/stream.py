@@ -19,6 +19,10 @@ flags: MSG_DONTWAIT, MSG_NOSIGNAL (MSG_OOB and others EOPNOTSUPP: no urgent
 data). Failures raise the stdlib's exceptions: ConnectionRefusedError,
 ConnectionResetError, BrokenPipeError, TimeoutError.
 
+Zero copy (U-Net's lending): ``recv_views`` lends received bytes as views
+into RX frames, ``send_reserve``/``send_commit`` let the application write
+straight into the send buffer (ustack.transport.tcp.recvbuf, sendbuf).
+
 Application-controlled flow control (U-Net's TCP): ``tcp_info()`` reports the
 connection's state like Linux's TCP_INFO; ``on_send_low_water`` /
 ``on_recv_high_water`` register buffer callbacks; ``configure(**knobs)``
@@ -433,6 +437,43 @@ class StreamSocket(SocketBase):
             return self._recv_flags(conn, view, flags)
         self._wait_readable(conn, 0)
         return self._call(lambda now: conn.recv_into(view, now))
+
+    # -- zero copy (U-Net's lending): see the README's "Copies per API" ------------------------
+    def recv_views(self, nbytes: int, flags: int = 0):
+        """Up to ``nbytes`` received bytes lent without a copy: a ``LentViews`` (``.views``, ``.nbytes``;
+        iterate it, then ``release()`` it or use it as a context manager). Waits like ``recv``; empty at
+        EOF. Until released, the bytes count against the receive window. flags: MSG_DONTWAIT."""
+        conn = self._require_conn()
+        if nbytes < 0:
+            raise ValueError("negative buffersize in recv_views")
+        bad_flags(flags, MSG_DONTWAIT, errno.EINVAL)
+        self._wait_readable(conn, flags)
+        lent = self._call(lambda now: conn.recv_views(nbytes, now))
+        if lent.nbytes:
+            lent._give_back = lambda lv: self._call(lambda now: conn.return_views(lv, now))
+        return lent
+
+    def send_reserve(self, nbytes: int, flags: int = 0) -> memoryview:
+        """A writable view of up to ``nbytes`` inside the send buffer (contiguous, so it may be shorter);
+        write into it, then ``send_commit(n)`` queues the first ``n`` bytes without a copy. Waits for
+        room like ``send`` (EAGAIN when non-blocking). One reservation at a time; ``send`` raises
+        BufferError while one is outstanding. flags: MSG_DONTWAIT."""
+        conn = self._require_conn()
+        if nbytes < 0:
+            raise ValueError("negative size in send_reserve")
+        bad_flags(flags, _SEND_FLAGS)
+        if not nbytes:
+            return memoryview(bytearray())
+        self._wait(lambda: conn.writable, flags, "sndtimeo")
+        view = self._call(lambda now: conn.send_reserve(nbytes))
+        if not len(view) and (flags & MSG_DONTWAIT or self._timeout == 0.0):
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return view
+
+    def send_commit(self, nbytes: int) -> int:
+        """Queue the first ``nbytes`` written into the reservation (0 gives it back); it is released."""
+        conn = self._require_conn()
+        return self._call(lambda now: conn.send_commit(nbytes, now))
 
     def _wait_readable(self, conn, flags: int) -> None:
         """Wait for ``conn`` to be readable; while blocked, the connection knows a reader waits

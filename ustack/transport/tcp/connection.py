@@ -76,6 +76,7 @@ from ustack.transport.tcp.info import TcpInfo
 from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
+from ustack.transport.tcp.recvbuf import LentViews
 from ustack.transport.tcp.sender import Sender
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_in, seq_le, seq_lt
 from ustack.transport.tcp.tcb import (CLOSE_WAIT, CLOSED, CLOSING, ESTABLISHED, FIN_WAIT_1, FIN_WAIT_2, LAST_ACK,
@@ -160,6 +161,7 @@ class Connection:
         self._orphan_una = 0
         self._charged = 0  # buffer bytes charged to the layer's memory budget (tcp_mem); -1 once CLOSED
         self.receiver.budget = layer
+        self.receiver.rcvbuf.hold = layer.rx_hold
         # Receive header prediction in C (``_fastpath.EstablishedPath.input``), or None: Python only.
         self._fast = layer.established.input if layer.fastpath else None
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
@@ -892,6 +894,29 @@ class Connection:
             self._mark_dirty(now)
         return n
 
+    def send_reserve(self, n: int) -> memoryview:
+        """Zero-copy send, step 1: a writable view of up to ``n`` bytes inside the send buffer (contiguous,
+        so possibly shorter; empty when full). Fill it, then ``send_commit``. Raises as ``send`` does."""
+        if self._pending_error is not None:
+            raise self.take_error()
+        st = self.tcb.state
+        if self.wr_shutdown or st not in (State.SYN_SENT, State.SYN_RECEIVED, State.ESTABLISHED, State.CLOSE_WAIT):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        room = self._send_room()
+        if room < n:
+            self.host.stats.inc("tcp.mem_pressure_send")
+            n = max(room, 0)
+        return self.sender.sndbuf.reserve(n)
+
+    def send_commit(self, n: int, now: float | None = None) -> int:
+        """Zero-copy send, step 2: queue the first ``n`` bytes written into the reservation (no copy);
+        the reservation's view is released. ``n`` = 0 gives it back."""
+        n = self.sender.sndbuf.commit(n)
+        self._recharge()
+        if n and self.tcb.state in (State.ESTABLISHED, State.CLOSE_WAIT):
+            self._mark_dirty(now)
+        return n
+
     def recv(self, n: int, now: float | None = None) -> bytes:
         """Up to ``n`` bytes; b"" when nothing is ready (see ``eof``); raises a pending error once."""
         receiver = self.receiver
@@ -918,6 +943,30 @@ class Connection:
         if receiver.after_read():
             self._mark_dirty(now)
         return n
+
+    def recv_views(self, n: int, now: float | None = None) -> LentViews:
+        """Zero-copy receive: up to ``n`` readable bytes lent as views (``LentViews``; empty when nothing
+        is ready, see ``eof``); raises a pending error once. The bytes keep counting against the window
+        and the memory budget until ``LentViews.release()`` (``return_views``)."""
+        receiver = self.receiver
+        rcvbuf = receiver.rcvbuf
+        if not len(rcvbuf) or n <= 0:
+            if self._pending_error is not None and n > 0:
+                raise self.take_error()
+            return LentViews([], [], 0, None)
+        views, frames, k = rcvbuf.lend(n)
+        self._recharge()
+        if receiver.after_read():
+            self._mark_dirty(now)
+        return LentViews(views, frames, k, self.return_views)
+
+    def return_views(self, lent: LentViews, now: float | None = None) -> None:
+        """The application released views lent by ``recv_views``: their frames go back, the window opens."""
+        receiver = self.receiver
+        receiver.rcvbuf.unlend(lent.nbytes, lent.frames)
+        self._recharge()
+        if receiver.after_read():
+            self._mark_dirty(now)
 
     def shutdown(self, how: int, now: float | None = None) -> None:
         """SHUT_RD, SHUT_WR or SHUT_RDWR (values of the socket module)."""
@@ -1032,7 +1081,7 @@ class Connection:
         if self._charged < 0:
             return
         rcvbuf = self.receiver.rcvbuf
-        held = len(self.sender.sndbuf) + len(rcvbuf) + rcvbuf.ooo_bytes
+        held = len(self.sender.sndbuf) + len(rcvbuf) + rcvbuf.ooo_bytes + rcvbuf.lent
         if held != self._charged:
             self.layer.charge(held - self._charged)
             self._charged = held

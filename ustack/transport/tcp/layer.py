@@ -138,7 +138,7 @@ class TcpLayer:
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
                  "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "_notify_due",
-                 "mem_used", "under_pressure")
+                 "mem_used", "under_pressure", "rx_hold")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
         self.host = host
@@ -163,6 +163,7 @@ class TcpLayer:
         # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second, randomized (CVE-2016-5696).
         self.challenge_acks = ChallengeAckBudget(self.config.challenge_ack_limit, host.isn_secret)
         self.cookies = SynCookies(host.isn_secret)  # RFC 4987 3.6 with rotating keys
+        self.rx_hold = None  # the stack's RxHold: receive buffers keep views into RX frames (ustack.rxhold)
         self.mem_used = 0  # bytes held in every connection's send, receive and out-of-order buffers
         self.under_pressure = False  # mem_used is at or above the soft level (tcp_mem_pressure)
         self.orphans = 0  # connections closed by the user still delivering (kept by Connection)
@@ -371,6 +372,7 @@ class TcpLayer:
         if self.connections.get(conn.key) is conn:
             del self.connections[conn.key]
             self.flows.remove(*conn.key, conn)
+        conn.receiver.rcvbuf.copy_out()  # bytes still to read stay, their RX frames go back
 
     def forget_listener(self, lst: Listener) -> None:
         """``lst`` closed."""

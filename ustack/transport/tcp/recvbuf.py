@@ -7,32 +7,60 @@ pieces are kept as a sorted list of non-overlapping, merged runs, so
 duplicates and overlaps cost no memory; the window bounds the bytes held
 and ``max_runs`` bounds the number of runs (a segment that would create
 one more run past the bound is dropped, and the peer retransmits it).
+
+In-order bytes are a queue of chunks (``_fastpath.ChunkQueue``, in C),
+each a view: into an RX frame the buffer holds (``append``: no copy, see
+``ustack.rxhold``), or into memory of the buffer's own (a copy). ``read``
+and ``read_into`` copy each byte once, out of the chunk; ``lend`` hands
+the chunks themselves to the application (``recv_views``), whose bytes
+keep counting against the window (``lent``) until ``unlend``.
 """
 
 from __future__ import annotations
 
+from ustack._fastpath import ChunkQueue
+
 
 class ReceiveBuffer:
-    __slots__ = ("capacity", "max_runs", "_data", "_runs", "ooo_bytes", "last_run")
+    __slots__ = ("capacity", "max_runs", "_chunks", "_runs", "ooo_bytes", "last_run", "lent", "append")
 
     def __init__(self, capacity: int, max_runs: int = 256):
         if capacity <= 0:
             raise ValueError("receive buffer capacity must be positive")
         self.capacity = capacity
         self.max_runs = max_runs
-        self._data = bytearray()  # in order, not yet read by the user
+        self._chunks = ChunkQueue()  # in order, not yet read by the user
         self._runs: list = []  # [[start, bytearray]] sorted, disjoint, start > 0 (relative to RCV.NXT)
         self.ooo_bytes = 0
         self.last_run = None  # start of the run the most recent out-of-order segment joined (for SACK)
+        self.lent = 0  # bytes lent to the application (``lend``) and not yet given back
+        # append(data): in-order bytes at RCV.NXT (the fast path's segment, or the in-order part of a
+        # slow one), kept as a view into the RX frame being delivered when the hold takes it, else
+        # copied; the C queue's own method, so the fast path's call runs no Python frame
+        self.append = self._chunks.append
 
     def __len__(self) -> int:
         """Bytes ready for the user."""
-        return len(self._data)
+        return self._chunks.nbytes
 
     @property
     def free(self) -> int:
-        """Room left for in-order data: the basis of the receive window."""
-        return max(0, self.capacity - len(self._data))
+        """Room left for in-order data: the basis of the receive window (lent bytes still count)."""
+        return max(0, self.capacity - self._chunks.nbytes - self.lent)
+
+    @property
+    def hold(self):
+        """The stack's RxHold (frames kept past their round), or None: every byte is copied in."""
+        return self._chunks.hold
+
+    @hold.setter
+    def hold(self, hold) -> None:
+        self._chunks.hold = hold
+
+    @property
+    def held(self) -> int:
+        """Views of held frames this buffer keeps (its chunks and the views it lent)."""
+        return self._chunks.held
 
     def write(self, offset: int, data) -> int:
         """Store ``data`` at ``offset`` bytes past RCV.NXT; returns how far RCV.NXT advances.
@@ -48,8 +76,9 @@ class ReceiveBuffer:
             data = memoryview(data)[-offset:]
             if not data:
                 return 0
-        before = len(self._data)
-        self._data += data
+        chunks = self._chunks
+        before = chunks.nbytes
+        self.append(data)
         advanced = len(data)
         runs = self._runs
         if runs:
@@ -60,11 +89,11 @@ class ReceiveBuffer:
                 self.ooo_bytes -= len(run)
                 skip = shift - start
                 if skip < len(run):
-                    self._data += memoryview(run)[skip:]
+                    chunks.push(memoryview(run)[skip:], None)  # the run is no longer ours to change
                     shift += len(run) - skip
             for r in runs:
                 r[0] -= shift
-            advanced = len(self._data) - before
+            advanced = chunks.nbytes - before
             if self.last_run is not None:
                 self.last_run -= shift
                 if self.last_run <= 0:
@@ -118,21 +147,83 @@ class ReceiveBuffer:
 
     def peek(self, n: int) -> bytes:
         """The first ``n`` in-order bytes, left in place (MSG_PEEK)."""
-        return bytes(self._data[:n])
+        return self._chunks.peek(n)
 
     def read(self, n: int) -> bytes:
-        data = bytes(self._data[:n])
-        del self._data[:n]
-        return data
+        """Up to ``n`` bytes, copied once out of the chunks."""
+        return self._chunks.read(n)
 
     def read_into(self, buf) -> int:
-        n = min(len(buf), len(self._data))
-        memoryview(buf)[:n] = self._data[:n]
-        del self._data[:n]
-        return n
+        """Copy up to ``len(buf)`` bytes straight out of the chunks into ``buf``."""
+        return self._chunks.read_into(buf)
+
+    def lend(self, n: int) -> tuple:
+        """Up to ``n`` bytes handed out without a copy: (views, frames held for them, bytes). The views
+        are slices of the chunks; the bytes keep counting against the window until ``unlend``."""
+        views, frames = [], []
+        n = self._chunks.lend(n, views, frames)
+        self.lent += n
+        return views, frames, n
+
+    def unlend(self, nbytes: int, frames: list) -> None:
+        """The application gave back lent views: their bytes and frames."""
+        self.lent = max(0, self.lent - nbytes)
+        if frames:
+            self._chunks.unlend(frames)
+
+    def copy_out(self) -> None:
+        """Replace views into held frames by copies of their bytes (the hold's bound was reached)."""
+        self._chunks.copy_out()
 
     def clear(self) -> None:
-        self._data = bytearray()
+        """Drop every byte held (lent views stay the application's until it gives them back)."""
+        self._chunks.clear()
         self._runs = []
         self.ooo_bytes = 0
         self.last_run = None
+
+
+class LentViews:
+    """Bytes lent by ``recv_views``: ``views`` (memoryviews, in order, ``nbytes`` in all) into RX frames
+    or the receive buffer's own memory. Read them, then ``release()`` (or leave a ``with`` block):
+    the frames go back to the device and the window opens. Views are unusable after the release."""
+
+    __slots__ = ("views", "nbytes", "frames", "_give_back")
+
+    def __init__(self, views: list, frames: list, nbytes: int, give_back):
+        self.views = views
+        self.nbytes = nbytes
+        self.frames = frames  # one entry per view of a held frame (RxHold's references)
+        self._give_back = give_back  # called once with this object when released
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __iter__(self):
+        return iter(self.views)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def tobytes(self) -> bytes:
+        """A copy of the lent bytes (for convenience; the point of lending is not to need it)."""
+        return b"".join(self.views)
+
+    @property
+    def released(self) -> bool:
+        return self._give_back is None
+
+    def release(self) -> None:
+        """Give the views back (a second call does nothing)."""
+        give_back, self._give_back = self._give_back, None
+        if give_back is None:
+            return
+        for view in self.views:
+            try:
+                view.release()
+            except BufferError:
+                pass  # re-exported by the application: its problem once the frame is reused
+        give_back(self)
