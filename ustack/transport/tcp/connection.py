@@ -51,7 +51,8 @@ Timers (one ``Timer`` each on the host's heap, all firing here):
 retransmission (RFC 6298; also SYN and SYN-ACK), persist (zero-window
 probes), delayed ACK (its policy in ``delack.py``), cork (TCP_CORK's 200 ms
 cap), keepalive (RFC 1122 4.2.3.6, idle/interval/count), and a close timer
-for TIME-WAIT (2 MSL) and the FIN-WAIT-2 timeout of closed connections.
+for the FIN-WAIT-2 timeout of closed connections. TIME-WAIT is a light
+record the layer keeps instead of the connection (``timewait.py``).
 
 Errors: a reset, refusal or timeout sets ``error`` (ConnectionResetError,
 ConnectionRefusedError, TimeoutError) and closes the connection. The error
@@ -69,6 +70,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import weakref
 
 from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
@@ -106,7 +108,7 @@ class Connection:
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
         "segs_in", "segs_fast", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
-        "_charged", "_fast", "_notify_due", "_isn_f",
+        "_charged", "_fast", "_notify_due", "_isn_f", "__weakref__",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -308,6 +310,9 @@ class Connection:
                     self.layer.notify_later(self)
                 return
             self._synchronized_arrives(seg, payload, now)
+            if self.tcb.state == TIME_WAIT:
+                # Only a light record stays (timewait.py); the window is the one the last ACK carried.
+                self.layer.enter_time_wait(self, self.receiver.select_window(), now)
         self._recharge()
         self._notify()
 
@@ -404,21 +409,6 @@ class Connection:
         if flags & SYN and not flags & RST:
             stats.drop("tcp.syn_in_window")
             self._challenge_ack(now)  # RFC 5961 4.2
-            return
-
-        if st == TIME_WAIT and not flags & RST:
-            # RFC 9293 3.10.7.4: only the peer's FIN again (it ends exactly at RCV.NXT: our ACK was lost)
-            # restarts the 2 MSL and is ACKed at once; anything else is out of window and draws a
-            # rate-limited ACK, so forged FINs can neither keep the TCB alive nor make us an ACK pump.
-            if flags & FIN and seq_add(seq, len(payload) + 1) == tcb.rcv_nxt:
-                self._closer().arm(now + 2 * self.config.msl)
-                stats.inc("tcp.time_wait_fin_acked")
-                self.out.send_ack(now)
-                return
-            if not flags & FIN and not len(payload) and seq == tcb.rcv_nxt:
-                return  # a bare ACK in window: nothing to do (RFC 9293 3.10.7.4, TIME-WAIT)
-            stats.drop("tcp.time_wait_unacceptable")
-            self._rate_limited_ack(now)
             return
 
         # First: the acceptability test.
@@ -631,7 +621,7 @@ class Connection:
         return timer
 
     def _closer(self):
-        """The close timer (TIME-WAIT's 2 MSL, the FIN-WAIT-2 timeout), made on first use."""
+        """The close timer (the FIN-WAIT-2 timeout of closed connections), made on first use."""
         timer = self._close_timer
         if timer is UNARMED:
             timer = self._close_timer = self.host.timers.timer(Connection._on_close_timer, self)
@@ -642,12 +632,19 @@ class Connection:
         self._notify()
 
     def _enter_time_wait(self, now: float) -> None:
+        """TIME-WAIT: the layer keeps a ``timewait.TimeWait`` record instead (after this segment)."""
         self.sender.stop()
         self.receiver.stop()
         self._keepalive_timer.cancel()
+        self._close_timer.cancel()
         self._set_state(TIME_WAIT)
         self._uncount_orphan()  # TIME-WAIT holds no data: no longer an orphan that costs memory
-        self._closer().arm(now + 2 * self.config.msl)
+        self.layer.charge(-max(self._charged, 0))  # what is left unread is the user's now (as terminate)
+        self._charged = -1
+
+    def weak(self):
+        """A weak reference to this connection (the TIME-WAIT record's link to it)."""
+        return weakref.ref(self)
 
     def terminate(self) -> None:
         """Enter CLOSED and delete the TCB (leave the layer), sending nothing."""
@@ -816,7 +813,7 @@ class Connection:
         self._keepalive().arm(now + cfg.keepintvl)
 
     def _on_close_timer(self, now: float) -> None:
-        if self.tcb.state in (TIME_WAIT, FIN_WAIT_2):
+        if self.tcb.state == FIN_WAIT_2:
             self.terminate()
 
     # -- user calls ------------------------------------------------------
