@@ -641,6 +641,20 @@ class Connection:
         self._uncount_orphan()  # TIME-WAIT holds no data: no longer an orphan that costs memory
         self.layer.charge(-max(self._charged, 0))  # what is left unread is the user's now (as terminate)
         self._charged = -1
+        if self.orphaned:
+            self._unlink_timers()
+
+    def _unlink_timers(self) -> None:
+        """Cancelled timers stay on the heap until their deadline surfaces (lazy deletion): unlink them
+        from this connection, so that a closed one is freed now, not when its FIN-WAIT-2 timeout
+        (60 s) or retransmission deadline would have come."""
+        sender = self.sender
+        for timer in (sender.rtx_timer, sender.persist_timer, sender.cork_timer, self.receiver.delack_timer,
+                      self._keepalive_timer, self._close_timer):
+            if timer is not UNARMED:
+                timer.cancel()
+                timer.owner = None
+                timer.callback = _unlinked
 
     def weak(self):
         """A weak reference to this connection (the TIME-WAIT record's link to it)."""
@@ -660,6 +674,8 @@ class Connection:
         self._keepalive_timer.cancel()
         self._close_timer.cancel()
         self.sender.sndbuf.clear()
+        if self.orphaned:
+            self._unlink_timers()
         self.layer.forget(self)
         if self.listener is not None:
             self.listener.child_gone(self)
@@ -1116,6 +1132,10 @@ class Connection:
             loss_recovery=recovery.name, lost=recovery.lost_segs, reordering=recovery.reorderings,
             spurious_undone=recovery.undos, tlps=recovery.tlps, dsacks=recovery.dsacks,
         )
+
+
+def _unlinked(now: float) -> None:
+    """What an unlinked timer of a closed connection does if it ever fires: nothing."""
 
 
 def _fmt(addr: bytes, port: int) -> str:
