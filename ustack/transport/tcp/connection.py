@@ -642,19 +642,25 @@ class Connection:
         self.layer.charge(-max(self._charged, 0))  # what is left unread is the user's now (as terminate)
         self._charged = -1
         if self.orphaned:
-            self._unlink_timers()
+            self._unlink()
 
-    def _unlink_timers(self) -> None:
-        """Cancelled timers stay on the heap until their deadline surfaces (lazy deletion): unlink them
-        from this connection, so that a closed one is freed now, not when its FIN-WAIT-2 timeout
-        (60 s) or retransmission deadline would have come."""
+    def _unlink(self) -> None:
+        """Let a connection the application closed be freed at once, by reference counting.
+
+        Cancelled timers stay on the heap until their deadline surfaces (lazy deletion), and would
+        keep it alive until its FIN-WAIT-2 timeout (60 s) or retransmission deadline; its parts
+        point back at it (callbacks), a cycle only the garbage collector would break.
+        """
         sender = self.sender
-        for timer in (sender.rtx_timer, sender.persist_timer, sender.cork_timer, self.receiver.delack_timer,
+        receiver = self.receiver
+        for timer in (sender.rtx_timer, sender.persist_timer, sender.cork_timer, receiver.delack_timer,
                       self._keepalive_timer, self._close_timer):
             if timer is not UNARMED:
                 timer.cancel()
                 timer.owner = None
                 timer.callback = _unlinked
+        sender.low_water = receiver.high_water = _nothing
+        receiver._owner = None  # the owner its delayed-ACK timer would be made for (never again)
 
     def weak(self):
         """A weak reference to this connection (the TIME-WAIT record's link to it)."""
@@ -675,7 +681,7 @@ class Connection:
         self._close_timer.cancel()
         self.sender.sndbuf.clear()
         if self.orphaned:
-            self._unlink_timers()
+            self._unlink()
         self.layer.forget(self)
         if self.listener is not None:
             self.listener.child_gone(self)
@@ -1136,6 +1142,10 @@ class Connection:
 
 def _unlinked(now: float) -> None:
     """What an unlinked timer of a closed connection does if it ever fires: nothing."""
+
+
+def _nothing() -> None:
+    """The send low-water and receive high-water callbacks of a closed connection."""
 
 
 def _fmt(addr: bytes, port: int) -> str:
