@@ -46,6 +46,10 @@ limit reached is counted):
 - ``max_connections`` (65536): TCBs of every state, TIME-WAIT included;
   beyond it a SYN (or a cookie ACK) is the drop tcp.conn_limit and
   ``connect`` raises ENOBUFS (tcp.conn_limit_active).
+- ``max_time_wait`` (32768, Linux's tcp_max_tw_buckets): TIME-WAIT records
+  (``timewait.TimeWait``, which replace connections entering TIME-WAIT in
+  ``connections``, outside the C flow table); beyond it the oldest ends
+  (tcp.time_wait_overflow).
 - ``orphan_retries`` (8, Linux's tcp_orphan_retries default): a connection
   the user closed that still has data or a FIN to deliver is reset and
   freed after that many retransmission or persist expiries in a row
