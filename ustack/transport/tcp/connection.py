@@ -74,7 +74,7 @@ import weakref
 
 from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
-from ustack.transport.tcp.info import TcpInfo
+from ustack.transport.tcp.info import TcpInfo, connection_info
 from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
@@ -602,15 +602,6 @@ class Connection:
         self.host.stats.inc("tcp.challenge_acks")
         self.out.send_ack(now)
 
-    def _rate_limited_ack(self, now: float) -> None:
-        """An ACK for an out-of-window segment, at most one per ``challenge_ack_interval`` (Linux's
-        tcp_invalid_ratelimit, 500 ms): answering every forged segment would make us an ACK reflector."""
-        if now - self._last_challenge < self.config.challenge_ack_interval:
-            self.host.stats.inc("tcp.oow_acks_suppressed")
-            return
-        self._last_challenge = now
-        self.out.send_ack(now)
-
     # -- state changes ---------------------------------------------------
 
     def _keepalive(self):
@@ -1114,30 +1105,7 @@ class Connection:
             self._mark_dirty(now)
 
     def info(self) -> TcpInfo:
-        tcb = self.tcb
-        sender = self.sender
-        rtt = sender.rtt
-        cc = sender.cc
-        recovery = sender.recovery
-        queued = len(sender.sndbuf)
-        rcvbuf = self.receiver.rcvbuf
-        sent = seq_diff(tcb.snd_nxt, tcb.snd_una)
-        return TcpInfo(
-            state=tcb.state.name, local=self.local, remote=self.remote,
-            snd_una=tcb.snd_una, snd_nxt=tcb.snd_nxt, snd_max=tcb.snd_max, rcv_nxt=tcb.rcv_nxt,
-            snd_wnd=tcb.snd_wnd, rcv_wnd=tcb.rcv_wnd, cwnd=cc.window + recovery.inflation, ssthresh=cc.ssthresh,
-            srtt=rtt.srtt, rttvar=rtt.rttvar, rto=rtt.rto, retransmits=sender.retransmits, timeouts=sender.timeouts,
-            backoff=rtt.backoffs, fast_retransmits=recovery.fast_retransmits, dup_acks=sender.dup_acks,
-            bytes_in_flight=max(0, seq_diff(tcb.snd_max, tcb.snd_una)),
-            send_queue=queued, unsent=max(0, queued - max(sent, 0)),
-            recv_queue=len(rcvbuf), ooo_bytes=rcvbuf.ooo_bytes,
-            snd_mss=tcb.snd_mss, rcv_mss=tcb.rcv_mss, snd_wscale=tcb.snd_wscale, rcv_wscale=tcb.rcv_wscale,
-            timestamps=tcb.ts_ok, sack=tcb.sack_ok, congestion=cc.name, in_recovery=recovery.in_recovery,
-            segs_in=self.segs_in, segs_out=self.out.segs_out, bytes_acked=sender.bytes_acked,
-            bytes_received=self.receiver.bytes_received, challenge_acks=self.challenge_acks,
-            loss_recovery=recovery.name, lost=recovery.lost_segs, reordering=recovery.reorderings,
-            spurious_undone=recovery.undos, tlps=recovery.tlps, dsacks=recovery.dsacks,
-        )
+        return connection_info(self)
 
 
 def _unlinked(now: float) -> None:

@@ -133,6 +133,7 @@ class TimeWait:
             if not flags & FIN and not len(payload) and seq == self.rcv_nxt:
                 return
             stats.drop("tcp.time_wait_unacceptable")
+            # At most one ACK per challenge_ack_interval (Linux's tcp_invalid_ratelimit, 500 ms).
             if now - self.last_challenge < self.interval:
                 stats.inc("tcp.oow_acks_suppressed")
                 return
