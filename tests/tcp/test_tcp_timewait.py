@@ -93,3 +93,29 @@ def test_max_time_wait_zero_keeps_no_record_but_still_acks_the_fin():
     h.peer.expect(flags="A", seq=fin.seq + 1, ack=1002)
     assert conn.state == State.CLOSED and not h.layer.connections
     assert h.stats["tcp.time_wait_overflow"] == 1
+
+
+def test_between_two_stacks_the_record_sends_through_the_fast_emitter_and_hears_the_peer():
+    """Over the pipe: the active closer keeps a record; its ACK (written by the host's C emitter) reaches
+    the peer, whose connection is gone (its listener answers): the RST (SEQ = our ACK field = RCV.NXT) ends TIME-WAIT,
+    as it did before (no RFC 1337 protection), found by the Python demux since the flow table has no entry."""
+    from tests.stack.netsim import Net
+    from ustack.net.addr import ANY4, parse
+
+    with Net() as net:
+        lst = net.a.tcp.listen((ANY4, 80), 8)
+        client = net.b.tcp.connect(None, (parse("198.18.0.1"), 80), net.clock.now)
+        assert net.run(until=lambda: lst.pending)
+        server = lst.accept()
+        client.close(now=net.clock.now)
+        assert net.run(until=lambda: server.state == State.CLOSE_WAIT)
+        server.close(now=net.clock.now)
+        assert net.run(until=lambda: server.state == State.CLOSED and client.state == State.TIME_WAIT)
+        rec = net.b.tcp.connections[client.key]
+        assert type(rec) is TimeWait and net.b.tcp.flows.lookup(*client.key) is None
+        out = net.b.stats["tcp.out_segs"]
+        rec.send_ack(net.clock.now)
+        assert net.b.stats["tcp.out_segs"] == out + 1
+        assert net.run(until=lambda: client.state == State.CLOSED, max_time=1.0)
+        assert net.a.stats["drop.tcp.listen_bad_ack"] == 1 and net.b.stats["tcp.resets_received"] == 1
+        assert not net.b.tcp.connections and not net.b.tcp.time_wait
