@@ -221,7 +221,7 @@ class TimeWait:
             state=TIME_WAIT.name, local=(laddr, lport), remote=(raddr, rport),
             snd_una=self.snd_nxt, snd_nxt=self.snd_nxt, snd_max=self.snd_nxt, rcv_nxt=self.rcv_nxt,
             snd_wnd=0, rcv_wnd=self.window << self.rcv_wscale, cwnd=0, ssthresh=0,
-            srtt=None, rttvar=0.0, rto=0.0, retransmits=0, timeouts=0, backoff=0, fast_retransmits=0, dup_acks=0,
+            srtt=0.0, rttvar=0.0, rto=0.0, retransmits=0, timeouts=0, backoff=0, fast_retransmits=0, dup_acks=0,
             bytes_in_flight=0, send_queue=0, unsent=0, recv_queue=0, ooo_bytes=0,
             snd_mss=0, rcv_mss=0, snd_wscale=self.snd_wscale, rcv_wscale=self.rcv_wscale,
             timestamps=self.ts_ok, sack=False, congestion="", in_recovery=False,
