@@ -31,7 +31,7 @@ def test_lazily_made_timers_fire_as_before():
     fin = h.peer.expect(flags="FA")
     h.peer.send(flags="FA", ack=fin.seq + 1)
     h.peer.expect(flags="A")
-    assert conn.state == State.TIME_WAIT and conn._close_timer.deadline == h.now + 60.0
+    assert conn.state == State.TIME_WAIT and h.layer.connections[conn.key].deadline == h.now + 60.0
     h.advance(59.999)
     assert conn.state == State.TIME_WAIT
     h.advance(0.001)

@@ -64,6 +64,7 @@ class TcpConfig:
     tcp_mem: int = 64 << 20  # bytes all connections' send + receive buffers may hold together (the hard level)
     tcp_mem_pressure: int | None = None  # the soft level above which buffers stop growing; None: 3/4 of tcp_mem
     max_connections: int = 65536  # TCBs of all states; SYNs beyond are dropped, connect() raises ENOBUFS
+    max_time_wait: int = 32768  # TIME-WAIT records held at once (tcp_max_tw_buckets); beyond, the oldest ends
 
     def derive(self, **knobs) -> TcpConfig:
         """A copy with some knobs changed; unknown names raise TypeError."""
@@ -86,8 +87,9 @@ class TcpConfig:
             raise ValueError("need 0 < min_rto <= max_rto")
         if self.msl < 0:
             raise ValueError("msl must not be negative")
-        if self.orphan_retries < 0 or self.max_orphans < 0 or self.max_connections <= 0 or self.tcp_mem <= 0:
-            raise ValueError("orphan_retries and max_orphans must be >= 0, max_connections and tcp_mem > 0")
+        if (self.orphan_retries < 0 or self.max_orphans < 0 or self.max_time_wait < 0 or self.max_connections <= 0
+                or self.tcp_mem <= 0):
+            raise ValueError("orphan_retries, max_orphans, max_time_wait must be >= 0, max_connections, tcp_mem > 0")
         if self.tcp_mem_pressure is not None and not 0 < self.tcp_mem_pressure <= self.tcp_mem:
             raise ValueError("tcp_mem_pressure must be in (0, tcp_mem]")
         if self.mss and self.mss < 88:

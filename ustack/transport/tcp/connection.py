@@ -51,7 +51,8 @@ Timers (one ``Timer`` each on the host's heap, all firing here):
 retransmission (RFC 6298; also SYN and SYN-ACK), persist (zero-window
 probes), delayed ACK (its policy in ``delack.py``), cork (TCP_CORK's 200 ms
 cap), keepalive (RFC 1122 4.2.3.6, idle/interval/count), and a close timer
-for TIME-WAIT (2 MSL) and the FIN-WAIT-2 timeout of closed connections.
+for the FIN-WAIT-2 timeout of closed connections. TIME-WAIT is a light
+record the layer keeps instead of the connection (``timewait.py``).
 
 Errors: a reset, refusal or timeout sets ``error`` (ConnectionResetError,
 ConnectionRefusedError, TimeoutError) and closes the connection. The error
@@ -69,10 +70,11 @@ from __future__ import annotations
 
 import errno
 import socket
+import weakref
 
 from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN, TcpConfig
-from ustack.transport.tcp.info import TcpInfo
+from ustack.transport.tcp.info import TcpInfo, connection_info
 from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import Output
 from ustack.transport.tcp.receiver import Receiver
@@ -107,7 +109,7 @@ class Connection:
         "_keepalive_timer", "_close_timer", "_keep_probes", "_syn_time", "_syn_retransmitted", "_last_challenge",
         "_last_rcv", "_offer_ws", "_offer_ts", "_offer_sack", "_own_mss", "_dirty", "_soft_error",
         "segs_in", "segs_fast", "challenge_acks", "_orphan_counted", "_orphan_probes", "_orphan_una",
-        "_charged", "_fast", "_notify_due", "_isn_f",
+        "_charged", "_fast", "_notify_due", "_isn_f", "__weakref__",
     )
 
     def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
@@ -310,6 +312,9 @@ class Connection:
                     self.layer.notify_later(self)
                 return
             self._synchronized_arrives(seg, payload, now)
+            if self.tcb.state == TIME_WAIT:
+                # Only a light record stays (timewait.py); the window is the one the last ACK carried.
+                self.layer.enter_time_wait(self, self.receiver.select_window(), now)
         self._recharge()
         self._notify()
 
@@ -406,21 +411,6 @@ class Connection:
         if flags & SYN and not flags & RST:
             stats.drop("tcp.syn_in_window")
             self._challenge_ack(now)  # RFC 5961 4.2
-            return
-
-        if st == TIME_WAIT and not flags & RST:
-            # RFC 9293 3.10.7.4: only the peer's FIN again (it ends exactly at RCV.NXT: our ACK was lost)
-            # restarts the 2 MSL and is ACKed at once; anything else is out of window and draws a
-            # rate-limited ACK, so forged FINs can neither keep the TCB alive nor make us an ACK pump.
-            if flags & FIN and seq_add(seq, len(payload) + 1) == tcb.rcv_nxt:
-                self._closer().arm(now + 2 * self.config.msl)
-                stats.inc("tcp.time_wait_fin_acked")
-                self.out.send_ack(now)
-                return
-            if not flags & FIN and not len(payload) and seq == tcb.rcv_nxt:
-                return  # a bare ACK in window: nothing to do (RFC 9293 3.10.7.4, TIME-WAIT)
-            stats.drop("tcp.time_wait_unacceptable")
-            self._rate_limited_ack(now)
             return
 
         # First: the acceptability test.
@@ -614,15 +604,6 @@ class Connection:
         self.host.stats.inc("tcp.challenge_acks")
         self.out.send_ack(now)
 
-    def _rate_limited_ack(self, now: float) -> None:
-        """An ACK for an out-of-window segment, at most one per ``challenge_ack_interval`` (Linux's
-        tcp_invalid_ratelimit, 500 ms): answering every forged segment would make us an ACK reflector."""
-        if now - self._last_challenge < self.config.challenge_ack_interval:
-            self.host.stats.inc("tcp.oow_acks_suppressed")
-            return
-        self._last_challenge = now
-        self.out.send_ack(now)
-
     # -- state changes ---------------------------------------------------
 
     def _keepalive(self):
@@ -633,7 +614,7 @@ class Connection:
         return timer
 
     def _closer(self):
-        """The close timer (TIME-WAIT's 2 MSL, the FIN-WAIT-2 timeout), made on first use."""
+        """The close timer (the FIN-WAIT-2 timeout of closed connections), made on first use."""
         timer = self._close_timer
         if timer is UNARMED:
             timer = self._close_timer = self.host.timers.timer(Connection._on_close_timer, self)
@@ -644,12 +625,39 @@ class Connection:
         self._notify()
 
     def _enter_time_wait(self, now: float) -> None:
+        """TIME-WAIT: the layer keeps a ``timewait.TimeWait`` record instead (after this segment)."""
         self.sender.stop()
         self.receiver.stop()
         self._keepalive_timer.cancel()
+        self._close_timer.cancel()
         self._set_state(TIME_WAIT)
         self._uncount_orphan()  # TIME-WAIT holds no data: no longer an orphan that costs memory
-        self._closer().arm(now + 2 * self.config.msl)
+        self.layer.charge(-max(self._charged, 0))  # what is left unread is the user's now (as terminate)
+        self._charged = -1
+        if self.orphaned:
+            self._unlink()
+
+    def _unlink(self) -> None:
+        """Let a connection the application closed be freed at once, by reference counting.
+
+        Cancelled timers stay on the heap until their deadline surfaces (lazy deletion), and would
+        keep it alive until its FIN-WAIT-2 timeout (60 s) or retransmission deadline; its parts
+        point back at it (callbacks), a cycle only the garbage collector would break.
+        """
+        sender = self.sender
+        receiver = self.receiver
+        for timer in (sender.rtx_timer, sender.persist_timer, sender.cork_timer, receiver.delack_timer,
+                      self._keepalive_timer, self._close_timer):
+            if timer is not UNARMED:
+                timer.cancel()
+                timer.owner = None
+                timer.callback = _unlinked
+        sender.low_water = receiver.high_water = _nothing
+        receiver._owner = None  # the owner its delayed-ACK timer would be made for (never again)
+
+    def weak(self):
+        """A weak reference to this connection (the TIME-WAIT record's link to it)."""
+        return weakref.ref(self)
 
     def terminate(self) -> None:
         """Enter CLOSED and delete the TCB (leave the layer), sending nothing."""
@@ -665,6 +673,8 @@ class Connection:
         self._keepalive_timer.cancel()
         self._close_timer.cancel()
         self.sender.sndbuf.clear()
+        if self.orphaned:
+            self._unlink()
         self.layer.forget(self)
         if self.listener is not None:
             self.listener.child_gone(self)
@@ -818,7 +828,7 @@ class Connection:
         self._keepalive().arm(now + cfg.keepintvl)
 
     def _on_close_timer(self, now: float) -> None:
-        if self.tcb.state in (TIME_WAIT, FIN_WAIT_2):
+        if self.tcb.state == FIN_WAIT_2:
             self.terminate()
 
     # -- user calls ------------------------------------------------------
@@ -1144,30 +1154,15 @@ class Connection:
             self._mark_dirty(now)
 
     def info(self) -> TcpInfo:
-        tcb = self.tcb
-        sender = self.sender
-        rtt = sender.rtt
-        cc = sender.cc
-        recovery = sender.recovery
-        queued = len(sender.sndbuf)
-        rcvbuf = self.receiver.rcvbuf
-        sent = seq_diff(tcb.snd_nxt, tcb.snd_una)
-        return TcpInfo(
-            state=tcb.state.name, local=self.local, remote=self.remote,
-            snd_una=tcb.snd_una, snd_nxt=tcb.snd_nxt, snd_max=tcb.snd_max, rcv_nxt=tcb.rcv_nxt,
-            snd_wnd=tcb.snd_wnd, rcv_wnd=tcb.rcv_wnd, cwnd=cc.window + recovery.inflation, ssthresh=cc.ssthresh,
-            srtt=rtt.srtt, rttvar=rtt.rttvar, rto=rtt.rto, retransmits=sender.retransmits, timeouts=sender.timeouts,
-            backoff=rtt.backoffs, fast_retransmits=recovery.fast_retransmits, dup_acks=sender.dup_acks,
-            bytes_in_flight=max(0, seq_diff(tcb.snd_max, tcb.snd_una)),
-            send_queue=queued, unsent=max(0, queued - max(sent, 0)),
-            recv_queue=len(rcvbuf), ooo_bytes=rcvbuf.ooo_bytes,
-            snd_mss=tcb.snd_mss, rcv_mss=tcb.rcv_mss, snd_wscale=tcb.snd_wscale, rcv_wscale=tcb.rcv_wscale,
-            timestamps=tcb.ts_ok, sack=tcb.sack_ok, congestion=cc.name, in_recovery=recovery.in_recovery,
-            segs_in=self.segs_in, segs_out=self.out.segs_out, bytes_acked=sender.bytes_acked,
-            bytes_received=self.receiver.bytes_received, challenge_acks=self.challenge_acks,
-            loss_recovery=recovery.name, lost=recovery.lost_segs, reordering=recovery.reorderings,
-            spurious_undone=recovery.undos, tlps=recovery.tlps, dsacks=recovery.dsacks,
-        )
+        return connection_info(self)
+
+
+def _unlinked(now: float) -> None:
+    """What an unlinked timer of a closed connection does if it ever fires: nothing."""
+
+
+def _nothing() -> None:
+    """The send low-water and receive high-water callbacks of a closed connection."""
 
 
 def _fmt(addr: bytes, port: int) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ustack.transport.tcp.seq import seq_diff
+
 
 @dataclass(frozen=True, slots=True)
 class TcpInfo:
@@ -55,3 +57,31 @@ class TcpInfo:
     spurious_undone: int = 0  # reductions undone as spurious (D-SACK RFC 3708, Eifel RFC 3522, F-RTO RFC 5682)
     tlps: int = 0  # tail loss probes sent (RFC 8985 7)
     dsacks: int = 0  # D-SACKs received (RFC 2883)
+
+
+def connection_info(conn) -> TcpInfo:
+    """``Connection.info()``: the connection's state now."""
+    tcb = conn.tcb
+    sender = conn.sender
+    rtt = sender.rtt
+    cc = sender.cc
+    recovery = sender.recovery
+    queued = len(sender.sndbuf)
+    rcvbuf = conn.receiver.rcvbuf
+    sent = seq_diff(tcb.snd_nxt, tcb.snd_una)
+    return TcpInfo(
+        state=tcb.state.name, local=conn.local, remote=conn.remote,
+        snd_una=tcb.snd_una, snd_nxt=tcb.snd_nxt, snd_max=tcb.snd_max, rcv_nxt=tcb.rcv_nxt,
+        snd_wnd=tcb.snd_wnd, rcv_wnd=tcb.rcv_wnd, cwnd=cc.window + recovery.inflation, ssthresh=cc.ssthresh,
+        srtt=rtt.srtt, rttvar=rtt.rttvar, rto=rtt.rto, retransmits=sender.retransmits, timeouts=sender.timeouts,
+        backoff=rtt.backoffs, fast_retransmits=recovery.fast_retransmits, dup_acks=sender.dup_acks,
+        bytes_in_flight=max(0, seq_diff(tcb.snd_max, tcb.snd_una)),
+        send_queue=queued, unsent=max(0, queued - max(sent, 0)),
+        recv_queue=len(rcvbuf), ooo_bytes=rcvbuf.ooo_bytes,
+        snd_mss=tcb.snd_mss, rcv_mss=tcb.rcv_mss, snd_wscale=tcb.snd_wscale, rcv_wscale=tcb.rcv_wscale,
+        timestamps=tcb.ts_ok, sack=tcb.sack_ok, congestion=cc.name, in_recovery=recovery.in_recovery,
+        segs_in=conn.segs_in, segs_out=conn.out.segs_out, bytes_acked=sender.bytes_acked,
+        bytes_received=conn.receiver.bytes_received, challenge_acks=conn.challenge_acks,
+        loss_recovery=recovery.name, lost=recovery.lost_segs, reordering=recovery.reorderings,
+        spurious_undone=recovery.undos, tlps=recovery.tlps, dsacks=recovery.dsacks,
+    )

@@ -46,6 +46,10 @@ limit reached is counted):
 - ``max_connections`` (65536): TCBs of every state, TIME-WAIT included;
   beyond it a SYN (or a cookie ACK) is the drop tcp.conn_limit and
   ``connect`` raises ENOBUFS (tcp.conn_limit_active).
+- ``max_time_wait`` (32768, Linux's tcp_max_tw_buckets): TIME-WAIT records
+  (``timewait.TimeWait``, which replace connections entering TIME-WAIT in
+  ``connections``, outside the C flow table); beyond it the oldest ends
+  (tcp.time_wait_overflow).
 - ``orphan_retries`` (8, Linux's tcp_orphan_retries default): a connection
   the user closed that still has data or a FIN to deliver is reset and
   freed after that many retransmission or persist expiries in a row
@@ -94,9 +98,10 @@ from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.reuseport import ReuseportGroup
-from ustack.transport.tcp.seq import seq_add, seq_ge, seq_gt, seq_lt
+from ustack.transport.tcp.seq import seq_add, seq_ge, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
-from ustack.transport.tcp.tcb import TCB_LAYOUT, State
+from ustack.transport.tcp.tcb import TCB_LAYOUT
+from ustack.transport.tcp.timewait import TimeWait
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
 
@@ -138,7 +143,7 @@ class TcpLayer:
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
                  "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "_notify_due",
-                 "mem_used", "under_pressure", "rx_hold")
+                 "mem_used", "under_pressure", "rx_hold", "time_wait")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
         self.host = host
@@ -167,6 +172,8 @@ class TcpLayer:
         self.mem_used = 0  # bytes held in every connection's send, receive and out-of-order buffers
         self.under_pressure = False  # mem_used is at or above the soft level (tcp_mem_pressure)
         self.orphans = 0  # connections closed by the user still delivering (kept by Connection)
+        # TIME-WAIT records (also in ``connections``), oldest first: the bound drops from the front.
+        self.time_wait: dict[tuple, TimeWait] = {}
 
     # -- what the stack calls --------------------------------------------
 
@@ -203,8 +210,8 @@ class TcpLayer:
         dst = bytes(dst)
         conn = self.connections.get((dst, dport, src, sport))
         if conn is not None:
-            if conn.tcb.state == State.TIME_WAIT and self._time_wait_reuse(conn, seg):
-                conn.terminate()  # a new incarnation: RFC 9293 3.10.7.4 / RFC 6191
+            if type(conn) is TimeWait and conn.reusable(seg) and self._listening(dst, dport):
+                conn.close()  # a new incarnation: RFC 9293 3.10.7.4 / RFC 6191
             else:
                 conn.segment_arrives(seg, payload, now)
                 return
@@ -244,6 +251,9 @@ class TcpLayer:
             self.host.stats.drop("tcp.icmp_no_connection")
             return
         if quoted_seq is not None:
+            if type(conn) is TimeWait:  # nothing in flight: SND.UNA == SND.MAX
+                self.host.stats.drop("tcp.icmp_bad_seq")
+                return
             tcb = conn.tcb
             if not (seq_ge(quoted_seq, tcb.snd_una) and seq_lt(quoted_seq, tcb.snd_max)):
                 self.host.stats.drop("tcp.icmp_bad_seq")
@@ -368,11 +378,39 @@ class TcpLayer:
         self.flows.add(*conn.key, conn)
 
     def forget(self, conn: Connection) -> None:
-        """``conn`` is CLOSED: its TCB is deleted."""
-        if self.connections.get(conn.key) is conn:
+        """``conn`` is CLOSED: its TCB is deleted (its TIME-WAIT record too, when the user aborts it)."""
+        entry = self.connections.get(conn.key)
+        if entry is conn:
             del self.connections[conn.key]
             self.flows.remove(*conn.key, conn)
+        elif type(entry) is TimeWait and entry.owner() is conn:
+            entry.close()
         conn.receiver.rcvbuf.copy_out()  # bytes still to read stay, their RX frames go back
+
+    def enter_time_wait(self, conn: Connection, window: int, now: float) -> None:
+        """``conn`` entered TIME-WAIT: a light record (``timewait.TimeWait``) takes its place, out of the
+        C flow table; beyond ``max_time_wait`` records the oldest ends (Linux's tcp_max_tw_buckets)."""
+        key = conn.key
+        if self.connections.get(key) is not conn:
+            return
+        self.flows.remove(*key, conn)
+        conn.receiver.rcvbuf.copy_out()  # bytes the user may still read stay, their RX frames go back
+        rec = TimeWait(self, conn, window, now)
+        self.connections[key] = rec
+        time_wait = self.time_wait
+        time_wait[key] = rec
+        limit = self.config.max_time_wait
+        while len(time_wait) > limit:
+            self.host.stats.inc("tcp.time_wait_overflow")
+            next(iter(time_wait.values())).close()
+
+    def forget_time_wait(self, rec: TimeWait) -> None:
+        """``rec`` ended (2 MSL, a RST, a new incarnation, overflow)."""
+        key = rec.key
+        if self.connections.get(key) is rec:
+            del self.connections[key]
+        if self.time_wait.get(key) is rec:
+            del self.time_wait[key]
 
     def forget_listener(self, lst: Listener) -> None:
         """``lst`` closed."""
@@ -415,18 +453,10 @@ class TcpLayer:
         """A reset for the next ``flush(now)`` (an abort called without the time)."""
         self._resets.append((src, dst, sport, dport, seq, ack))
 
-    def _time_wait_reuse(self, conn: Connection, seg) -> bool:
-        """A SYN may reopen a TIME-WAIT connection when it is clearly new (RFC 6191, RFC 1122 4.2.2.13)."""
-        if seg.flags & (SYN | ACK | RST) != SYN:
-            return False
-        key = (conn.local_addr, conn.local_port)
+    def _listening(self, addr: bytes, port: int) -> bool:
+        """A listener would take a SYN to (addr, port) (a TIME-WAIT record may give way to it)."""
         listeners = self.listeners
-        if key not in listeners and (ANY, conn.local_port) not in listeners and (ANY6, conn.local_port) not in listeners:
-            return False
-        tcb = conn.tcb
-        if tcb.ts_ok and seg.timestamps is not None:
-            return seq_gt(seg.timestamps[0], tcb.ts_recent)
-        return seq_gt(seg.seq, tcb.rcv_nxt)
+        return (addr, port) in listeners or (ANY, port) in listeners or (ANY6, port) in listeners
 
 
 def _addr(a) -> bytes:
