@@ -117,3 +117,25 @@ def test_ident_follows_the_per_destination_counter(monkeypatch):
     fast, _, _, _ = _run(monkeypatch, True)
     ids = [int.from_bytes(f[18:20], "big") for who, f in fast if who == "b" and f[23] == 6]
     assert all((y - x) & 0xFFFF == 1 for x, y in zip(ids, ids[1:]))
+
+
+def test_invalidate_rebuilds_with_the_new_ttl():
+    """``Ipv4Layer.invalidate`` (a TTL, route or interface change): the next segment is built anew."""
+    with Net(seed=3) as net:
+        b_ip = net.b.ipv4.iface.addr
+        lst = net.b.tcp.listen((b_ip, PORT), 5)
+        client = net.a.tcp.connect(None, (b_ip, PORT), net.clock.now)
+        assert net.run(lambda: client.tcb.state.name == "ESTABLISHED", 5)
+        server = lst.accept()
+        frames = []
+        carry = net.link._carry
+        net.link._carry = lambda sender, frame: (frames.append(bytes(frame)), carry(sender, frame))
+        client.send(b"x" * 1000, net.clock.now)
+        net.run(lambda: server.recv(1 << 16, net.clock.now) != b"", 1)
+        assert frames and frames[0][22] == 64 and client.out.fast.builds == 1
+        net.a.ipv4.ttl = 9
+        net.a.ipv4.invalidate()
+        frames.clear()
+        client.send(b"y" * 1000, net.clock.now)
+        net.run(lambda: server.recv(1 << 16, net.clock.now) != b"", 1)
+        assert frames[0][22] == 9 and client.out.fast.builds == 2
