@@ -13,6 +13,8 @@ Pieces (each in its own include file, one concern each):
 - _fp_tcb.pxi: the TCP control block as C sees it (TcbLayout: the slots of tcb.Tcb)
 - _fp_tcp.pxi: the established-TCP fast path (receive header prediction, EstablishedPath)
   and the C demux of established flows (FlowTable, IPv4 and IPv6)
+- _fp_tmpl.pxi: per-flow cached frame templates (TcpTemplate, FlowEmitter, Generation):
+  established IPv4 TCP segments into a TX slot with no Python frame
 - _fp_ack.pxi: the receive side's ACK policy (delayed ACK) and the pure ACK, in C
 - _fp_rxq.pxi: the receive buffer's in-order chunks (ChunkQueue: views into held RX frames)
 - _fp_sndq.pxi: the send buffer's ring (SendRing: views for the segment writer, reservations)
@@ -32,4 +34,5 @@ include "_fp_tcb.pxi"
 include "_fp_rxq.pxi"
 include "_fp_sndq.pxi"
 include "_fp_tcp.pxi"
+include "_fp_tmpl.pxi"
 include "_fp_ack.pxi"

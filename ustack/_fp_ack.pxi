@@ -16,8 +16,9 @@
 # and ``offerable`` (outside memory pressure), ``ts_clock``, ``Receiver.ack_sent``
 # and ``DelayedAck.ack_sent``.
 #
-# The ACK leaves through the host's fast emitter (``Output.fast``, the flow's
-# template written straight into a TX slot) or, when that declines, through
+# The ACK leaves through the connection's fast emitter (``Output.fast``: a
+# ``FlowEmitter``, _fp_tmpl.pxi, writes the flow's cached template straight
+# into a TX slot) or, when that declines, through
 # ``Output.write`` (the general builder): the bytes are the same either way.
 
 from cpython.float cimport PyFloat_AsDouble, PyFloat_FromDouble
@@ -163,8 +164,14 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
     seq = _fget(tcb, off[T_SND_MAX])
     ack = _fget(tcb, off[T_RCV_NXT])
     fwin = PyLong_FromLongLong(field)
-    if not out.fast(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq, ack, TH_ACK, fwin, ts,
-                    _EMPTY, now):
+    fast = out.fast
+    if type(fast) is FlowEmitter:  # the flow's cached template, called without a Python frame
+        sent = (<FlowEmitter>fast).send(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq, ack,
+                                        TH_ACK, fwin, ts, _EMPTY, now)
+    else:
+        sent = fast(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq, ack, TH_ACK, fwin, ts,
+                    _EMPTY, now)
+    if not sent:
         out.write(seq, ack, TH_ACK, fwin, ts, (), now)
     out.segs_out += 1
     out.stats.counters["tcp.out_segs"] += 1

@@ -90,6 +90,38 @@ cdef inline void _put32(uint8_t *p, uint32_t v) noexcept nogil:
     p[3] = <uint8_t>v
 
 
+cdef Py_ssize_t _tcp4_write(uint8_t *out, const uint8_t *template, uint16_t ident, uint16_t sport, uint16_t dport,
+                            uint32_t seq, uint32_t ack, uint8_t flags, uint16_t window, bint has_ts, uint32_t tsv,
+                            uint32_t tsecr, const uint8_t *payload, Py_ssize_t plen) noexcept nogil:
+    """``emit_tcp``'s frame into ``out`` (room checked by the caller); returns the frame length."""
+    cdef Py_ssize_t hl = 32 if has_ts else 20
+    cdef uint8_t *t = out + 34
+    memcpy(out, template, 34)
+    _put16(t, sport)
+    _put16(t + 2, dport)
+    _put32(t + 4, seq)
+    _put32(t + 8, ack)
+    t[12] = <uint8_t>((hl // 4) << 4)
+    t[13] = flags
+    _put16(t + 14, window)
+    t[16] = 0
+    t[17] = 0
+    t[18] = 0
+    t[19] = 0
+    if has_ts:
+        t[20] = 1
+        t[21] = 1
+        t[22] = 8
+        t[23] = 10
+        _put32(t + 24, tsv)
+        _put32(t + 28, tsecr)
+    if plen:
+        memcpy(t + hl, payload, plen)
+    _ipv4_finish(out + 14, 20 + hl + plen, ident, 0x4000)
+    _put16(t + 16, c_checksum(t, hl + plen, c_pseudo_sum(_be32(out + 26), _be32(out + 30), 6, <uint32_t>(hl + plen))))
+    return 34 + hl + plen
+
+
 def emit_tcp(unsigned char[::1] slot, const unsigned char[::1] template, unsigned int ident,
              unsigned int sport, unsigned int dport, unsigned long seq, unsigned long ack,
              unsigned int flags, unsigned int window, tsval, unsigned long tsecr,
@@ -106,8 +138,6 @@ def emit_tcp(unsigned char[::1] slot, const unsigned char[::1] template, unsigne
     cdef Py_ssize_t plen = payload.shape[0]
     cdef Py_ssize_t hl = 32 if tsval is not None else 20
     cdef Py_ssize_t flen = 34 + hl + plen
-    cdef uint8_t *out
-    cdef uint8_t *t
     cdef uint32_t tsv = 0
     if template.shape[0] != 34 or (template[14] & 0x0f) != 5 or template[23] != 6:
         raise ValueError("TCP template must be Ethernet + a 20-byte IPv4 header with protocol 6")
@@ -123,31 +153,9 @@ def emit_tcp(unsigned char[::1] slot, const unsigned char[::1] template, unsigne
         raise ValueError("IPv4 packet too long")
     if slot.shape[0] < flen:
         raise ValueError("TX slot too small for this frame")
-    out = &slot[0]
-    memcpy(out, &template[0], 34)
-    t = out + 34
-    _put16(t, <uint16_t>sport)
-    _put16(t + 2, <uint16_t>dport)
-    _put32(t + 4, <uint32_t>seq)
-    _put32(t + 8, <uint32_t>ack)
-    t[12] = <uint8_t>((hl // 4) << 4)
-    t[13] = <uint8_t>flags
-    _put16(t + 14, <uint16_t>window)
-    t[16] = 0
-    t[17] = 0
-    t[18] = 0
-    t[19] = 0
-    if hl == 32:
-        t[20] = 1
-        t[21] = 1
-        t[22] = 8
-        t[23] = 10
-        _put32(t + 24, tsv)
-        _put32(t + 28, <uint32_t>tsecr)
-    if plen:
-        memcpy(t + hl, &payload[0], plen)
-    _ipv4_finish(out + 14, 20 + hl + plen, <uint16_t>ident, 0x4000)
-    _put16(t + 16, c_checksum(t, hl + plen, c_pseudo_sum(_be32(out + 26), _be32(out + 30), 6, <uint32_t>(hl + plen))))
+    _tcp4_write(&slot[0], &template[0], <uint16_t>ident, <uint16_t>sport, <uint16_t>dport, <uint32_t>seq,
+                <uint32_t>ack, <uint8_t>flags, <uint16_t>window, hl == 32, tsv, <uint32_t>tsecr,
+                &payload[0] if plen else NULL, plen)
     return flen
 
 

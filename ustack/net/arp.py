@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Optional
 
+from ustack import _fastpath
 from ustack.net.addr import ANY4, to_str
 from ustack.net.link import BROADCAST_MAC, Link
 from ustack.net.route import Interface
@@ -102,6 +103,8 @@ class ArpLayer:
         self.queued = 0
         self._requests = TokenBucket(request_rate, request_burst)
         self._purge_timer = timers.timer(self._purge_due)
+        # Bumped when a neighbour is learned or evicted: cached frame templates copied its MAC (_fp_tmpl.pxi).
+        self.gen = _fastpath.Generation()
 
     # -- lookups ------------------------------------------------------------
     def lookup(self, ip: bytes, now: float) -> Optional[bytes]:
@@ -115,6 +118,7 @@ class ArpLayer:
             self._poll(ip, mac, now)  # stale: still used while the neighbour is asked again
             return mac
         del self.cache[ip]
+        self.gen.bump()
         self._polled.pop(ip, None)
         self.stats.inc("arp.expired")
         return None
@@ -139,8 +143,10 @@ class ArpLayer:
             self._purge(now, stale_too=True)
             if len(cache) >= self.max_entries:
                 del cache[next(iter(cache))]  # the oldest
+                self.gen.bump()
                 self.stats.inc("arp.evicted")
         cache[ip] = (bytes(mac), now + self.ttl)
+        self.gen.bump()
         if self._purge_timer.deadline is None:
             self._purge_timer.arm(next(iter(cache.values()))[1] + self.stale_time)
         pending = self.pending.pop(ip, None)
@@ -169,6 +175,7 @@ class ArpLayer:
             if cache[ip][1] > limit:
                 break
             del cache[ip]
+            self.gen.bump()
             self._polled.pop(ip, None)
             n += 1
         if n:

@@ -80,6 +80,8 @@ class Ipv4Layer:
         self.on_time_exceeded: Optional[Callable[[bytes, bytes, float], None]] = None
         # One cache of header templates for every flow: (dst_mac, src, dst, proto, ttl, tos) -> bytes.
         self._templates: dict[tuple, bytes] = {}
+        # What validates the per-flow frame templates (``tcp_template``): the ARP layer's, bumped here too.
+        self.gen = arp.gen
 
     # -- routing (IpLayer) ----------------------------------------------------------
     def source(self, dst: bytes) -> bytes:
@@ -202,6 +204,30 @@ class Ipv4Layer:
         self.link.sent(length)
         self.stats.inc("ipv4.packets_sent")
         return True
+
+    def tcp_template(self, src: bytes, dst: bytes, sport: int, dport: int, now: float):
+        """The cached frame template of an established flow (``_fastpath.TcpTemplate``), or None when the
+        neighbour is not fresh in the ARP cache or there is no route (``emit_tcp`` then decides).
+
+        It copies what ``emit_tcp`` would use (header template, MTU, the flow's IP ID counter) and is
+        good while ``gen`` stands and the ARP entry has not expired.
+        """
+        try:
+            hop = self.iface.next_hop(dst)
+        except OSError:
+            return None
+        entry = self.arp.cache.get(hop)
+        if entry is None or not entry[1] > now:
+            return None  # unresolved, or stale (the lookup's poll is the Python path's)
+        idents = self.idents
+        return _fastpath.TcpTemplate(self.template(entry[0], src, dst, PROTO_TCP, self.ttl), self.gen, entry[1],
+                                     self.iface.mtu, idents.counters, idents.bucket(src, dst, PROTO_TCP), self.link,
+                                     self.stats.counters)
+
+    def invalidate(self) -> None:
+        """Something a frame template copies changed (TTL, interface, route): rebuild them all."""
+        self._templates.clear()
+        self.gen.bump()
 
     def emit_tcp_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
                          window: int, options: bytes, now: float) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 from typing import Optional
 
+from ustack import _fastpath
 from ustack.net.ip import IpLayer
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
@@ -48,6 +49,15 @@ class TcpOverIp:
                            window: int, ts, payload, now: float) -> bool:
         ip = self.ip if len(dst) == 4 else self.ip6
         return ip is not None and ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
+
+    def tcp_template(self, src: bytes, dst: bytes, sport: int, dport: int, now: float):
+        """An IPv4 flow's cached frame template (``Ipv4Layer.tcp_template``), or None."""
+        ip = self.ip
+        return ip.tcp_template(src, dst, sport, dport, now) if ip is not None and len(dst) == 4 else None
+
+    def tcp_emitter(self):
+        """A connection's fast emitter over its flow's cached template (``_fastpath.FlowEmitter``)."""
+        return _fastpath.FlowEmitter(self)
 
     def tcp_output_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
                            window: int, options: bytes, now: float) -> bool:

@@ -101,7 +101,9 @@ class Output:
         self.receiver = receiver
         self.host = host
         self.stats = host.stats
-        self.fast = host.tcp_output_segment
+        # The flow's cached frame template (``FlowEmitter``) where the host offers one, else its emitter.
+        emitter = getattr(host, "tcp_emitter", None)
+        self.fast = emitter() if emitter is not None else host.tcp_output_segment
         self.local_addr, self.local_port = local
         self.remote_addr, self.remote_port = remote
         self.segs_out = 0

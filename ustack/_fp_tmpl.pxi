@@ -1,0 +1,146 @@
+# Per-flow cached frame templates: an established IPv4 TCP segment written
+# into a TX slot with no Python frame (issue 11).
+#
+# ``TcpTemplate`` is what ``Ipv4Layer.tcp_template`` resolved for one flow
+# through the Python path (route, ARP entry, Ethernet + IPv4 header, the
+# flow's IP ID bucket, the interface MTU). It stays good while
+#
+# - the net room's ``Generation`` has not moved since it was built (the ARP
+#   layer bumps it when it learns or evicts a neighbour, ``Ipv4Layer``
+#   through ``invalidate`` when anything else a template copies changes), and
+# - ``now`` is before the ARP entry's expiry (after it the Python lookup
+#   polls the neighbour or forgets it: RFC 1122 2.3.2.1, so the template is
+#   rebuilt through it).
+#
+# ``FlowEmitter`` is a connection's fast emitter (``Output.fast``) with the
+# signature of ``TcpHost.tcp_output_segment``: it keeps the flow's template,
+# rebuilds it when stale, and writes through it. The IP ID comes from the
+# very counter ``IpIdents.next`` would advance (RFC 7739 5.4, per
+# destination), the slot and the frame count through ``Link``'s own lists
+# (``Link.slot``/``sent`` mirrored by name: ``_slots``, ``_lens``,
+# ``_in_round``), so the bytes and the counters are those of
+# ``Ipv4Layer.emit_tcp``. IPv6 flows and anything a template declines
+# (an unresolved or stale neighbour, a frame over the MTU) go through the
+# host's Python emitter.
+
+from cpython.buffer cimport PyBUF_WRITABLE
+from cpython.float cimport PyFloat_AsDouble
+from cpython.list cimport PyList_GET_SIZE
+
+
+cdef class Generation:
+    """A counter bumped whenever something a cached frame template copied changes."""
+
+    cdef public unsigned long value
+
+    def bump(self):
+        self.value += 1
+
+
+cdef class TcpTemplate:
+    """The cached frame template of one IPv4 TCP flow (built by ``Ipv4Layer.tcp_template``)."""
+
+    cdef readonly bytes header          # Ethernet + 20-byte IPv4 header, per-packet fields zero
+    cdef readonly Generation gen
+    cdef readonly unsigned long gen_seen
+    cdef readonly double valid_until    # the neighbour entry's expiry
+    cdef readonly Py_ssize_t mtu        # largest IP packet
+    cdef list idents                    # IpIdents.counters
+    cdef Py_ssize_t bucket              # this flow's counter in it
+    cdef object link
+    cdef object counters                # the stack's Stats counters
+
+    def __cinit__(self, bytes header, Generation gen, double valid_until, Py_ssize_t mtu, list idents,
+                  Py_ssize_t bucket, link, counters):
+        if len(header) != 34 or (header[14] & 0x0f) != 5 or header[23] != 6:
+            raise ValueError("TCP template must be Ethernet + a 20-byte IPv4 header with protocol 6")
+        if not 0 <= bucket < len(idents):
+            raise ValueError("IP ID bucket out of range")
+        self.header = header
+        self.gen = gen
+        self.gen_seen = gen.value
+        self.valid_until = valid_until
+        self.mtu = mtu
+        self.idents = idents
+        self.bucket = bucket
+        self.link = link
+        self.counters = counters
+
+    cdef inline bint fresh(self, double now) noexcept:
+        return self.gen_seen == self.gen.value and now < self.valid_until
+
+    cdef int emit(self, uint16_t sport, uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t window,
+                  bint has_ts, uint32_t tsv, uint32_t tsecr, object payload) except -1:
+        """The segment into a TX slot: 1, or 0 when it does not fit the MTU or the ring is full (nothing sent)."""
+        cdef Py_ssize_t hl = 32 if has_ts else 20
+        cdef Py_ssize_t plen = len(payload), used, n
+        cdef Py_buffer sb, pb
+        cdef uint16_t ident
+        link = self.link
+        if 20 + hl + plen > self.mtu:
+            return 0
+        # Link.slot(): the next lent slot, or a fresh reservation (Link's own method)
+        lens = link._lens
+        slots = link._slots
+        used = PyList_GET_SIZE(lens)
+        if used < len(slots):
+            slot = slots[used]
+        else:
+            slot = link.slot()
+            if slot is None:
+                return 0
+        # IpIdents.next for this flow's bucket
+        ident = <uint16_t>((<long>self.idents[self.bucket] + 1) & 0xFFFF)
+        self.idents[self.bucket] = ident
+        PyObject_GetBuffer(slot, &sb, PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
+            try:
+                if pb.len != plen or sb.len < 34 + hl + plen:
+                    raise ValueError("TX slot too small for this frame")
+                n = _tcp4_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, ident, sport, dport,
+                                seq, ack, flags, window, has_ts, tsv, tsecr, <const uint8_t *>pb.buf, plen)
+            finally:
+                PyBuffer_Release(&pb)
+        finally:
+            PyBuffer_Release(&sb)
+        # Link.sent(n)
+        if link._in_round:
+            (<list>link._lens).append(n)  # (not ``lens``: a reservation above committed and replaced the list)
+            self.counters["eth.frames_sent"] += 1
+        else:
+            link.sent(n)
+        self.counters["ipv4.packets_sent"] += 1
+        return 1
+
+
+cdef class FlowEmitter:
+    """A connection's fast emitter over its cached template (``TcpHost.tcp_output_segment``'s signature)."""
+
+    cdef object host
+    cdef public TcpTemplate template
+    cdef readonly unsigned long builds      # templates built (the first, then one per invalidation)
+
+    def __cinit__(self, host):
+        self.host = host
+
+    def __call__(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now):
+        return self.send(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) == 1
+
+    cdef int send(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) except -1:
+        """1 when written from the template, 0 when it declined; without one (IPv6, an unresolved or stale
+        neighbour, no route), what the host's own emitter did."""
+        cdef TcpTemplate t = self.template
+        cdef double when = PyFloat_AsDouble(now)
+        if t is None or not t.fresh(when):
+            t = None
+            if len(dst) == 4:
+                t = self.template = self.host.tcp_template(src, dst, sport, dport, now)
+                if t is not None:
+                    self.builds += 1
+        if t is not None:  # (declined: too big for the MTU or the ring full, as Ipv4Layer.emit_tcp declines)
+            if ts is None:
+                return t.emit(sport, dport, seq, ack, flags, window, False, 0, 0, payload)
+            return t.emit(sport, dport, seq, ack, flags, window, True, ts[0], ts[1], payload)
+        return 1 if self.host.tcp_output_segment(src, dst, sport, dport, seq, ack, flags, window, ts, payload,
+                                                 now) else 0
