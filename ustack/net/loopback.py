@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ustack import _fastpath
 from ustack.stats import Stats
 
 
 class LoopbackNeighbours:
     """Neighbour resolution on a loopback link: always our own MAC."""
 
-    __slots__ = ("mac", "stats", "reason", "cache", "cur_hop_limit")
+    __slots__ = ("mac", "stats", "reason", "cache", "cur_hop_limit", "gen")
 
     def __init__(self, mac: bytes, stats: Stats, reason: str):
         self.mac = bytes(mac)
@@ -28,6 +29,9 @@ class LoopbackNeighbours:
         self.reason = reason  # the drop reason of a resolution message received here
         self.cache: dict = {}  # never grows: the snapshot and tools read an empty cache
         self.cur_hop_limit: Optional[int] = None  # no Router Advertisements on a loopback link
+        # What validates per-flow frame templates (as ArpLayer.gen): with the cache always empty the IP
+        # layer never builds one here, and loopback flows take the general emit
+        self.gen = _fastpath.Generation()
 
     def lookup(self, ip: bytes, now: float) -> bytes:
         return self.mac
