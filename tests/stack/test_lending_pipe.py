@@ -93,7 +93,9 @@ def lend_transfer(net, nbytes: int, seed: int = 0, max_time: float = 600.0):
 
 
 def test_lending_exact_at_5pct_loss_reorder_duplication_corruption():
-    net = checked_net(seed=11, loss=0.05, duplicate=0.01, reorder=0.02, corrupt=0.005, delay=0.002, jitter=0.001)
+    # The case is the fast path on, so it is on here even in the suite's USTACK_FASTPATH=0 run.
+    net = checked_net(seed=11, loss=0.05, duplicate=0.01, reorder=0.02, corrupt=0.005, delay=0.002, jitter=0.001,
+                      a_kw={"fastpath": True}, b_kw={"fastpath": True})
     assert net.a.tcp.fastpath and net.b.tcp.fastpath
     sink, client = lend_transfer(net, 2_000_000, seed=3)
     assert client.info().retransmits > 0
