@@ -113,7 +113,10 @@ cdef class SendRing:
         if n <= 0:
             return
         self._len -= n
-        self._head = (self._head + n) % self._size if self._len else 0
+        if self._len or self._reserved is not None:
+            self._head = (self._head + n) % self._size
+        else:  # empty, and no reservation waits right after the acknowledged bytes: start from the beginning
+            self._head = 0
 
     def reserve(self, Py_ssize_t n):
         """A writable view of up to ``n`` free bytes right after the queued ones (contiguous, so it may

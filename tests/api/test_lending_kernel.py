@@ -116,7 +116,10 @@ def test_views_from_held_frames_and_reservations_are_exact(kernel_stack):
         pos += conn.send_commit(len(view))
     conn.shutdown(std.SHUT_WR)
     reader.join(30)
-    assert not errors and bytes(back) == answer
+    assert not errors
+    # (no bytes == bytes here: pytest's diff of two megabytes takes minutes)
+    first_diff = next((i for i, (x, y) in enumerate(zip(back, answer)) if x != y), None)
+    assert (len(back), first_diff) == (len(answer), None)
     conn.close()
     lst.close()
     peer.close()

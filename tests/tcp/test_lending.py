@@ -59,6 +59,22 @@ def test_send_reserve_commit_queues_without_copy():
         sb.commit(1)
 
 
+def test_acknowledging_everything_while_a_reservation_is_out_keeps_it_where_it_was_lent():
+    # The application writes into its reservation without the stack's lock; meanwhile the peer may
+    # acknowledge every queued byte. The empty ring must not restart at its beginning under the view
+    # (found by the kernel test over TAP: a stretch of the stream sent from stale ring bytes).
+    sb = SendBuffer(16)
+    sb.write(b"0123456789")
+    v = sb.reserve(4)
+    sb.acknowledge(10)
+    assert len(sb) == 0
+    v[:4] = b"WXYZ"
+    assert sb.commit(4) == 4
+    assert sb.peek(0, 4) == b"WXYZ"
+    sb.acknowledge(4)
+    assert len(sb.reserve(100)) == 16  # empty and nothing lent: the whole ring again, from its start
+
+
 def test_send_ring_capacity_change_keeps_order_and_old_views():
     sb = SendBuffer(8)
     sb.write(b"abcdef")
