@@ -179,21 +179,29 @@ class Ipv4Layer:
         self.stats.inc("ipv4.packets_sent")
         return True
 
+    def _tcp_slot(self, src: bytes, dst: bytes, now: float):
+        """What a fast TCP emit writes into: (a TX slot, the flow's header template), or None when the
+        next hop is not resolved (or unroutable) or the ring is full (the general path then decides)."""
+        try:
+            mac = self._resolved(dst, now)
+        except OSError:
+            return None
+        if mac is None:
+            return None
+        slot = self.link.slot()
+        if slot is None:
+            return None
+        return slot, self.template(mac, src, dst, PROTO_TCP, self.ttl)
+
     def emit_tcp(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
                  window: int, ts, payload, now: float) -> bool:
         """Fast emit of one established TCP segment (see ``IpLayer.emit_tcp``)."""
         if HEADER_LEN + (32 if ts is not None else 20) + len(payload) > self.iface.mtu:
             return False
-        try:
-            mac = self._resolved(dst, now)
-        except OSError:
+        got = self._tcp_slot(src, dst, now)
+        if got is None:
             return False
-        if mac is None:
-            return False
-        slot = self.link.slot()
-        if slot is None:
-            return False
-        tmpl = self.template(mac, src, dst, PROTO_TCP, self.ttl)
+        slot, tmpl = got
         ident = self.next_ident(src, dst, PROTO_TCP)
         if ts is None:
             length = _fastpath.emit_tcp(slot, tmpl, ident, sport, dport, seq, ack, flags, window,
@@ -235,16 +243,10 @@ class Ipv4Layer:
         build from the segment (same template, IP ID and DF), written in C with its checksums."""
         if HEADER_LEN + 20 + len(options) > self.iface.mtu or self.iface.is_broadcast(dst):
             return False
-        try:
-            mac = self._resolved(dst, now)
-        except OSError:
+        got = self._tcp_slot(src, dst, now)
+        if got is None:
             return False
-        if mac is None:
-            return False
-        slot = self.link.slot()
-        if slot is None:
-            return False
-        tmpl = self.template(mac, src, dst, PROTO_TCP, self.ttl)
+        slot, tmpl = got
         self.link.sent(_fastpath.emit_tcp_options(slot, tmpl, self.next_ident(src, dst, PROTO_TCP), sport, dport,
                                                   seq, ack, flags, window, options))
         self.stats.inc("ipv4.packets_sent")
