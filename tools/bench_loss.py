@@ -185,7 +185,8 @@ class _Ustack:
             stack.poll(now)
             if predicate():
                 return
-            layer.flush(clock())
+            with stack.tx_batch():  # as the socket API sends: one kick per round, not per segment
+                layer.flush(clock())
             if now > end:
                 raise RuntimeError("ustack: timed out")
 
