@@ -311,6 +311,7 @@ class NdpLayer:
         n = self.cache.pop(ip, None)
         if n is None:
             return
+        self.iface.gen.bump()  # frame templates copied its MAC (_fp_tmpl.pxi)
         if n.timer is not None:
             n.timer.cancel()
         if n.state == INCOMPLETE:
@@ -360,6 +361,7 @@ class NdpLayer:
 
     def _update(self, ip: bytes, n: Neighbor, mac: bytes, state: str, now: float) -> None:
         was_incomplete = n.state == INCOMPLETE
+        self.iface.gen.bump()  # a new MAC or state: frame templates are rebuilt (_fp_tmpl.pxi)
         n.mac = bytes(mac)
         n.state = state
         if state == REACHABLE:
@@ -492,6 +494,7 @@ class NdpLayer:
         if not na.override and changed:
             if n.state == REACHABLE:
                 n.state = STALE
+                self.iface.gen.bump()
             stats.drop("ndp.no_override")
             return
         if na.solicited:
@@ -538,6 +541,7 @@ class NdpLayer:
             stats.drop("ndp.ra_not_link_local")  # RFC 4861 6.1.2
             return
         stats.inc("ndp.router_advertisements_received")
+        iface.gen.bump()  # hop limit, MTU, routers, prefixes: what frame templates copy may change
         self._ra_seen = True
         self._rs_timer.cancel()
         if ra.cur_hop_limit:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 from typing import Optional
 
+from ustack import _fastpath
 from ustack.net.addr import Prefix, to_int
 
 TENTATIVE = "tentative"
@@ -112,6 +113,9 @@ class Interface6:
         self.valid_set: frozenset = frozenset()  # preferred or deprecated: ours to receive on (replaced on change)
         self.prefer_temporary = False  # RFC 6724 rule 7 (set by NDP with use_tempaddr=2)
         self._macs: frozenset = frozenset((multicast_mac(ALL_NODES),))
+        # What validates per-flow frame templates (_fp_tmpl.pxi): bumped when a route changes here, and by NDP
+        # when a neighbour entry changes (templates copy the next hop's MAC).
+        self.gen = _fastpath.Generation()
 
     # -- addresses ----------------------------------------------------------
     def add(self, prefix: Prefix, origin: str, state: str = TENTATIVE) -> Address:
@@ -119,6 +123,7 @@ class Interface6:
         self.addresses[prefix.addr] = entry
         if origin == "static":
             self.static_prefixes.append(prefix)
+            self.gen.bump()  # a new on-link prefix
         self._changed()
         return entry
 
@@ -191,6 +196,21 @@ class Interface6:
                 return router
         raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv6 route and no default router)")
 
+    def next_hop_until(self, dst: bytes, now: float) -> tuple[bytes, float]:
+        """``next_hop`` and until when that answer holds by time alone (the redirect's, on-link prefix's or
+        router's lifetime; inf for configured routes). A change of the tables bumps ``gen`` instead."""
+        hop = self.next_hop(dst, now)
+        redirected = self.redirects.get(dst)
+        if redirected is not None:
+            return hop, redirected[1]
+        if self.on_link(dst, now):
+            if is_link_local(dst) or dst[0] == 0xFF or any(p.contains(dst) for p in self.static_prefixes):
+                return hop, float("inf")
+            return hop, max(t for p, t in self.onlink.values() if t > now and p.contains(dst))
+        if self.gateway is not None:
+            return hop, float("inf")
+        return hop, self.routers[hop]
+
     def source(self, dst: bytes) -> bytes:
         """RFC 6724, simplified (see the module docstring); EADDRNOTAVAIL when nothing is usable yet."""
         best, best_key = None, None
@@ -218,6 +238,7 @@ class Interface6:
     # -- what Router Advertisements teach (RFC 4861 6.3.4) ----------------------
     def learn_router(self, router: bytes, lifetime: float, now: float) -> bool:
         """False when the table is full (the caller counts it)."""
+        self.gen.bump()
         if lifetime <= 0:
             self.routers.pop(router, None)
             return True
@@ -233,6 +254,7 @@ class Interface6:
         evicted to make room (the caller counts it)."""
         table = self.redirects
         evicted = False
+        self.gen.bump()
         if table.pop(dst, None) is None and len(table) >= MAX_REDIRECTS:
             for d in [d for d, (_, t) in table.items() if t <= now]:
                 del table[d]
@@ -244,6 +266,7 @@ class Interface6:
 
     def learn_prefix(self, prefix: Prefix, lifetime: float, now: float) -> bool:
         key = (prefix.network, prefix.length)
+        self.gen.bump()
         if lifetime <= 0:
             self.onlink.pop(key, None)
             return True
