@@ -4,8 +4,8 @@ default routers, multicast groups, next hop and source address selection.
 Addresses are packed 16-byte ``bytes`` (``ustack.net.addr``). Each unicast
 address is ``TENTATIVE`` until duplicate address detection passes
 (RFC 4862 5.4, run by ``ustack.net.ndp``), then ``PREFERRED``; a duplicate
-is ``DUPLICATE`` and never used. A temporary address (RFC 8981,
-``ustack.net.tempaddr``) past its preferred lifetime is ``DEPRECATED``
+is ``DUPLICATE`` and never used. A SLAAC or temporary address (RFC 4862,
+RFC 8981: ``ustack.net.slaac``, ``ustack.net.tempaddr``) past its preferred lifetime is ``DEPRECATED``
 (RFC 4862 5.5.4): still valid, so it receives packets and keeps the
 connections that use it, but new ones choose another source. Only valid
 (preferred or deprecated) addresses receive packets; a tentative one still
@@ -84,7 +84,8 @@ class Address:
         self.origin = origin  # "static", "link-local", "slaac" or "temporary"
         self.dad_timer = None
         self.dad_sent = 0
-        # Lifetimes (absolute times; None: forever). Only temporary addresses have them (ustack.net.tempaddr).
+        # Lifetimes (absolute times; None: forever). SLAAC addresses (ustack.net.slaac) and
+        # temporary ones (ustack.net.tempaddr) have them.
         self.valid_until: Optional[float] = None
         self.preferred_until: Optional[float] = None
         self.regenerated = False  # a temporary address whose successor was made (RFC 8981 3.5)
