@@ -27,7 +27,10 @@
 # ``_in_round``), so the bytes and the counters are those of
 # ``Ipv4Layer.emit_tcp`` / ``Ipv6Layer.emit_tcp``. Anything a template
 # declines (an unresolved or unconfirmed neighbour, a frame over the MTU)
-# goes through the host's Python emitter.
+# goes through the host's Python emitter. When the host has no template to
+# give it answers with the ``Generation`` it would take to change that, and
+# the emitter does not ask again until it moves (a flow whose neighbour is
+# being probed pays for the Python path, not for the question as well).
 
 from cpython.buffer cimport PyBUF_WRITABLE
 from cpython.float cimport PyFloat_AsDouble
@@ -142,6 +145,9 @@ cdef class FlowEmitter:
     cdef object host
     cdef public TcpTemplate template
     cdef readonly unsigned long builds      # templates built (the first, then one per invalidation)
+    cdef readonly unsigned long refusals    # times the host declined to build one
+    cdef Generation refused                 # the host declined under this generation: not asked again
+    cdef unsigned long refused_at           # until it moves (a neighbour confirmed, a route learned)
 
     def __cinit__(self, host):
         self.host = host
@@ -155,9 +161,20 @@ cdef class FlowEmitter:
         cdef TcpTemplate t = self.template
         cdef double when = PyFloat_AsDouble(now)
         if t is None or not t.fresh(when):
-            t = self.template = self.host.tcp_template(src, dst, sport, dport, now)
-            if t is not None:
-                self.builds += 1
+            t = None
+            if self.refused is None or self.refused.value != self.refused_at:
+                # The host's answer: a template, or the Generation under which it has none to give (the
+                # neighbour not confirmed: only an ARP/NDP update, which bumps it, changes that), or None.
+                got = self.host.tcp_template(src, dst, sport, dport, now)
+                self.refused = None
+                if type(got) is Generation:
+                    self.refused = <Generation>got
+                    self.refused_at = self.refused.value
+                    self.refusals += 1
+                elif got is not None:
+                    t = <TcpTemplate?>got
+                    self.builds += 1
+            self.template = t
         if t is not None:  # (declined: too big for the MTU or the ring full, as Ipv4Layer.emit_tcp declines)
             if ts is None:
                 return t.emit(sport, dport, seq, ack, flags, window, False, 0, 0, payload)

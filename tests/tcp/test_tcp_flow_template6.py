@@ -102,6 +102,9 @@ def test_ipv6_templates_write_the_python_paths_frames(monkeypatch):
     assert type(server_emit) is _fastpath.FlowEmitter and type(server_slow) is not _fastpath.FlowEmitter
     assert fast == slow, _differ(fast, slow)
     assert client_emit.builds == 1 and client_emit.template.v6  # built once, every data segment from it
+    # B learned A from its NS (STALE, then DELAY): B's ACKs take the Python path, and its emitter asked for a
+    # template once, not per segment (nothing changes until NDP confirms A and bumps the generation).
+    assert server_emit.builds == 0 and server_emit.refusals == 1
     assert len(_tcp6(fast, "a")) > 200
     # RFC 6437: one flow label per flow, in every segment either way (SYN included), never zero.
     labels = {int.from_bytes(f[14:18], "big") & 0xFFFFF for f in _tcp6(fast, "a")}

@@ -73,6 +73,7 @@ DEFAULT_HOP_LIMIT = 64
 ETHERTYPE_IPV6 = 0x86DD
 _TEMPLATE = struct.Struct("!6s6sHIHBB16s16s")
 _FRAG = struct.Struct("!BBHI")
+_PORTS = struct.Struct("!HH")
 MAX_TEMPLATES = 4096
 UPPER_LAYERS = frozenset((PROTO_TCP, PROTO_UDP, PROTO_ICMPV6))
 V4_MAPPED = bytes(10) + b"\xff\xff"
@@ -103,6 +104,7 @@ class Ipv6Layer:
         self.pmtu_timeout = pmtu_timeout
         self.max_pmtu_entries = max_pmtu_entries
         self._secret = bytes(secret[:32])
+        self._label_hash = hashlib.blake2s(key=self._secret, digest_size=4)  # keyed once, copied per flow
         self.ndp = NdpLayer(iface, timers, stats, self.send_ndp, stable_secret=stable_secret or secret, **(ndp or {}))
         self.reassembler = Reassembler(timers, stats, timeout=reassembly_timeout, max_bytes=reassembly_max_bytes,
                                        max_datagrams=reassembly_max_datagrams, on_timeout=self._reassembly_timeout,
@@ -158,8 +160,9 @@ class Ipv6Layer:
     # -- output ------------------------------------------------------------------------
     def flow_label(self, src: bytes, dst: bytes, proto: int, ports: bytes) -> int:
         """RFC 6437 3: a keyed hash of the flow's 5-tuple, 20 bits, never zero."""
-        h = hashlib.blake2s(src + dst + bytes((proto,)) + ports, key=self._secret, digest_size=4).digest()
-        return (int.from_bytes(h, "big") & 0xFFFFF) or 1
+        h = self._label_hash.copy()
+        h.update(src + dst + bytes((proto,)) + ports)
+        return (int.from_bytes(h.digest(), "big") & 0xFFFFF) or 1
 
     def _template(self, mac: bytes, src: bytes, dst: bytes, proto: int, hlim: int, tc: int, ports: bytes) -> bytes:
         key = (mac, src, dst, proto, hlim, tc, ports)
@@ -254,7 +257,7 @@ class Ipv6Layer:
         if mac is None:
             return None
         return self._template(mac, src, dst, proto, self.ndp.cur_hop_limit or self.hop_limit, 0,
-                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+                              _PORTS.pack(sport, dport))
 
     def emit_udp(self, src: bytes, dst: bytes, sport: int, dport: int, payload, now: float) -> bool:
         """Fast emit of one UDP datagram (see ``IpLayer.emit_udp``); a full TX ring is ENOBUFS."""
@@ -308,7 +311,7 @@ class Ipv6Layer:
         if pmtu is not None:
             until = min(until, pmtu[1])
         tmpl = self._template(n.mac, src, dst, PROTO_TCP, self.ndp.cur_hop_limit or self.hop_limit, 0,
-                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+                              _PORTS.pack(sport, dport))
         return _fastpath.TcpTemplate(tmpl, self.gen, min(until, n.reachable_until), self.mtu(dst), None, 0,
                                      self.link, self.stats.counters)
 

@@ -56,6 +56,8 @@ _SOLICITED_PREFIX = bytes.fromhex("ff0200000000000000000001ff")
 MAX_ONLINK = 16  # prefixes learned from RAs (remote traffic cannot push past it)
 MAX_ROUTERS = 8  # default routers learned from RAs
 MAX_REDIRECTS = 1024  # destination cache entries made by Redirects
+MAX_CACHED_HOPS = 1024  # next-hop decisions remembered (cleared whole when full)
+INF = float("inf")
 
 
 def is_link_local(addr: bytes) -> bool:
@@ -108,7 +110,7 @@ class Interface6:
         self.onlink: dict[tuple[bytes, int], tuple[Prefix, float]] = {}  # learned: (network, length) -> expiry
         self.routers: dict[bytes, float] = {}  # learned default routers -> expiry
         self.redirects: dict[bytes, tuple[bytes, float]] = {}  # destination -> (next hop, expiry), RFC 4861 8.3
-        self.gateway = gateway
+        self._gateway = gateway
         self.groups: set[bytes] = {ALL_NODES}
         self.preferred_set: frozenset = frozenset()  # the preferred unicast addresses (replaced on change)
         self.valid_set: frozenset = frozenset()  # preferred or deprecated: ours to receive on (replaced on change)
@@ -117,6 +119,17 @@ class Interface6:
         # What validates per-flow frame templates (_fp_tmpl.pxi): bumped when a route changes here, and by NDP
         # when a neighbour entry changes (templates copy the next hop's MAC).
         self.gen = _fastpath.Generation()
+        self._hops: dict[bytes, tuple[bytes, float, int]] = {}  # destination -> (next hop, until, gen value)
+
+    @property
+    def gateway(self) -> Optional[bytes]:
+        """The configured default router (None: only routers learned from RAs)."""
+        return self._gateway
+
+    @gateway.setter
+    def gateway(self, router: Optional[bytes]) -> None:
+        self._gateway = router
+        self.gen.bump()  # a route change: next-hop decisions and frame templates are remade
 
     # -- addresses ----------------------------------------------------------
     def add(self, prefix: Prefix, origin: str, state: str = TENTATIVE) -> Address:
@@ -183,34 +196,50 @@ class Interface6:
         return False
 
     def next_hop(self, dst: bytes, now: float) -> bytes:
-        redirected = self.redirects.get(dst)
-        if redirected is not None:
-            if redirected[1] > now:
-                return redirected[0]
-            del self.redirects[dst]
-        if self.on_link(dst, now):
-            return dst
-        if self.gateway is not None:
-            return self.gateway
-        for router, expires in self.routers.items():
-            if expires > now:
-                return router
-        raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv6 route and no default router)")
+        """The next hop to ``dst`` (itself when on-link); ENETUNREACH without a route."""
+        hit = self._hops.get(dst)
+        if hit is not None and now < hit[1] and hit[2] == self.gen.value:
+            return hit[0]
+        return self._route(dst, now)[0]
 
     def next_hop_until(self, dst: bytes, now: float) -> tuple[bytes, float]:
         """``next_hop`` and until when that answer holds by time alone (the redirect's, on-link prefix's or
         router's lifetime; inf for configured routes). A change of the tables bumps ``gen`` instead."""
-        hop = self.next_hop(dst, now)
+        hit = self._hops.get(dst)
+        if hit is not None and now < hit[1] and hit[2] == self.gen.value:
+            return hit[0], hit[1]
+        return self._route(dst, now)
+
+    def _route(self, dst: bytes, now: float) -> tuple[bytes, float]:
+        """RFC 4861 5.2 (simplified, see the module docstring): (next hop, until when), kept in a small
+        destination cache that ``gen`` and the lifetime invalidate."""
+        hop, until = self._decide(dst, now)
+        hops = self._hops
+        if len(hops) >= MAX_CACHED_HOPS:
+            hops.clear()
+        hops[dst] = (hop, until, self.gen.value)
+        return hop, until
+
+    def _decide(self, dst: bytes, now: float) -> tuple[bytes, float]:
         redirected = self.redirects.get(dst)
         if redirected is not None:
-            return hop, redirected[1]
-        if self.on_link(dst, now):
-            if is_link_local(dst) or dst[0] == 0xFF or any(p.contains(dst) for p in self.static_prefixes):
-                return hop, float("inf")
-            return hop, max(t for p, t in self.onlink.values() if t > now and p.contains(dst))
+            if redirected[1] > now:
+                return redirected
+            del self.redirects[dst]
+        if is_link_local(dst) or dst[0] == 0xFF:
+            return dst, INF
+        for p in self.static_prefixes:
+            if p.contains(dst):
+                return dst, INF
+        until = max((t for p, t in self.onlink.values() if t > now and p.contains(dst)), default=None)
+        if until is not None:
+            return dst, until
         if self.gateway is not None:
-            return hop, float("inf")
-        return hop, self.routers[hop]
+            return self.gateway, INF
+        for router, expires in self.routers.items():
+            if expires > now:
+                return router, expires
+        raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv6 route and no default router)")
 
     def source(self, dst: bytes) -> bytes:
         """RFC 6724, simplified (see the module docstring); EADDRNOTAVAIL when nothing is usable yet."""
