@@ -44,6 +44,18 @@ cdef int _grant_quickacks(object delack, Py_ssize_t *do, int64_t rcv_wnd, int64_
     return 0
 
 
+cdef int _ack_bulk(object receiver, Py_ssize_t *ro) except -1:
+    """``Receiver.ack_bulk``: the ACK now, or once at the end of the poll round the layer is delivering."""
+    layer = _fget(receiver, ro[R_BUDGET])
+    if layer is not None and layer.in_round:
+        if not _bget(receiver, ro[R_ACK_ROUND]):
+            _fset(receiver, ro[R_ACK_ROUND], True)
+            layer.ack_at_round_end(receiver._owner)
+    else:
+        _fset(receiver, ro[R_ACK_NOW], True)
+    return 0
+
+
 cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do, object rcvbuf,
                    Py_ssize_t dlen, Py_ssize_t before, object now, bint push) except -1:
     """``Receiver.in_order(dlen, dlen, False, before, now, push)`` for data appended at RCV.NXT."""
@@ -86,9 +98,9 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
     if not _bget(delack, do[D_ENABLED]):
         _fset(receiver, ro[R_ACK_NOW], True)
     elif unacked >= 2 * rcv_mss:
-        _fset(receiver, ro[R_ACK_NOW], True)  # every second full-sized segment (RFC 5681 4.2)
+        _ack_bulk(receiver, ro)  # every second full-sized segment (RFC 5681 4.2)
     elif _iget(delack, do[D_QUICK]) > 0 and not _bget(delack, do[D_PINGPONG]):
-        _fset(receiver, ro[R_ACK_NOW], True)  # quick-ACK mode
+        _ack_bulk(receiver, ro)  # quick-ACK mode
     elif push and _bget(delack, do[D_READER_WAITING]) and (not _bget(delack, do[D_PINGPONG])
                                                            or _bget(delack, do[D_PUSHED])):
         _fset(receiver, ro[R_ACK_NOW], True)  # a pushed segment and a reader waiting for it
@@ -186,6 +198,7 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
             if quick == 1:
                 _fset(delack, do[D_ATO], _fget(delack, do[D_ATO_MIN]))
     _fset(receiver, ro[R_ACK_NOW], False)
+    _fset(receiver, ro[R_ACK_ROUND], False)
     _fset(receiver, ro[R_WND_UPDATE], False)
     _fset(receiver, ro[R_UNACKED], 0)
     _fset(receiver, ro[R_DELACK_DUE], None)  # the timer stays (lazy: Receiver.delack_fired)

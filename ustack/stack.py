@@ -242,6 +242,8 @@ class Stack:
                 hold = self.rx_hold
                 at = hold.at
                 hold.in_round = True
+                tcp = self.tcp
+                tcp.in_round = True  # in-order ACKs wait for the round's end (tcp.flush, after the reads)
                 try:
                     records = self._classifier.classify(frames)
                     deliver = self._deliver
@@ -257,6 +259,7 @@ class Stack:
                 finally:
                     hold.current = None
                     hold.in_round = False
+                    tcp.in_round = False
                     device.rx_release(hold.unheld(frames))  # frames a receive buffer keeps go back later
             self._run_timers(now)
             mld = self.mld

@@ -100,7 +100,7 @@ from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
-from ustack.transport.tcp.tcb import TCB_LAYOUT
+from ustack.transport.tcp.tcb import SYNCHRONIZED, TCB_LAYOUT
 from ustack.transport.tcp.timewait import TimeWait
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
@@ -143,7 +143,7 @@ class TcpLayer:
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
                  "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "_notify_due",
-                 "mem_used", "under_pressure", "rx_hold", "time_wait")
+                 "mem_used", "under_pressure", "rx_hold", "time_wait", "in_round", "_ack_round")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
         self.host = host
@@ -163,6 +163,10 @@ class TcpLayer:
         self._dirty: list = []
         self._notify_due: list = []  # connections whose on_event waits for the end of the round
         self._resets: list = []  # RSTs of time-less aborts, sent by the next flush
+        # The stack is delivering a poll round's burst (Stack.poll): in-order ACKs wait for the round's
+        # end (Receiver.ack_bulk), sent by flush for the connections in _ack_round.
+        self.in_round = False
+        self._ack_round: list = []
         self.ports = EphemeralPorts(host.isn_secret, b"tcp")
         self._keyed = KeyedHash(host.isn_secret)
         # RFC 5961 section 7: a layer-wide budget of challenge ACKs per second, randomized (CVE-2016-5696).
@@ -278,6 +282,13 @@ class TcpLayer:
             dirty.clear()
             for conn in batch:
                 conn.flush(now)
+        acks = self._ack_round
+        if acks:
+            # The round's coalesced in-order ACKs, after the application read (the window it opened).
+            self._ack_round = []
+            for conn in acks:
+                if conn.receiver.ack_round and conn.tcb.state in SYNCHRONIZED:
+                    conn.out.send_ack(now)
 
     def connect(self, local: tuple | None, remote: tuple, now: float, **opts) -> Connection:
         """Active open toward ``remote`` = (addr, port); ``local`` = (addr, port), either may be 0/None."""
@@ -425,6 +436,10 @@ class TcpLayer:
     def notify_later(self, conn: Connection) -> None:
         """``conn`` took a segment on the fast path: its ``on_event`` runs at the next ``flush``."""
         self._notify_due.append(conn)
+
+    def ack_at_round_end(self, conn: Connection) -> None:
+        """``conn`` owes an in-order ACK at the end of this poll round (``Receiver.ack_bulk``): ``flush``."""
+        self._ack_round.append(conn)
 
     def mark_dirty(self, conn: Connection) -> None:
         """``conn`` has something to send at the next ``flush``."""

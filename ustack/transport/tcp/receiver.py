@@ -11,7 +11,12 @@
   fills a gap; otherwise as ``delack.DelayedAck`` decides (quick-ACK mode,
   ping-pong mode, PSH with a waiting reader, the adaptive delay). ``ack_now``
   says an ACK is owed now; whoever sends a segment with an ACK calls
-  ``ack_sent``;
+  ``ack_sent``. While the stack delivers a poll round's burst
+  (``TcpLayer.in_round``), the bulk reasons (every second segment, quick-ACK
+  mode) owe the ACK at the round's end instead (``ack_round``): one
+  cumulative ACK per connection per burst, sent after the application has
+  read, so it carries the window the read opened (receive ACK coalescing,
+  as a GRO receiver ACKs one aggregated segment);
 - the window we advertise follows receiver SWS avoidance (RFC 9293
   3.8.6.2.2): the right edge moves only by at least min(RCV.BUFF/2, MSS),
   never left, and a read that opens it usefully asks for a window update;
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "budget", "dsack", "delack_due")
+                 "budget", "dsack", "delack_due", "ack_round")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -62,6 +67,7 @@ class Receiver:
         self.high_water = high_water  # called when readable bytes reach ``recv_high``
         self.ack_now = False  # an ACK is owed now (out of order, gap filled, FIN, every 2nd segment...)
         self.wnd_update = False  # a read opened the window: advertise it
+        self.ack_round = False  # an in-order ACK owed at the end of the poll round (TcpLayer.ack_at_round_end)
         self.unacked = 0  # in-order bytes received since our last ACK
         self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
         self.bytes_received = 0
@@ -125,9 +131,9 @@ class Receiver:
         if had_gap or not delack.enabled:
             self.ack_now = True  # this segment filled (part of) a gap, or no delayed ACKs at all
         elif self.unacked >= 2 * tcb.rcv_mss:
-            self.ack_now = True  # every second full-sized segment (RFC 5681 4.2)
+            self.ack_bulk()  # every second full-sized segment (RFC 5681 4.2)
         elif delack.quickack_mode():
-            self.ack_now = True
+            self.ack_bulk()
         elif push and delack.push_wants_ack():
             self.ack_now = True
         elif self.delack_due is None:
@@ -136,6 +142,17 @@ class Receiver:
             rcvbuf.read(len(rcvbuf))
         elif before < self.recv_high <= len(rcvbuf):
             self.high_water()
+
+    def ack_bulk(self) -> None:
+        """The in-order policy owes an ACK (every second segment, quick-ACK mode): now, or, during a
+        poll round's delivery (``budget.in_round``), once at the round's end (``ack_round``)."""
+        budget = self.budget
+        if budget is not None and budget.in_round:
+            if not self.ack_round:
+                self.ack_round = True
+                budget.ack_at_round_end(self._owner)
+        else:
+            self.ack_now = True
 
     def receive_fin(self) -> None:
         """The peer's FIN is in sequence: RCV.NXT moves past it, and it is acknowledged at once."""
@@ -253,6 +270,7 @@ class Receiver:
             delack.data_sent(now)
         delack.ack_sent(self.unacked > 0)
         self.ack_now = False
+        self.ack_round = False
         self.wnd_update = False
         self.dsack = None
         self.unacked = 0
