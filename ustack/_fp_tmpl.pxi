@@ -91,10 +91,22 @@ cdef class TcpTemplate:
     cdef int emit(self, uint16_t sport, uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t window,
                   bint has_ts, uint32_t tsv, uint32_t tsecr, object payload) except -1:
         """The segment into a TX slot: 1, or 0 when it does not fit the MTU or the ring is full (nothing sent)."""
+        cdef Py_buffer pb
+        PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
+        try:
+            return self.emit_ptr(sport, dport, seq, ack, flags, window, has_ts, tsv, tsecr, <const uint8_t *>pb.buf,
+                                 pb.len)
+        finally:
+            PyBuffer_Release(&pb)
+
+    cdef int emit_ptr(self, uint16_t sport, uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags,
+                      uint16_t window, bint has_ts, uint32_t tsv, uint32_t tsecr, const uint8_t *payload,
+                      Py_ssize_t plen) except -1:
+        """``emit`` with the payload as ``plen`` bytes at ``payload`` (the send ring's, for _fp_tx.pxi)."""
         cdef Py_ssize_t hl = 32 if has_ts else 20
-        cdef Py_ssize_t plen = len(payload), used, n
+        cdef Py_ssize_t used, n
         cdef Py_ssize_t lh = 40 if self.v6 else 20   # the IP header
-        cdef Py_buffer sb, pb
+        cdef Py_buffer sb
         cdef uint16_t ident = 0
         link = self.link
         if lh + hl + plen > self.mtu:
@@ -114,19 +126,14 @@ cdef class TcpTemplate:
             self.idents[self.bucket] = ident
         PyObject_GetBuffer(slot, &sb, PyBUF_WRITABLE)
         try:
-            PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
-            try:
-                if pb.len != plen or sb.len < 14 + lh + hl + plen:
-                    raise ValueError("TX slot too small for this frame")
-                if self.v6:
-                    n = _tcp6_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, sport, dport,
-                                    seq, ack, flags, window, has_ts, tsv, tsecr, <const uint8_t *>pb.buf, plen)
-                else:
-                    n = _tcp4_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, ident, sport,
-                                    dport, seq, ack, flags, window, has_ts, tsv, tsecr, <const uint8_t *>pb.buf,
-                                    plen)
-            finally:
-                PyBuffer_Release(&pb)
+            if sb.len < 14 + lh + hl + plen:
+                raise ValueError("TX slot too small for this frame")
+            if self.v6:
+                n = _tcp6_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, sport, dport,
+                                seq, ack, flags, window, has_ts, tsv, tsecr, payload, plen)
+            else:
+                n = _tcp4_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, ident, sport,
+                                dport, seq, ack, flags, window, has_ts, tsv, tsecr, payload, plen)
         finally:
             PyBuffer_Release(&sb)
         # Link.sent(n)

@@ -69,7 +69,8 @@ class Sender:
     __slots__ = ("tcb", "out", "stats", "sndbuf", "rtt", "cc", "recovery", "rtx_timer", "persist_timer",
                  "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
-                 "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next")
+                 "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next",
+                 "tx")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
                  low_water: Callable[[], None], mss: int, cork_timer):
@@ -95,6 +96,7 @@ class Sender:
         self.rtx_kind = RTO  # what the retransmission timer stands for (RACK-TLP: RTO, REO or PTO)
         self.ack_tsecr = None  # TSecr of the ACK in progress (RACK, Eifel)
         self.psh_next = False  # the next data segment carries PSH (a tail loss probe: the receiver ACKs it at once)
+        self.tx = None  # the C transmit path (``_fastpath.TxPath``: full-sized new segments), set by the connection
         self.configure(config)
 
     def configure(self, config: TcpConfig) -> None:
@@ -314,6 +316,9 @@ class Sender:
         self.push = False
         corked = False
         send_data = self.send_data
+        tx = self.tx
+        if tx is not None and budget is None:
+            tx.burst(self, cwnd, now)  # the full-sized segments of new data first, in C (_fp_tx.pxi)
         while True:
             nxt = tcb.snd_nxt
             off = seq_diff(nxt, una)
