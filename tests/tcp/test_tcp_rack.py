@@ -324,3 +324,40 @@ def test_duplicate_data_is_reported_by_a_dsack():
     h.peer.send(flags="A", payload=b"e" * 100)  # in order: the ACK carries no D-SACK any more
     h.peer.expect(flags="A", ack=base + 300 + 100, sack_blocks=())
     assert conn.recv(1000) == b"a" * 100 + b"b" * 100 + b"e" * 100 + b"d" * 100
+
+
+def test_recovery_ends_with_cwnd_at_ssthresh():
+    """RFC 9937 (PRR): the full ACK ends recovery with cwnd = ssthresh, even when it leaves nothing in
+    flight (RFC 6582's min(ssthresh, FlightSize + SMSS) then made cwnd 2 SMSS: a receiver that ACKs
+    a whole flight at once, as Linux does when its reader lags, collapsed the window every time)."""
+    h, conn = established()
+    data = payload(10)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, drops={(3, 1)})
+    wire.run(until=h.now + 0.15)
+    assert bytes(wire.received) == data and wire.retransmissions() == [(3, 2)]
+    cc = conn.sender.cc
+    assert conn.info().fast_retransmits == 1 and not conn.sender.recovery.in_recovery
+    assert conn.tcb.snd_una == conn.tcb.snd_max  # the full ACK left nothing in flight
+    # half the FlightSize when the loss was found (SND.MAX - SND.UNA: 7 segments, three SACKed)
+    assert cc.ssthresh == 7 * MSS // 2 and cc.window == cc.ssthresh
+
+
+def test_tail_loss_repaired_by_a_probe_halves_the_window_it_was_sent_with():
+    """RFC 8985 7.4.2: a probe that repaired a tail loss reduces the window as a fast retransmit
+    does, from the window that lost its tail (cwnd 19 when the probe left -> ssthresh 9.5), not
+    from what is in flight when the ACK beyond the probe shows the repair (one segment: 2 SMSS)."""
+    h, conn = established()
+    assert conn.sender.cc.window == 10 * MSS
+    data = payload(10)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, drops={(9, 1)})  # the last segment: no SACK can show it
+    wire.run(until=h.now + 0.3)  # the PTO of a lone segment waits out a delayed ACK (RFC 8985 7.2)
+    assert wire.retransmissions() == [(9, 2)] and conn.info().tlps == 1
+    more = payload(2)
+    conn.send(more, now=h.now)  # the ACK beyond the probe shows the repair
+    wire.run(until=h.now + 0.1)
+    assert bytes(wire.received) == data + more
+    info = conn.info()
+    assert info.timeouts == 0 and info.fast_retransmits == 0 and h.stats["tcp.tlp_recoveries"] == 1
+    assert conn.sender.cc.ssthresh == 19 * MSS // 2  # slow start: 10 + one per ACK of segments 0-8
