@@ -361,3 +361,47 @@ def test_tail_loss_repaired_by_a_probe_halves_the_window_it_was_sent_with():
     info = conn.info()
     assert info.timeouts == 0 and info.fast_retransmits == 0 and h.stats["tcp.tlp_recoveries"] == 1
     assert conn.sender.cc.ssthresh == 19 * MSS // 2  # slow start: 10 + one per ACK of segments 0-8
+
+
+def test_out_of_order_acks_beyond_dupthresh_are_compressed_to_one_per_round():
+    """RFC 5681 4.2 ACKs each out-of-order segment at once; with SACK, once DupThresh (3) ACKs went for
+    one RCV.NXT, the rest of a poll round's segments above the hole share one ACK at the round's end
+    whose SACK block covers them all (as Linux's tcp_comp_sack). A new RCV.NXT starts the count again."""
+    from unittest import mock
+
+    from ustack.transport.tcp.layer import TcpLayer
+
+    h = Harness(delayed_ack=False, sack=True)
+    h.open_active(peer_options={"sack_perm": True})
+    base = h.peer.snd_nxt
+    with mock.patch.object(TcpLayer, "flush", lambda self, now: None):  # one round: the end comes later
+        for i in range(1, 7):  # segment 0 is lost; 1-6 arrive in one burst
+            h.peer.send(flags="A", seq=base + 100 * i, payload=b"x" * 100, advance=False)
+    for i in range(1, 4):
+        h.peer.expect(flags="A", ack=base, sack_blocks=((base + 100, base + 100 * (i + 1)),))
+    h.peer.expect_nothing()
+    h.layer.flush(h.now)  # the round ends
+    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 100, base + 700),))
+    h.peer.expect_nothing()
+    assert h.stats["tcp.sack_compressed"] == 3
+    h.peer.send(flags="A", seq=base, payload=b"x" * 100, advance=False)  # the hole fills: ACK at once
+    h.peer.expect(flags="A", ack=base + 700, sack_blocks=())
+    h.peer.send(flags="A", seq=base + 800, payload=b"x" * 100, advance=False)  # a new hole, a new count
+    h.peer.expect(flags="A", ack=base + 700, sack_blocks=((base + 800, base + 900),))
+
+
+def test_out_of_order_acks_are_never_compressed_without_sack():
+    """Without SACK the sender counts duplicate ACKs: each out-of-order segment is ACKed at once."""
+    from unittest import mock
+
+    from ustack.transport.tcp.layer import TcpLayer
+
+    h = Harness(delayed_ack=False, sack=False)
+    h.open_active()
+    base = h.peer.snd_nxt
+    with mock.patch.object(TcpLayer, "flush", lambda self, now: None):
+        for i in range(1, 7):
+            h.peer.send(flags="A", seq=base + 100 * i, payload=b"x" * 100, advance=False)
+    for _ in range(6):
+        h.peer.expect(flags="A", ack=base)
+    h.peer.expect_nothing()
