@@ -405,3 +405,16 @@ def test_out_of_order_acks_are_never_compressed_without_sack():
     for _ in range(6):
         h.peer.expect(flags="A", ack=base)
     h.peer.expect_nothing()
+
+
+def test_echoes_of_timestamps_from_before_a_timeout_are_no_rtt_samples():
+    """The ACK path stalls past the RTO; the ACKs then echo TSvals from before the timeout: their
+    "RTT" is the stall plus the wait, not the path's (Karn's rule for what the echo stands for). Taken,
+    SRTT went from 10 ms to 76 ms here, and the PTO (2 SRTT) with it."""
+    h, conn = established(ts=True)
+    assert conn.sender.rtt.srtt == pytest.approx(RTT, abs=1e-3)
+    conn.send(payload(20), now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, ack_stall=h.now + 0.3, ts=True)
+    wire.run(until=h.now + 0.45)
+    assert conn.info().timeouts == 1 and conn.info().spurious_undone == 1
+    assert conn.sender.rtt.srtt == pytest.approx(RTT, abs=2e-3)
