@@ -278,7 +278,7 @@ def ustack_to_kernel(size: int, percent: int, backend: str, **knobs) -> dict:
         if got["bytes"] != size:
             raise RuntimeError(f"ustack -> kernel: {got}")
         info = conn.info()
-        return {"mb_s": size / (got["end"] - start) / 1e6, "retransmits": info.retransmits,
+        return {"mb_s": size / (got["end"] - start) / 1e6, "bytes": size, "retransmits": info.retransmits,
                 "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone}
     finally:
         u.close()
@@ -317,7 +317,7 @@ def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False, 
             raise RuntimeError(f"echo through ustack not exact: {res}")
         end = res["end"] if echo else state["end"]
         info = state["conn"].info()
-        return {"mb_s": res["bytes"] / (end - res["start"]) / 1e6, "retransmits": info.retransmits,
+        return {"mb_s": res["bytes"] / (end - res["start"]) / 1e6, "bytes": res["bytes"], "retransmits": info.retransmits,
                 "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone,
                 "exact": res.get("exact")}
     finally:
@@ -350,7 +350,9 @@ def format_lines(pipe: list, veth: dict | None, percent: int) -> list[str]:
         if name != "linux":
             rto = statistics.median(r["timeouts"] for r in row["runs"])
             rtx = statistics.median(r["retransmits"] for r in row["runs"])
-            extra = f", ustack retransmitted {rtx:.0f}, RTOs {rto:.0f}"
+            per10 = statistics.median(r["timeouts"] / r["bytes"] * 10e6 for r in row["runs"])
+            tlps = statistics.median(r["tlps"] for r in row["runs"])
+            extra = f", ustack retransmitted {rtx:.0f}, RTOs {rto:.0f} ({per10:.1f} per 10 MB), TLPs {tlps:.0f}"
             if name == "echo":
                 extra += f", exact {row['runs'][0]['exact']}"
         runs = ", ".join(f"{r['mb_s']:.1f}" for r in row["runs"])
