@@ -21,7 +21,7 @@ import pytest
 from ustack import _fastpath
 from ustack.net.addr import parse as ip_addr
 from ustack.net.ipv6 import Ipv6Layer
-from ustack.net.ndp import REACHABLE
+from ustack.net.ndp import DELAY, PROBE, REACHABLE, STALE
 from ustack.transport.tcp.ip_host import TcpOverIp
 from ustack.transport.tcp.output import syn_options, syn_segment
 from ustack.wire.tcp import ACK, SYN
@@ -102,9 +102,9 @@ def test_ipv6_templates_write_the_python_paths_frames(monkeypatch):
     assert type(server_emit) is _fastpath.FlowEmitter and type(server_slow) is not _fastpath.FlowEmitter
     assert fast == slow, _differ(fast, slow)
     assert client_emit.builds == 1 and client_emit.template.v6  # built once, every data segment from it
-    # B learned A from its NS (STALE, then DELAY): B's ACKs take the Python path, and its emitter asked for a
-    # template once, not per segment (nothing changes until NDP confirms A and bumps the generation).
-    assert server_emit.builds == 0 and server_emit.refusals == 1
+    # B learned A from its NS (STALE); its SYN-ACK's lookup started DELAY (RFC 4861 7.3.3), and a DELAY entry's
+    # MAC is used as it is (the lookup changes nothing then): B's ACKs come from a template too.
+    assert server_emit.builds == 1 and server_emit.refusals == 0
     assert len(_tcp6(fast, "a")) > 200
     # RFC 6437: one flow label per flow, in every segment either way (SYN included), never zero.
     labels = {int.from_bytes(f[14:18], "big") & 0xFFFFF for f in _tcp6(fast, "a")}
@@ -160,7 +160,10 @@ def test_the_template_lapses_with_the_reachable_time(monkeypatch):
     fast, _, _, client_emit = _run(monkeypatch, True, reachable_time=0.003)
     slow, _, _, _ = _run(monkeypatch, False, reachable_time=0.003)
     assert fast == slow, _differ(fast, slow)
-    assert client_emit.builds > 2  # rebuilt after each confirmation (probes in between are the Python path's)
+    assert client_emit.builds > 2  # rebuilt after each lapse
+    # At each lapse (REACHABLE past its time) the emitter is refused once: the Python lookup moves the entry to
+    # STALE and DELAY (and bumps the generation); the next segment builds on the DELAY entry.
+    assert 0 < client_emit.refusals < client_emit.builds
 
 
 def test_no_template_unless_the_neighbour_is_reachable():
@@ -181,6 +184,27 @@ def test_no_template_unless_the_neighbour_is_reachable():
         gen = ip6.gen.value
         ip6.invalidate()
         assert ip6.gen.value == gen + 1
+
+
+def test_delay_and_probe_entries_give_templates_stale_ones_do_not():
+    """RFC 4861 7.3.3: a STALE entry's first use starts DELAY (the Python lookup's side effect, so no template);
+    DELAY and PROBE entries are used as they are until confirmed or deleted, which bump the generation."""
+    with _net() as net:
+        ip6, ndp = net.a.ipv6, net.a.ndp
+        now = net.clock.now
+        mac_b = net.b.iface6.mac
+        ndp._learn_stale(B6, mac_b, now)  # as B's Neighbor Solicitation would leave it
+        assert ndp.cache[B6].state == STALE and ip6.tcp_template(A6, B6, 1, 2, now) is None
+        gen = ip6.gen.value
+        assert ip6._resolved(B6, now) == mac_b  # the lookup: DELAY, and the generation moves
+        assert ndp.cache[B6].state == DELAY and ip6.gen.value == gen + 1
+        t = ip6.tcp_template(A6, B6, 1, 2, now)
+        assert t.header[:6] == mac_b and t.valid_until == float("inf") and t.gen_seen == ip6.gen.value
+        net.clock.set(now + ndp.delay_first_probe + 0.001)
+        net.a.poll(net.clock.now)  # (B not polled: the unicast probe waits on the wire)
+        assert ndp.cache[B6].state == PROBE and t.gen_seen == ip6.gen.value  # still good: same MAC, no side effect
+        assert net.run(lambda: ndp.cache[B6].state == REACHABLE, 2)  # B answers: confirmed, templates rebuilt
+        assert t.gen_seen != ip6.gen.value
 
 
 def test_syn_fast_emit6_equals_the_general_path_frame():

@@ -48,7 +48,7 @@ from ustack import _fastpath
 from ustack.net.addr import ANY6
 from ustack.net.fragment import fragment, piece_size
 from ustack.net.link import Link
-from ustack.net.ndp import REACHABLE, NdpLayer
+from ustack.net.ndp import DELAY, PROBE, REACHABLE, NdpLayer
 from ustack.net.reassembly import Reassembler
 from ustack.net.route6 import Interface6, multicast_mac
 from ustack.stats import Stats
@@ -291,12 +291,14 @@ class Ipv6Layer:
 
     def tcp_template(self, src: bytes, dst: bytes, sport: int, dport: int, now: float):
         """The cached frame template of an established flow (``_fastpath.TcpTemplate``), or None when the
-        next hop is not REACHABLE in the neighbour cache or there is no route (``emit_tcp`` then decides).
+        neighbour cache would not hand out the next hop's MAC as it is (``emit_tcp`` then decides).
 
         It copies what ``emit_tcp`` would use (the flow's header template with its flow label and hop
-        limit, the path MTU) and is good while ``gen`` stands and until the first of: the neighbour's
-        reachable time ends (the Python lookup then moves it to DELAY, RFC 4861 7.3.3), the route's
-        lifetime, the path MTU entry's.
+        limit, the path MTU) and is good while ``gen`` stands and until the first of: the route's lifetime,
+        the path MTU entry's, and for a REACHABLE neighbour its reachable time (the lookup then moves it to
+        STALE and DELAY, RFC 4861 7.3.3: the Python path's). A DELAY or PROBE entry is used as it is (the
+        lookup changes nothing; its timers probe it) until it is confirmed or deleted, which bump ``gen``;
+        a STALE or INCOMPLETE one gives none (the first lookup of a STALE entry starts DELAY, and bumps).
         """
         if dst[0] == 0xFF:
             return None
@@ -305,15 +307,22 @@ class Ipv6Layer:
         except OSError:
             return None
         n = self.ndp.cache.get(hop)
-        if n is None or n.state != REACHABLE or not n.reachable_until > now:
-            return None  # unresolved or unconfirmed: the lookup's state changes are the Python path's
+        if n is None or n.mac is None:
+            return None
+        state = n.state
+        if state == REACHABLE:
+            if not n.reachable_until > now:
+                return None
+            until = min(until, n.reachable_until)
+        elif state != DELAY and state != PROBE:
+            return None
         pmtu = self.pmtu.get(dst)
         if pmtu is not None:
             until = min(until, pmtu[1])
         tmpl = self._template(n.mac, src, dst, PROTO_TCP, self.ndp.cur_hop_limit or self.hop_limit, 0,
                               _PORTS.pack(sport, dport))
-        return _fastpath.TcpTemplate(tmpl, self.gen, min(until, n.reachable_until), self.mtu(dst), None, 0,
-                                     self.link, self.stats.counters)
+        return _fastpath.TcpTemplate(tmpl, self.gen, until, self.mtu(dst), None, 0, self.link,
+                                     self.stats.counters)
 
     def invalidate(self) -> None:
         """Something a frame template copies changed (hop limit, interface): rebuild them all."""

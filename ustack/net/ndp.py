@@ -284,6 +284,7 @@ class NdpLayer:
         if n.state == STALE:
             n.state = DELAY
             n.timer.arm(now + self.delay_first_probe)
+            self.iface.gen.bump()  # DELAY and PROBE entries are used as is: frame templates may copy them now
         return n.mac
 
     def resolve_then(self, ip: bytes, send: Callable[[bytes], None], now: float) -> None:
