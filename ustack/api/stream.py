@@ -40,7 +40,8 @@ import struct
 from typing import Callable, Optional
 
 from ustack.api.base import (AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOL_SOCKET, SocketBase,
-                             bad_flags, set_callback, shared)
+                             bad_flags, byte_view, c_int, sendmsg_data, set_callback, shared,
+                             writable_views)
 from ustack.net.addr import ANY4, ANY6
 from ustack.transport.ports import conflicts
 from ustack.transport.tcp.tcb import State
@@ -212,6 +213,7 @@ class StreamSocket(SocketBase):
     # -- passive open -------------------------------------------------------------------
     def listen(self, backlog: int = 128) -> None:
         self._check()
+        backlog = c_int(backlog, "listen")
         if self._conn is not None:
             raise OSError(errno.EINVAL, "Invalid argument (connected)")
         if self._listener is not None:
@@ -338,7 +340,7 @@ class StreamSocket(SocketBase):
     def send(self, data, flags: int = 0) -> int:
         conn = self._require_conn()
         bad_flags(flags, _SEND_FLAGS)
-        view = memoryview(data).cast("B")
+        view = byte_view(data)
         if not len(view):
             return 0
         self._wait(lambda: conn.writable, flags, "sndtimeo")
@@ -351,7 +353,7 @@ class StreamSocket(SocketBase):
         """Send everything; a timeout bounds the whole call (the stdlib's rule since 3.5)."""
         conn = self._require_conn()
         bad_flags(flags, _SEND_FLAGS)
-        view = memoryview(data).cast("B")
+        view = byte_view(data)
         driver = self._driver
         timeout = 0.0 if flags & MSG_DONTWAIT else self._timeout
         end = None if timeout in (None, 0.0) else driver.clock() + timeout
@@ -379,11 +381,10 @@ class StreamSocket(SocketBase):
 
     def sendmsg(self, buffers, ancdata=(), flags: int = 0, address=None) -> int:
         """Gathered send; ustack carries no ancillary data (a non-empty ``ancdata`` is EOPNOTSUPP)."""
-        if ancdata:
-            raise OSError(errno.EOPNOTSUPP, "Operation not supported (ustack sockets carry no ancillary data)")
+        data = sendmsg_data(buffers, ancdata, flags)
         if address is not None:
             self._parse(address)
-        return self.send(b"".join(memoryview(b).cast("B") for b in buffers), flags)
+        return self.send(data, flags)
 
     def sendfile(self, file, offset: int = 0, count: Optional[int] = None) -> int:
         """Send a file by copying it through ``sendall`` (no zero-copy path: ustack has no kernel socket)."""
@@ -541,7 +542,7 @@ class StreamSocket(SocketBase):
         """Scatter into ``buffers`` in order; (nbytes, [], 0, None)."""
         if ancbufsize < 0:
             raise ValueError("negative buffer size in recvmsg_into()")
-        views = [memoryview(b).cast("B") for b in buffers]
+        views = writable_views(buffers)
         total = sum(len(v) for v in views)
         buf = bytearray(total)
         n = self.recv_into(buf, total, flags) if total else 0
@@ -555,6 +556,7 @@ class StreamSocket(SocketBase):
         return n, [], 0, None
 
     def shutdown(self, how: int) -> None:
+        how = c_int(how, "shutdown")
         conn = self._require_conn()
         self._call(lambda now: conn.shutdown(how, now))
 
