@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import errno
+import gc
+import os
+import select
 import socket as std
+import sys
 
 import pytest
 
+import ustack
+from ustack.api.socket import socket as usocket
+
 from .test_socket_calls import pair, udp_pair
 from .conftest import A
+
+
+@pytest.fixture
+def patched(net):
+    da, db = net
+    cls = ustack.patch(db)
+    try:
+        yield da, db, cls
+    finally:
+        ustack.unpatch()
 
 
 def test_recvmsg_into_a_read_only_buffer_is_refused_before_the_datagram_is_taken(net):
@@ -35,3 +53,164 @@ def test_recvmsg_into_a_read_only_buffer_leaves_the_stream_bytes(net):
     finally:
         cli.close()
         srv.close()
+
+
+def test_sendmsg_checks_buffers_and_ancillary_items_before_sending_anything(net):
+    cli, srv = pair(*net, 7403)
+    try:
+        for args in ((b"not in an iterable",), ([b"x", object()],), ([b"x"], object()), ([b"x"], [(0, 0)]),
+                     ([b"x"], [(object(), 0, b"")]), ([b"x"], [(0, 0, object())]), ([b"x"], [], object())):
+            with pytest.raises(TypeError):
+                cli.sendmsg(*args)
+        assert cli.sendmsg([b"ok"], (o for o in [])) == 2  # an empty generator of items is no ancillary data
+        with pytest.raises(OSError) as e:
+            cli.sendmsg([b"no"], [(std.SOL_SOCKET, std.SCM_RIGHTS, b"\0" * 4)])
+        assert e.value.errno == errno.EOPNOTSUPP
+        cli.sendall(b"!")
+        assert srv.recv(3, std.MSG_WAITALL) == b"ok!"  # nothing of the refused calls went out
+    finally:
+        cli.close()
+        srv.close()
+
+
+def test_udp_sendmsg_bad_args_send_nothing(net):
+    u1, u2 = udp_pair(*net, 7404)
+    try:
+        with pytest.raises(TypeError):
+            u2.sendmsg([b"x"], [(0, 0)], 0, (A, 7404))
+        with pytest.raises(TypeError, match="a bytes-like object is required, not 'str'"):
+            u2.sendto("text", (A, 7404))
+        with pytest.raises(TypeError, match="not NoneType"):
+            u2.sendto(b"x", None)
+        with pytest.raises(TypeError, match=r"\(1 given\)"):
+            u2.sendto(b"x")
+        u2.sendmsg([b"da", b"ta"], [], 0, (A, 7404))
+        assert u1.recvfrom(10)[0] == b"data"
+    finally:
+        u1.close()
+        u2.close()
+
+
+def test_listen_and_shutdown_take_a_c_int(net):
+    cli, srv = pair(*net, 7405)
+    lst = usocket(net[0])
+    try:
+        with pytest.raises(OverflowError):
+            lst.listen(2 ** 31)
+        with pytest.raises(OverflowError):
+            srv.shutdown(2 ** 31)
+        with pytest.raises(TypeError):
+            srv.shutdown(1.0)
+    finally:
+        lst.close()
+        cli.close()
+        srv.close()
+
+
+def test_the_readiness_fd_is_blocking_exactly_when_the_timeout_is_none(net):
+    s = usocket(net[1])
+    try:
+        s.settimeout(None)
+        fd = s.fileno()
+        assert os.get_blocking(fd)
+        s.settimeout(2.0)
+        assert not os.get_blocking(fd)  # as a kernel socket with a timeout: O_NONBLOCK inside
+        s.setblocking(True)
+        assert os.get_blocking(fd)
+        s.setblocking(False)
+        assert not os.get_blocking(fd)
+    finally:
+        s.close()
+    u1, u2 = udp_pair(*net, 7406)
+    try:  # the stack side still never blocks on a blocking fd: readiness comes and goes
+        u1.settimeout(None)
+        fd = u1.fileno()
+        assert os.get_blocking(fd)
+        u2.sendto(b"x", (A, 7406))
+        assert select.select([fd], [], [], 5)[0] == [fd]
+        assert u1.recv(1) == b"x"
+        assert select.select([fd], [], [], 0)[0] == []
+    finally:
+        u1.close()
+        u2.close()
+
+
+def test_detach_then_socket_from_the_fd_carries_the_connection_on(patched):
+    da, db, cls = patched
+    lst = usocket(da)
+    lst.bind((A, 7407))
+    lst.listen(2)
+    lst.settimeout(5)
+    try:
+        c = std.create_connection((A, 7407), timeout=5)
+        conn, _ = lst.accept()
+        fd = c.fileno()
+        assert c.detach() == fd and c._closed
+        with pytest.raises(OSError):
+            c.recv(1)
+        again = std.socket(std.AF_INET, std.SOCK_STREAM, fileno=fd)
+        assert type(again) is cls and again.fileno() == fd and again.family == std.AF_INET
+        conn.sendall(b"after detach")
+        again.settimeout(5)
+        assert again.recv(100) == b"after detach"
+        dup = std.fromfd(again.fileno(), std.AF_INET, std.SOCK_STREAM)  # os.dup + socket(fileno=)
+        assert dup.fileno() != fd
+        conn.sendall(b"via fromfd")
+        dup.settimeout(5)
+        assert dup.recv(100) == b"via fromfd"
+        dup.close()
+        again.close()  # the last one: the connection closes (FIN)
+        assert conn.recv(10) == b""
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    finally:
+        conn.close()
+        lst.close()
+
+
+def test_repr_has_the_stdlib_shape_and_an_unclosed_socket_warns_with_it(patched):
+    s = std.socket(std.AF_INET, std.SOCK_DGRAM)
+    r = repr(s)
+    assert "family=%s" % std.AF_INET in r and "type=%s" % std.SOCK_DGRAM in r and "proto=0" in r
+    s.bind(("0.0.0.0", 7408))
+    assert str(s.getsockname()) in repr(s) and "raddr" not in repr(s)
+    r = repr(s)
+    with pytest.warns(ResourceWarning) as w:
+        s = None
+        gc.collect()
+    assert any(r in str(x.message) for x in w)
+    fresh = std.socket()
+    with pytest.warns(ResourceWarning):  # never decided, never closed: the stdlib warns too
+        fresh = None
+        gc.collect()
+    t = std.socket(std.AF_INET, std.SOCK_STREAM)
+    t.close()
+    assert "[closed]" in repr(t) and "laddr" not in repr(t)
+
+
+def test_os_sendfile_is_not_tried_on_a_ustack_socket(patched, tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"data")
+    with std.socket(std.AF_INET, std.SOCK_STREAM) as s, open(path, "rb") as f:
+        s.bind(("0.0.0.0", 7409))
+        with pytest.raises(std._GiveupOnSendfile):
+            s._sendfile_use_sendfile(f)
+
+
+def test_nonblock_type_flag_before_the_decision(patched):
+    s = std.socket(std.AF_INET, std.SOCK_STREAM | std.SOCK_NONBLOCK)
+    try:
+        assert s.gettimeout() == 0.0 and not s.getblocking()
+    finally:
+        s.close()
+
+
+def test_getnameinfo_type_error_keeps_no_reference(patched):
+    name = "some unique string object %d" % id(object())
+    before = sys.getrefcount(name)
+    try:
+        std.getnameinfo(name, 0)
+    except TypeError:
+        assert sys.getrefcount(name) == before
+    else:
+        pytest.fail("getnameinfo took a str")
