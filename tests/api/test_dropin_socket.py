@@ -214,3 +214,36 @@ def test_getnameinfo_type_error_keeps_no_reference(patched):
         assert sys.getrefcount(name) == before
     else:
         pytest.fail("getnameinfo took a str")
+
+
+def test_two_objects_over_one_fd_number_close_it_once(patched):
+    s = std.socket(std.AF_INET, std.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 7410))
+    other = std.socket(fileno=s.fileno())  # the same number, no dup: the kernel's two objects over one fd
+    assert type(other) is type(s) and other.type == std.SOCK_DGRAM and other.fileno() == s.fileno()
+    other.close()  # closes the number: the socket is gone (its port is free again)
+    with pytest.raises(OSError) as e:
+        s.close()
+    assert e.value.errno == errno.EBADF
+    again = std.socket(std.AF_INET, std.SOCK_DGRAM)
+    again.bind(("0.0.0.0", 7410))
+    fd = again.fileno()
+    twin = std.socket(fileno=fd)
+    assert again.detach() == fd  # the twin keeps the number ...
+    twin.close()  # ... and closing it ends the socket
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    third = std.socket(std.AF_INET, std.SOCK_DGRAM)
+    third.bind(("0.0.0.0", 7410))  # the port was released
+    third.close()
+
+
+def test_a_kernel_fd_keeps_the_family_the_kernel_reports(patched, tmp_path):
+    u = std.socket(std.AF_UNIX, std.SOCK_STREAM)
+    u.bind(str(tmp_path / "s"))
+    again = std.socket(fileno=u.fileno())
+    try:
+        assert again.family == std.AF_UNIX and again.type == std.SOCK_STREAM
+    finally:
+        u.detach()
+        again.close()

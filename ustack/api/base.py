@@ -173,14 +173,26 @@ def set_callback(obj, attr: str, fn) -> None:
         setattr(obj, attr, fn)
 
 
+class FdSlot:
+    """One fd number of a socket, as the kernel sees it: socket objects over the same number share it
+    (``socket.socket(fileno=s.fileno())``); closing any of them closes the number, and the others' calls
+    then fail with EBADF, as two Python objects over one kernel fd do."""
+
+    __slots__ = ("open",)
+
+    def __init__(self):
+        self.open = True
+
+
 class Handle:
-    """What duplicates of one socket share: the protocol state, the readiness fd, a reference count."""
+    """What duplicates of one socket share: the protocol state, the readiness fd, and a reference count:
+    the number of open fd slots (``dup()`` and ``fromfd()`` add one, closing one removes it)."""
 
     def __init__(self):
         self.refs = 1
         self.rfd: Optional[ReadinessFd] = None
-        self.detached: set[int] = set()  # fd numbers given out by detach(), each holding its reference
-        self.numbers: set[int] = set()  # fd numbers of dup()-ed and adopted objects (each closes its own)
+        self.slot0 = FdSlot()  # the readiness fd's own number
+        self.slots: dict[int, FdSlot] = {}  # fd number -> its open slot (for socket(fileno=n))
 
 
 class shared:
@@ -282,6 +294,7 @@ class SocketBase:
         self._io_refs = 0
         self._fd = -1  # this object's own fd number when it is a dup (else the handle's)
         self._h = Handle()
+        self._slot = self._h.slot0
         self._dead = False  # the socket is closed for good (EBADF)
 
     # -- the stdlib's attributes ---------------------------------------------------
@@ -345,7 +358,7 @@ class SocketBase:
             pass
 
     def _check(self) -> None:
-        if self._dead:
+        if self._dead or not self._slot.open:
             raise OSError(errno.EBADF, "Bad file descriptor")
 
     def close(self) -> None:
@@ -358,11 +371,16 @@ class SocketBase:
         if self._dead:
             return
         self._dead = True
-        h = self._h
+        h, slot = self._h, self._slot
+        if not slot.open:  # another object over this fd number closed it
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        slot.open = False
         if self._fd >= 0:
-            h.numbers.discard(self._fd)
+            h.slots.pop(self._fd, None)
             os.close(self._fd)
             self._fd = -1
+        elif h.rfd is not None and h.slots.get(h.rfd.fileno()) is slot:
+            del h.slots[h.rfd.fileno()]
         h.refs -= 1
         if h.refs > 0:
             return
@@ -386,24 +404,14 @@ class SocketBase:
         """
         self._check()
         fd = self.fileno()
-        self._dead = self._closed = True
-        self._h.detached.add(fd)  # the fd keeps the reference this object held, until adopt(fd)
+        self._dead = self._closed = True  # (the fd's slot stays open: the number still holds the socket)
         return fd
-
-    def adoptable(self, fd: int) -> bool:
-        """Whether ``adopt(fd)`` may take ``fd``: a detached fd, or a number no socket object holds (a
-        ``dup()`` of the fd made outside, as ``socket.fromfd`` does). Two objects over one number are
-        not modelled (closing one would have to close the number under the other)."""
-        h = self._h
-        if fd in h.detached:
-            return True
-        return h.rfd is not None and fd != h.rfd.fileno() and fd not in h.numbers
 
     def adopt(self, fd: int):
         """A new socket object for ``fd``, an fd of this socket's readiness (``socket.socket(fileno=fd)``,
-        ``socket.fromfd``): it takes over the reference of a ``detach()``-ed fd, else adds one; it closes
-        ``fd`` when it closes (unless ``fd`` is the number the handle itself owns). The timeout is the
-        default timeout, as for the stdlib's socket made from an fd."""
+        ``socket.fromfd``, after ``detach()``): it shares the slot of a number an object holds or held
+        (detached), else ``fd`` gets a slot of its own; closing the object closes the number. The timeout
+        is the default timeout, as for the stdlib's socket made from an fd."""
         h = self._h
         if h.rfd is None or h.rfd.closed:
             raise OSError(errno.EBADF, "Bad file descriptor")
@@ -411,13 +419,12 @@ class SocketBase:
         new.__dict__.update(self.__dict__)
         new._closed = new._dead = False
         new._io_refs = 0
-        if fd in h.detached:
-            h.detached.discard(fd)
-        else:
+        slot = h.slots.get(fd)
+        if slot is None or not slot.open:  # a number no object holds yet (os.dup() by fromfd): a new slot
+            slot = h.slots[fd] = FdSlot()
             h.refs += 1
+        new._slot = slot
         new._fd = -1 if fd == h.rfd.fileno() else fd
-        if new._fd >= 0:
-            h.numbers.add(fd)
         new._timeout = _std.getdefaulttimeout()
         new._sync_blocking()
         return new
@@ -435,7 +442,7 @@ class SocketBase:
         new._closed = False
         new._io_refs = 0
         new._fd = self._h.rfd.dup()
-        self._h.numbers.add(new._fd)
+        new._slot = self._h.slots[new._fd] = FdSlot()
         self._h.refs += 1
         return new
 
@@ -457,6 +464,8 @@ class SocketBase:
                 if h.rfd is None:
                     h.rfd = ReadinessFd(*self._readiness())
                     h.rfd.set_blocking(self._timeout is None)
+                    if h.slot0.open:
+                        h.slots[h.rfd.fileno()] = h.slot0
                     self._watch()
             start = getattr(driver, "ensure_running", None)
             if start is not None:

@@ -105,6 +105,9 @@ class PatchedSocket(_ORIGINAL):
                 self._args = (self._u.family, self._u.type, self._u.proto)
                 self._io_refs, self._closed = 0, False
                 return
+            self._args = (family, type, proto)  # (-1: the kernel reads them from the fd)
+            self._become_kernel(fileno)
+            return
         family = _std.AF_INET if family == -1 else family
         type = _std.SOCK_STREAM if type == -1 else type
         proto = 0 if proto == -1 else proto
@@ -139,10 +142,7 @@ class PatchedSocket(_ORIGINAL):
         u = cls._fds.detached.get(key) or cls._fds.live.get(key)
         if u is None or u._h.rfd is None or u._h.rfd.closed or cls._fd_key(u._h.rfd.fileno()) != key:
             return None
-        if not u.adoptable(fd):
-            return None  # a number another object holds: the kernel's object over it, as before
-        if fd in u._h.detached:
-            cls._fds.detached.pop(key, None)  # (adopt takes the detached reference over)
+        cls._fds.detached.pop(key, None)  # (adopted: the new object keeps it)
         return u
 
     def _remember_fd(self, u, fd: int, detached: bool = False) -> None:
