@@ -247,3 +247,22 @@ def test_a_kernel_fd_keeps_the_family_the_kernel_reports(patched, tmp_path):
     finally:
         u.detach()
         again.close()
+
+
+def test_a_refused_fileno_leaves_nothing_to_finalize(patched):
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for bad in (1.0, -1, "x"):
+            with pytest.raises((TypeError, ValueError, OSError)):
+                std.socket(fileno=bad)
+        gc.collect()
+    unraisable = []
+    old, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        with pytest.raises(TypeError):
+            std.socket(fileno=2.0)
+        gc.collect()
+    finally:
+        sys.unraisablehook = old
+    assert unraisable == [] and not [x for x in w if x.category is ResourceWarning]

@@ -266,7 +266,7 @@ class PatchedSocket(_ORIGINAL):
         """A ustack socket dropped unclosed: closed with the stdlib's ResourceWarning, naming this object."""
         u = self.__dict__.get("_u")
         if u is None:
-            if "_kernel" in self.__dict__ and not self._kernel and not self._closed:  # never decided
+            if not self.__dict__.get("_kernel", True) and not getattr(self, "_closed", True):  # never decided
                 warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
                 early, self._early_rfd = self._early_rfd, None
                 if early is not None:
