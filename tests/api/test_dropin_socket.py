@@ -266,3 +266,22 @@ def test_a_refused_fileno_leaves_nothing_to_finalize(patched):
     finally:
         sys.unraisablehook = old
     assert unraisable == [] and not [x for x in w if x.category is ResourceWarning]
+
+
+def test_a_custom_sslsocket_class_does_not_get_a_readiness_fd(patched):
+    import ssl
+    from ustack.api.tls import TlsSocket
+
+    class MySSLSocket(ssl.SSLSocket):
+        pass
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.sslsocket_class = MySSLSocket
+    s = std.socket()
+    s.bind(("0.0.0.0", 7411))  # a ustack socket: OpenSSL must not be handed its readiness fd
+    s.settimeout(5)  # (were it handed over, the handshake on it would time out rather than hang)
+    with ctx.wrap_socket(s, server_side=True) as tls:  # (unconnected: no handshake to wait for)
+        assert isinstance(tls, TlsSocket)
+    kernel = std.socket(std.AF_UNIX, std.SOCK_STREAM)
+    with ctx.wrap_socket(kernel, server_side=True) as tls:
+        assert isinstance(tls, MySSLSocket)

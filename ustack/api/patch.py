@@ -444,6 +444,23 @@ for _name in _DELEGATED:
 del _name
 
 
+_ORIGINAL_WRAP = ssl.SSLContext.wrap_socket
+
+
+def _wrap_socket(self, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
+                 server_hostname=None, session=None):
+    """``SSLContext.wrap_socket`` while patched: a context whose ``sslsocket_class`` is a custom SSLSocket
+    subclass would hand a ustack socket's readiness fd to OpenSSL as if it were the connection (and wait
+    on it for ever); a ustack socket gets ustack's TLS socket instead (not an instance of that class)."""
+    cls = self.sslsocket_class
+    if (isinstance(sock, PatchedSocket) and not sock._kernel and cls is not TlsDispatch
+            and isinstance(cls, type) and issubclass(cls, ssl.SSLSocket)):
+        cls = TlsDispatch
+    return cls._create(sock=sock, server_side=server_side, do_handshake_on_connect=do_handshake_on_connect,
+                       suppress_ragged_eofs=suppress_ragged_eofs, server_hostname=server_hostname,
+                       context=self, session=session)
+
+
 class _PatchScope(type):
     """The metaclass of the class ``patch()`` installs: ``with ustack.patch(driver):`` unpatches on exit."""
 
@@ -481,6 +498,7 @@ def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     for name in _NAME_CALLS:
         setattr(_std, name, getattr(resolver, name))
     ssl.SSLContext.sslsocket_class = TlsDispatch
+    ssl.SSLContext.wrap_socket = _wrap_socket
     return cls
 
 
@@ -490,3 +508,4 @@ def unpatch() -> None:
     for name, call in _ORIGINAL_NAMES.items():
         setattr(_std, name, call)
     ssl.SSLContext.sslsocket_class = ssl.SSLSocket
+    ssl.SSLContext.wrap_socket = _ORIGINAL_WRAP
