@@ -188,13 +188,49 @@ def test_repr_has_the_stdlib_shape_and_an_unclosed_socket_warns_with_it(patched)
     assert "[closed]" in repr(t) and "laddr" not in repr(t)
 
 
-def test_os_sendfile_is_not_tried_on_a_ustack_socket(patched, tmp_path):
+def test_sendfile_reads_a_regular_file_straight_into_the_send_buffer(net, tmp_path):
+    import io
+    data = bytes(range(256)) * 2000  # 512,000 bytes: several reservations
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    cli, srv = pair(*net, 7409)
+    try:
+        with open(path, "rb") as f:
+            assert cli.sendfile_direct(f, offset=1000, count=300_000) == 300_000
+            assert f.tell() == 301_000
+            assert cli.sendfile_direct(f, offset=500_000) == 12_000 and f.tell() == len(data)
+        with open(tmp_path / "empty", "rb") as f:
+            assert cli.sendfile_direct(f) == 0
+        with pytest.raises(std._GiveupOnSendfile):
+            cli.sendfile_direct(io.BytesIO(b"not a file"))
+        assert cli.sendfile(io.BytesIO(b"copied")) == 6  # sendfile() falls back to send
+        cli.shutdown(std.SHUT_WR)
+        got = bytearray()
+        while True:
+            chunk = srv.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        assert bytes(got) == data[1000:301_000] + data[500_000:] + b"copied"
+        cli.setblocking(False)
+        with open(path, "rb") as f, pytest.raises(ValueError):
+            cli.sendfile_direct(f)
+    finally:
+        cli.close()
+        srv.close()
+
+
+def test_the_stdlib_sendfile_step_on_a_patched_socket_does_not_touch_the_readiness_fd(patched, tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"data")
     with std.socket(std.AF_INET, std.SOCK_STREAM) as s, open(path, "rb") as f:
-        s.bind(("0.0.0.0", 7409))
-        with pytest.raises(std._GiveupOnSendfile):
+        s.bind(("0.0.0.0", 7412))
+        with pytest.raises(OSError) as e:  # unconnected: ENOTCONN, nothing written into the readiness fd
             s._sendfile_use_sendfile(f)
+        assert e.value.errno == errno.ENOTCONN
+        with pytest.raises(OverflowError):
+            s._sendfile_use_sendfile(type("F", (), {"fileno": lambda self: 2 ** 1000})())
 
 
 def test_nonblock_type_flag_before_the_decision(patched):

@@ -283,16 +283,12 @@ class PatchedSocket(_ORIGINAL):
             pass
 
     def _sendfile_use_sendfile(self, file, offset=0, count=None):
-        """os.sendfile() needs a kernel socket: a ustack one gives up (sendfile() then copies through send),
-        after the stdlib's own checks of the file."""
+        """os.sendfile() needs a kernel socket: a ustack one reads the file into its send buffer instead
+        (``StreamSocket.sendfile_direct``), with the stdlib's checks and give-ups."""
         if self._impl() is None:
             return _ORIGINAL._sendfile_use_sendfile(self, file, offset, count)
         self._check_sendfile_params(file, offset, count)
-        try:
-            os.fstat(file.fileno())
-        except (AttributeError, OSError) as err:
-            raise _std._GiveupOnSendfile(err)
-        raise _std._GiveupOnSendfile("a ustack socket has no kernel socket for os.sendfile()")
+        return self._impl().sendfile_direct(file, offset, count)
 
     # -- the calls -------------------------------------------------------------------
     def sendto(self, data, *args):

@@ -35,6 +35,8 @@ layer's flush inside one TX batch, so what a call makes ready leaves at once.
 from __future__ import annotations
 
 import errno
+import io
+import os
 import socket as _std
 import struct
 from typing import Callable, Optional
@@ -62,6 +64,7 @@ _SOCKOPT_KNOBS = {
 }
 
 _SENDING = (State.ESTABLISHED, State.CLOSE_WAIT)
+_DIRECT_CHUNK = 262144  # bytes asked of send_reserve per read in sendfile_direct (a reservation may be shorter)
 _RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL
 _SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL
 
@@ -387,17 +390,13 @@ class StreamSocket(SocketBase):
         return self.send(data, flags)
 
     def sendfile(self, file, offset: int = 0, count: Optional[int] = None) -> int:
-        """Send a file by copying it through ``sendall`` (no zero-copy path: ustack has no kernel socket)."""
-        self._check()
-        if "b" not in getattr(file, "mode", "b"):
-            raise ValueError("file should be opened in binary mode")
-        if count is not None:
-            if not isinstance(count, int):
-                raise TypeError(f"count must be a positive integer (got {count!r})")
-            if count <= 0:
-                raise ValueError(f"count must be a positive integer (got {count!r})")
-        if self._timeout == 0.0:
-            raise ValueError("non-blocking sockets are not supported")
+        """Send a file: a regular file's bytes are read straight into the send buffer (``sendfile_direct``,
+        one copy); anything else is copied through ``sendall``, as the stdlib falls back to send()."""
+        self._sendfile_args(file, count)
+        try:
+            return self.sendfile_direct(file, offset, count)
+        except _std._GiveupOnSendfile:
+            pass
         if offset:
             file.seek(offset)
         total = 0
@@ -413,6 +412,57 @@ class StreamSocket(SocketBase):
         finally:
             if total > 0 and hasattr(file, "seek"):
                 file.seek(offset + total)
+
+    def _sendfile_args(self, file, count) -> None:
+        self._check()
+        if "b" not in getattr(file, "mode", "b"):
+            raise ValueError("file should be opened in binary mode")
+        if count is not None:
+            if not isinstance(count, int):
+                raise TypeError(f"count must be a positive integer (got {count!r})")
+            if count <= 0:
+                raise ValueError(f"count must be a positive integer (got {count!r})")
+        if self._timeout == 0.0:
+            raise ValueError("non-blocking sockets are not supported")
+
+    def sendfile_direct(self, file, offset: int = 0, count: Optional[int] = None) -> int:
+        """The stdlib's ``_sendfile_use_sendfile`` for ustack: ``os.preadv`` reads the file at ``offset``
+        into a reservation of the send buffer (``send_reserve``/``send_commit``), so the bytes are copied
+        once, file to ring (os.sendfile needs a kernel socket). Raises ``socket._GiveupOnSendfile`` for
+        what is not a regular file with an fd; each wait for room is bounded by the timeout; the file's
+        position ends after the last byte sent; returns the bytes sent (0 for an empty file)."""
+        self._sendfile_args(file, count)
+        try:
+            fileno = file.fileno()
+        except (AttributeError, io.UnsupportedOperation) as err:
+            raise _std._GiveupOnSendfile(err)  # not a regular file
+        try:
+            fsize = os.fstat(fileno).st_size
+        except OSError as err:
+            raise _std._GiveupOnSendfile(err)
+        if not fsize:
+            return 0
+        total = 0
+        try:
+            while count is None or total < count:
+                want = _DIRECT_CHUNK if count is None else min(_DIRECT_CHUNK, count - total)
+                view = self.send_reserve(want)
+                try:
+                    n = os.preadv(fileno, [view], offset)
+                except OSError as err:
+                    self.send_commit(0)
+                    if total == 0:
+                        raise _std._GiveupOnSendfile(err)
+                    raise
+                self.send_commit(n)
+                if n == 0:  # end of file
+                    break
+                offset += n
+                total += n
+            return total
+        finally:
+            if total > 0 and hasattr(file, "seek"):
+                file.seek(offset)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         conn = self._require_conn()
