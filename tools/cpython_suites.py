@@ -101,17 +101,21 @@ def parse_junit(path: str) -> dict[str, tuple[str, str]]:
 
 
 def hung_test(log_path: str) -> str | None:
-    """The test id regrtest's per-test timeout fired in, from the verbose log ("name (id) ... Timeout (")."""
+    """The test id regrtest's per-test timeout fired in: the last "name (id) ... " line of the verbose log
+    before its "Timeout (" line."""
     try:
         with open(log_path, "rb") as f:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return None
+    last = None
     for line in text.splitlines():
-        if "Timeout (" in line and " ... " in line:
+        if " ... " in line:
             head = line.split(" ... ", 1)[0]
             if head.endswith(")") and "(" in head:
-                return head[head.rindex("(") + 1:-1]
+                last = head[head.rindex("(") + 1:-1]
+        if "Timeout (" in line:
+            return last
     return None
 
 

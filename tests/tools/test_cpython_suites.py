@@ -63,6 +63,9 @@ def test_a_hung_test_is_recorded_and_the_run_repeated_without_it(tmp_path, monke
     log.write_text("test_a (test.m.A.test_a) ... ok\n"
                    "test_b (test.m.A.test_b) ... Timeout (0:02:00)!\nThread 0x1 (most recent call first):\n")
     assert cs.hung_test(str(log)) == "test.m.A.test_b"
+    other = tmp_path / "v.log"
+    other.write_text("test_c (test.m.A.test_c) ... ERROR\nTimeout (0:01:00)!\n")
+    assert cs.hung_test(str(other)) == "test.m.A.test_c"
     calls = []
 
     def run_once(module, ustack, timeout, path, extra, test_timeout):
