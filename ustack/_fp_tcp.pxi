@@ -219,8 +219,23 @@ cdef int _recharge(object conn, object sender, object receiver) except -1:
     held = (len(sender.sndbuf) + (<ChunkQueue>rcvbuf._chunks).nbytes + PyLong_AsLongLong(rcvbuf.ooo_bytes)
             + PyLong_AsLongLong(rcvbuf.lent))
     if held != charged:
-        conn.layer.charge(held - charged)
+        _charge(conn.layer, held - charged)
         conn._charged = held
+    return 0
+
+
+cdef int _charge(object layer, int64_t delta) except -1:
+    """``TcpLayer.charge(delta)``: in C while the budget stays on the same side of its soft level
+    (``pressure_level``), else the layer's own method (it counts and logs the change)."""
+    cdef int64_t used, level
+    cfg = layer.config
+    used = PyLong_AsLongLong(layer.mem_used) + delta
+    soft = cfg.tcp_mem_pressure
+    level = PyLong_AsLongLong(soft) if soft is not None else PyLong_AsLongLong(cfg.tcp_mem) * 3 // 4
+    if (used >= level) != bool(layer.under_pressure):
+        layer.charge(delta)
+    else:
+        layer.mem_used = PyLong_FromLongLong(used)
     return 0
 
 
@@ -306,6 +321,7 @@ cdef class FlowTable:
     cdef object counters         # the stack's Stats counters (collections.Counter)
     cdef TcbLayout layout
     cdef EstablishedPath established
+    cdef Py_ssize_t _burst_segs  # tcp.in_segs of the burst being delivered (-1: outside deliver_burst)
 
     def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
@@ -318,6 +334,7 @@ cdef class FlowTable:
         self._conns = []
         self._free = []
         self.counters = counters
+        self._burst_segs = -1
 
     def __dealloc__(self):
         PyMem_Free(self._slots)
@@ -443,6 +460,19 @@ cdef class FlowTable:
         cdef Py_ssize_t i, n = len(records)
         cdef Packet p
         ours = iface6.preferred_set if iface6 is not None else None
+        self._burst_segs = 0
+        try:
+            self._deliver_burst(frames, records, n, now, deliver, failed, ours, hold)
+        finally:
+            if self._burst_segs:
+                counters = self.counters
+                counters["tcp.in_segs"] += self._burst_segs
+            self._burst_segs = -1
+
+    cdef int _deliver_burst(self, frames, records, Py_ssize_t n, now, deliver, failed, ours,
+                            FrameHold hold) except -1:
+        cdef Py_ssize_t i
+        cdef Packet p
         for i in range(n):
             rec = records[i]
             frame = frames[i]
@@ -476,8 +506,11 @@ cdef class FlowTable:
         self.layout._check(tcb)
         if _iget(tcb, self.layout._off[T_STATE]) != TCPS_ESTABLISHED:
             return False
-        counters = self.counters
-        counters["tcp.in_segs"] += 1
+        if self._burst_segs >= 0:
+            self._burst_segs += 1  # counted at the burst's end (deliver_burst)
+        else:
+            counters = self.counters
+            counters["tcp.in_segs"] += 1
         payload = PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len)
         if (self.established is None or conn._fast is None
                 or not self.established._input(conn, p, payload, now, True)):

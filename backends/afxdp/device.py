@@ -109,7 +109,7 @@ class AfXdpDevice:
         frame_size: int = 4096,
         num_frames: int = 4096,
         ring_size: int = 2048,
-        burst: int = 64,
+        burst: int = 256,
         need_wakeup: bool = True,
         multi_buffer="auto",
         mac=None,

@@ -37,7 +37,7 @@ def test_capabilities_report_the_mode_obtained(topo, xdp_mode):
         assert caps.mac == topo.stack_mac
         assert caps.mtu == 1500
         assert caps.frame_size >= caps.mtu + 14
-        assert caps.max_burst == 64
+        assert caps.max_burst == 256
         # veth has no zero-copy: auto falls back to copy mode
         assert caps.mode == f"afxdp {xdp_mode} copy need_wakeup sg"
         assert caps.zero_copy is False

@@ -28,7 +28,7 @@ def _state(h: Harness, conn) -> dict:
     rtt = snd.rtt
     return {
         "tcb": tuple(getattr(tcb, f) for f in _TCB_FIELDS),
-        "rcv": (rcv.ack_now, rcv.wnd_update, rcv.unacked, rcv.bytes_received, rcv.rcvbuf.peek(len(rcv.rcvbuf)),
+        "rcv": (rcv.ack_now, rcv.ack_round, rcv.wnd_update, rcv.unacked, rcv.bytes_received, rcv.rcvbuf.peek(len(rcv.rcvbuf)),
                 rcv.rcvbuf.runs(), rcv.rcvbuf.ooo_bytes, rcv.delack_timer.deadline, rcv.delack_due),
         "delack": (d.ato, d.quick, d.pingpong, d.lrcvtime, d.pushed, d.reader_waiting),
         "snd": (len(snd.sndbuf), snd.rtx_timer.deadline, snd.persist_timer.deadline, snd.rtx_count, snd.rtt_seq,
@@ -65,6 +65,9 @@ _step = st.one_of(
     # a plausible burst: in-order segments acknowledging what we sent (the fast path's case)
     st.tuples(st.just("burst"), st.integers(1, 8), st.sampled_from([1448, 1448, 1000, 1, 3000]),
               st.sampled_from(["A", "PA"]), st.sampled_from(["all", 0])),
+    # the same delivered as one poll round's burst (TcpLayer.in_round): in-order ACKs coalesced to its end
+    st.tuples(st.just("round"), st.integers(1, 8), st.sampled_from([1448, 1448, 1000, 1, 3000]),
+              st.sampled_from(["A", "PA"]), st.sampled_from(["all", 0])),
     # a peer segment: (kind, seq offset, length, flags, ack offset, window, timestamp mode)
     st.tuples(st.just("seg"),
               st.sampled_from([0, 0, 0, 0, -1448, -1, 1, 1448, 70000]),
@@ -95,13 +98,15 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
             unacked_out.append(type(e).__name__)
     elif kind == "wait":
         conn.reader_waiting = step[1]
-    elif kind == "burst":
+    elif kind in ("burst", "round"):
         _, count, n, flags, dack = step
+        h.layer.in_round = kind == "round"
         for _ in range(count):
             if peer.use_ts:
                 peer.ts_clock = (peer.ts_clock + 1) & 0xFFFFFFFF  # (a "jump" step may have taken it past 2**32)
             ack = conn.tcb.snd_max if dack == "all" else peer.rcv_nxt
             peer.send(flags=flags, ack=ack, payload=bytes(n))
+        h.layer.in_round = False
     else:
         _, dseq, n, flags, dack, win, tsmode = step
         seq = (peer.snd_nxt + dseq) & 0xFFFFFFFF
@@ -219,3 +224,32 @@ def test_stale_timestamp_and_old_segment_fall_through_to_paws_and_acceptability(
     ])
     stats = fast_conn.host.stats
     assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 and fast_conn.segs_fast == 6
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_rounds_in_order_segments_get_one_ack_at_its_end(fast):
+    """Receive ACK coalescing: 8 full segments in one poll round (``in_round``) are ACKed once, by the
+    flush after the application's read, with the window that read opened; outside a round, each one (quick-ACK
+    mode at a connection's start)."""
+    acks = {}
+    for in_round in (True, False):
+        h, conn = _open(fast, True, True, False, "cubic")
+        h.drain()
+        h.layer.in_round = in_round
+        for _ in range(8):
+            h.peer.ts_clock += 1
+            h.peer.send(flags="A", payload=bytes(1448))
+        h.layer.in_round = False
+        before_flush = [seg for _, _, seg in h.host.out]
+        assert conn.recv(1 << 20, h.now) == bytes(8 * 1448)
+        h.layer.flush(h.now)
+        out = h.drain()
+        acks[in_round] = (before_flush, out)
+        assert conn.tcb.last_ack_sent == conn.tcb.rcv_nxt and not conn.receiver.ack_round
+        assert conn.segs_fast == (8 if fast else 0)
+    (held, coalesced), (every_second, per_seg) = acks[True], acks[False]
+    assert held == [] and len(coalesced) == 1
+    assert len(every_second) == len(per_seg) == 8  # (no window update after the read: never below half)
+    ack = coalesced[0].hdr
+    assert ack.flags == 0x10 and ack.ack == conn.tcb.rcv_nxt  # everything, cumulatively
+    assert ack.window << conn.tcb.rcv_wscale >= 200000 - 3  # the whole buffer again: the read came first
