@@ -12,7 +12,10 @@ kernel with ordinary sockets in the stack namespace.
 ``accept``: this process is the server. One thread accept()s and closes
 each connection (a listening ``driver.socket()`` on ustack, an ordinary
 socket on the kernel) while a kernel client in the peer namespace does
-connect()+close() for ``--seconds``.
+connect()+close() for ``--seconds``. The server may close first, so its
+end can be the one in TIME-WAIT; on the kernel row a later SYN that meets
+such a record now and then waits for a 1 s retransmission, which pulls the
+rate down: compare connect() p50 and CPU per connection on that side.
 
 Printed per side and row (medians of ``--reps`` runs): connections per
 second, connect() p50 (µs, as the client saw it) and this process's CPU
