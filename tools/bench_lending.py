@@ -26,6 +26,7 @@ import hashlib
 import statistics
 import time
 
+from ustack.api import environment
 from ustack.api.clock import ManualClock
 from ustack.backends.pipe import PipeLink
 from ustack.net.addr import ANY4, parse
@@ -41,7 +42,8 @@ def transfer(size: int, sender: str, receiver: str, seed: int = 1, impair: dict 
     """``size`` bytes from b to a; returns the CPU seconds, the digests when ``check`` and a's counters."""
     clock = ManualClock(1000.0)
     link = PipeLink(clock, seed=seed, delay=0.0005, mtu=mtu, **(impair or {}))
-    a, b = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
+    fastpath = environment.fastpath()
+    a, b = Stack(link.a, "198.18.0.1/24", fastpath=fastpath), Stack(link.b, "198.18.0.2/24", fastpath=fastpath)
     lst = a.tcp.listen((ANY4, 80), 4)
     conn = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
     pattern = hashlib.sha256(str(seed).encode()).digest() * 2048  # 64 KiB the sender "produces" from

@@ -26,6 +26,7 @@ import dataclasses
 import statistics
 import time
 
+from ustack.api import environment
 from ustack.api.clock import ManualClock
 from ustack.backends.pipe import PipeLink
 from ustack.net.addr import ANY4, ANY6, parse
@@ -49,14 +50,15 @@ def transfer(size: int, seed: int = 1, ipv6: bool = False, loss: float = 0.0) ->
     """``size`` bytes from b to a over a PipeLink with 0.5 ms one-way delay and ``loss`` each way."""
     clock = ManualClock(1000.0)
     link = PipeLink(clock, seed=seed, delay=0.0005, loss=loss)
+    fastpath = environment.fastpath()
     if ipv6:
-        a = Stack(link.a, ["198.18.0.1/24", "fd00::1/64"])
-        b = Stack(link.b, ["198.18.0.2/24", "fd00::2/64"])
+        a = Stack(link.a, ["198.18.0.1/24", "fd00::1/64"], fastpath=fastpath)
+        b = Stack(link.b, ["198.18.0.2/24", "fd00::2/64"], fastpath=fastpath)
         for _ in range(300):  # duplicate address detection first (RFC 4862), in simulated time
             a.poll(clock.now), b.poll(clock.now)
             clock.set(clock.now + 0.01)
     else:
-        a, b = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
+        a, b = Stack(link.a, "198.18.0.1/24", fastpath=fastpath), Stack(link.b, "198.18.0.2/24", fastpath=fastpath)
     lst = a.tcp.listen((ANY6 if ipv6 else ANY4, 80), 4)
     t0 = clock.now
     conn = b.tcp.connect(None, (parse("fd00::1" if ipv6 else "198.18.0.1"), 80), clock.now)
