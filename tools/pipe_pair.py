@@ -75,4 +75,6 @@ class PipePair:
         return True
 
     def close(self) -> None:
+        self.a.close()
+        self.b.close()
         self.link.close()

@@ -17,26 +17,19 @@ import warnings
 
 import pytest
 
-from ustack.api.clock import ManualClock
 from ustack.api.driver import Driver
 from ustack.api.socket import socket as usocket
-from ustack.backends.pipe import PipeLink
-from ustack.net.addr import ANY4, parse
-from ustack.stack import Stack
+from ustack.net.addr import ANY4
+from ustack.tools.pipe_pair import A4, B4, PipePair
 from ustack.transport.tcp.tcb import State
 
-A, B = "198.18.0.1", "198.18.0.2"
 
-
-class Net:
-    """Stack A (driver ``da``, manual clock) with a client socket connected to a core listener on B."""
+class Net(PipePair):
+    """Stack A (driver ``da`` on the manual clock) and a core listener on B's port 80."""
 
     def __init__(self):
-        self.clock = ManualClock(100.0)
-        self.link = PipeLink(self.clock)
-        self.a, self.b = Stack(self.link.a, f"{A}/24"), Stack(self.link.b, f"{B}/24")
+        super().__init__(start=100.0)
         self.da = Driver(self.a, self.clock)
-        self.polls = 0  # calls of A's Stack.poll, counted by a wrapper on the driver's stack
         self.lst = self.b.tcp.listen((ANY4, 80), 4)
 
     def round(self) -> None:
@@ -45,11 +38,12 @@ class Net:
         self.clock.set(self.clock.now + 0.001)
 
     def connect(self, linger0: bool = False):
+        """A client socket on A connected to B's listener: (socket, the server's core connection)."""
         s = usocket(self.da)
         if linger0:
             s.setsockopt(std.SOL_SOCKET, std.SO_LINGER, struct.pack("ii", 1, 0))
         s.setblocking(False)
-        assert s.connect_ex((B, 80)) in (errno.EINPROGRESS, 0)
+        assert s.connect_ex((B4, 80)) in (errno.EINPROGRESS, 0)
         for _ in range(50):
             self.round()
             server = self.lst.accept() if self.lst.readable else None
@@ -59,18 +53,15 @@ class Net:
         self.round()
         return s, server
 
-    def close(self):
-        self.da.close()
-        self.a.close()
-        self.b.close()
-        self.link.close()
-
 
 @pytest.fixture
 def net():
     n = Net()
-    yield n
-    n.close()
+    try:
+        yield n
+    finally:
+        n.da.close()
+        n.close()
 
 
 def _collect(holder: list) -> None:
@@ -144,16 +135,16 @@ def test_finalizer_in_another_thread_takes_no_lock(net):
 
 def test_dropped_udp_socket_unbinds_at_the_next_round(net):
     s = usocket(net.da, std.AF_INET, std.SOCK_DGRAM)
-    s.bind((A, 5353))
+    s.bind((A4, 5353))
     holder = [s]
     del s
     _collect(holder)
     again = usocket(net.da, std.AF_INET, std.SOCK_DGRAM)
     try:
         with pytest.raises(OSError) as e:
-            again.bind((A, 5353))  # the finalizer did not touch the stack
+            again.bind((A4, 5353))  # the finalizer did not touch the stack
         assert e.value.errno == errno.EADDRINUSE
         net.round()
-        again.bind((A, 5353))  # the round released it
+        again.bind((A4, 5353))  # the round released it
     finally:
         again.close()
