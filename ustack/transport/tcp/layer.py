@@ -84,7 +84,6 @@ limit reached is counted):
 from __future__ import annotations
 
 import errno
-import os
 from typing import Protocol
 
 from ustack._fastpath import (CUBIC_FIELDS, DELACK_FIELDS, NEWRENO_FIELDS, RECEIVER_FIELDS, RTT_FIELDS, EstablishedPath,
@@ -149,11 +148,11 @@ class TcpLayer:
                  "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "tx", "_notify_due",
                  "mem_used", "under_pressure", "rx_hold", "time_wait", "in_round", "_ack_round")
 
-    def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
+    def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool = True):
         self.host = host
-        # Receive header prediction in C for established flows (Connection.segment_arrives);
-        # None: on unless the environment says USTACK_FASTPATH=0 (debugging, the suite's second run).
-        self.fastpath = fastpath if fastpath is not None else os.environ.get("USTACK_FASTPATH", "1") != "0"
+        # Receive header prediction in C for established flows (Connection.segment_arrives); the
+        # adapters that build stacks map USTACK_FASTPATH=0 onto False (ustack.api.environment).
+        self.fastpath = fastpath
         self.config = config if config is not None else TcpConfig()
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
