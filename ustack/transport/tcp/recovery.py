@@ -275,6 +275,7 @@ class SackRecovery(_FastRecovery):
     def on_rto(self) -> None:
         super().on_rto()
         self.board.clear()  # the receiver may renege (RFC 2018 8): go back N from SND.UNA
+        self.sacked_seen = 0
 
     def _partial_ack(self, acked: int, now: float) -> None:
         pass  # the scoreboard decides what to send; cwnd stays at ssthresh
