@@ -107,9 +107,9 @@ class Wire:
         return [(idx, n) for _, idx, n in self.log if n > 1]
 
 
-def established(ts: bool = False, cwnd_segs: int = 10, **cfg):
-    """A RACK connection (SACK on) with cwnd grown to ``cwnd_segs`` and an RTT estimate of ``RTT``."""
-    h = Harness(delayed_ack=False, sack=True, timestamps=ts, **cfg)
+def established(ts: bool = False, cwnd_segs: int = 10, recovery: str = "rack", **cfg):
+    """A RACK (or ``recovery``) connection, SACK on, cwnd grown to ``cwnd_segs``, an RTT estimate of ``RTT``."""
+    h = Harness(delayed_ack=False, sack=True, timestamps=ts, loss_recovery=recovery, **cfg)
     conn = h.layer.connect(None, (h.peer.addr, h.peer.port), h.now)
     h.peer.local_port = conn.local_port
     syn = h.peer.expect(flags="S")
@@ -124,7 +124,7 @@ def established(ts: bool = False, cwnd_segs: int = 10, **cfg):
         h.advance(RTT)
         h.peer.ack()
     h.drain()
-    assert conn.info().loss_recovery == "rack"
+    assert conn.info().loss_recovery == recovery
     return h, conn
 
 
@@ -418,3 +418,52 @@ def test_echoes_of_timestamps_from_before_a_timeout_are_no_rtt_samples():
     wire.run(until=h.now + 0.45)
     assert conn.info().timeouts == 1 and conn.info().spurious_undone == 1
     assert conn.sender.rtt.srtt == pytest.approx(RTT, abs=2e-3)
+
+
+def test_rfc6675_recovery_is_paced_by_prr_and_ends_at_ssthresh():
+    """RFC 9937 for RFC 6675 recovery too: one loss in a flight of 20, plus the 2 segments of limited
+    transmit (RFC 3042): RecoverFS 22, ssthresh 11. After the fast retransmit PRR sends new data in
+    proportion to what is delivered, the first new segment once 5 segments are SACKed (ceil(3 * 11 /
+    22) = 2 sent), where RFC 6675's cwnd - pipe waited for 12 (pipe = 22 - SACKed); recovery ends
+    with cwnd = ssthresh."""
+    from unittest import mock
+
+    from ustack.transport.tcp.recovery import SackRecovery
+
+    h, conn = established(cwnd_segs=20, recovery="rfc6675")
+    assert conn.sender.cc.window == 20 * MSS
+    conn.sender.cc.ssthresh = 20 * MSS  # congestion avoidance from here: no growth during the test
+    base = conn.tcb.snd_una
+    seen = []
+    on_send = SackRecovery.on_send
+
+    def spy(self, seq, length, now):
+        if self.in_recovery and seq_diff(seq, base) >= 20 * MSS and not seen:
+            seen.append(self.board.sacked)  # SACKed bytes when recovery's first new segment left
+        on_send(self, seq, length, now)
+
+    with mock.patch.object(SackRecovery, "on_send", spy):
+        data = payload(20)
+        conn.send(data, now=h.now)
+        wire = Wire(h, conn, base, drops={(0, 1)})
+        h.advance(0)
+        conn.send(payload(5), now=h.now)  # more to send while recovery runs
+        wire.run(until=h.now + 0.15)
+    assert wire.retransmissions()[0] == (0, 2) and conn.info().fast_retransmits == 1
+    assert bytes(wire.received) == data + payload(5)
+    assert seen == [5 * MSS]
+    cc = conn.sender.cc
+    assert not conn.sender.recovery.in_recovery and cc.ssthresh == 11 * MSS and cc.window == cc.ssthresh
+
+
+def test_rfc6675_recovery_ends_with_cwnd_at_ssthresh_when_nothing_is_in_flight():
+    """The full ACK acknowledges everything: RFC 6582's min(ssthresh, FlightSize + SMSS) gave 2 SMSS."""
+    h, conn = established(cwnd_segs=20, recovery="rfc6675")
+    conn.sender.cc.ssthresh = 20 * MSS
+    data = payload(20)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, drops={(0, 1)})
+    wire.run(until=h.now + 0.15)
+    assert bytes(wire.received) == data and conn.tcb.snd_una == conn.tcb.snd_max
+    cc = conn.sender.cc
+    assert cc.ssthresh == 10 * MSS and cc.window == cc.ssthresh

@@ -32,7 +32,9 @@ hole; the full ACK (covering "recover") ends it.
 
 SACK (RFC 6675 section 5): cwnd = ssthresh without inflation; recovery
 also starts as soon as the scoreboard says the first hole is lost
-(IsLost, ``scoreboard``). While cwnd - pipe >= SMSS, NextSeg picks: (1) the
+(IsLost, ``scoreboard``). On each ACK, PRR (RFC 9937, ``prr``) says how
+much may go (in place of RFC 6675's cwnd - pipe), and recovery ends with
+cwnd = ssthresh; within that, NextSeg picks: (1) the
 first lost byte above HighRxt, (2) new data, (3) any unSACKed byte above
 HighRxt and below the highest SACKed byte, (4) once per recovery, a rescue
 retransmission of the last unSACKed segment (RescueRxt). pipe = unSACKed
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from ustack.transport.tcp.prr import Prr
 from ustack.transport.tcp.scoreboard import DUP_THRESH, Scoreboard
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
 
@@ -142,7 +145,7 @@ class _FastRecovery:
             # RFC 6582 3.2 step 3: a full acknowledgment ends recovery; the window deflates.
             self.in_recovery = False
             self.inflation = 0
-            self.sender.cc.on_recovery_end(in_flight, now)
+            self._end(in_flight, now)
         else:
             self._partial_ack(acked, now)
         return True
@@ -192,6 +195,9 @@ class _FastRecovery:
         sender.cc.on_congestion(in_flight, now)
         return True
 
+    def _end(self, in_flight: int, now: float) -> None:
+        self.sender.cc.on_recovery_end(in_flight, now)
+
     def _partial_ack(self, acked: int, now: float) -> None:
         raise NotImplementedError
 
@@ -229,16 +235,19 @@ class NewRenoRecovery(_FastRecovery):
 
 
 class SackRecovery(_FastRecovery):
-    """RFC 6675 conservative SACK-based loss recovery."""
+    """RFC 6675 conservative SACK-based loss recovery, what it sends paced by PRR (RFC 9937)."""
 
     name = "rfc6675"
-    __slots__ = ("board", "high_rxt", "rescue_rxt")
+    __slots__ = ("board", "high_rxt", "rescue_rxt", "prr", "delivered", "sacked_seen")
 
     def __init__(self, sender: RecoveryHost, recover: int):
         super().__init__(sender, recover)
         self.board = Scoreboard()
         self.high_rxt = 0  # HighRxt: the highest sequence number retransmitted in this recovery
         self.rescue_rxt = None  # RescueRxt: "recover" at the last rescue retransmission
+        self.prr = Prr()
+        self.delivered = 0  # SND.UNA's advance on the ACK in progress (DeliveredData less the SACKed)
+        self.sacked_seen = 0  # SACKed bytes on the scoreboard after the previous ACK
 
     def window(self, cwnd: int) -> int | None:
         if self.in_recovery:
@@ -247,11 +256,26 @@ class SackRecovery(_FastRecovery):
 
     def on_ack(self, ack: int, advanced: int, acked: int, in_flight: int, now: float) -> bool:
         self.board.advance(advanced)
+        self.delivered = advanced
         return super().on_ack(ack, advanced, acked, in_flight, now)
+
+    def on_send(self, seq: int, length: int, now: float) -> None:
+        if self.in_recovery:
+            self.prr.sent(length)  # prr_out
+
+    def _enter(self, ack: int, in_flight: int, now: float) -> bool:
+        if not super()._enter(ack, in_flight, now):
+            return False
+        self.prr.start(in_flight)  # RecoverFS
+        return True
+
+    def _end(self, in_flight: int, now: float) -> None:
+        self.sender.cc.end_reduction(now)  # RFC 9937: PRR brought the flight down to ssthresh
 
     def on_rto(self) -> None:
         super().on_rto()
         self.board.clear()  # the receiver may renege (RFC 2018 8): go back N from SND.UNA
+        self.sacked_seen = 0
 
     def _partial_ack(self, acked: int, now: float) -> None:
         pass  # the scoreboard decides what to send; cwnd stays at ssthresh
@@ -275,8 +299,15 @@ class SackRecovery(_FastRecovery):
     def after_ack(self, ack: int, sack_blocks, now: float) -> None:
         """Update the scoreboard; maybe enter recovery (IsLost); then send by pipe."""
         tcb = self.sender.tcb
+        board = self.board
         if sack_blocks:
-            self.board.update(sack_blocks, tcb.snd_una, tcb.snd_max)
+            board.update(sack_blocks, tcb.snd_una, tcb.snd_max)
+        # RFC 9937 DeliveredData: SND.UNA's advance plus the change in SACKed bytes (bytes SACKed
+        # before and now acknowledged cumulatively leave the count as they join the advance)
+        sacked = board.sacked
+        delivered = self.delivered + sacked - self.sacked_seen
+        self.sacked_seen = sacked
+        self.delivered = 0
         if tcb.snd_max == tcb.snd_una:
             return
         if not self.in_recovery:
@@ -287,7 +318,7 @@ class SackRecovery(_FastRecovery):
                     self._fast_retransmit(now)
             if not self.in_recovery:
                 return
-        self._send(now)
+        self._send(now, max(delivered, 0))
 
     # -- RFC 6675 section 4 ----------------------------------------------
 
@@ -344,26 +375,26 @@ class SackRecovery(_FastRecovery):
                 return (s, e - s, "rescue")
         return None
 
-    def _send(self, now: float) -> None:
-        """Section 5 step (C): while cwnd - pipe >= SMSS, send what NextSeg picks."""
+    def _send(self, now: float, delivered: int) -> None:
+        """Section 5 step (C), with PRR (RFC 9937) in place of cwnd - pipe: send what NextSeg picks
+        within PRR's sndcnt for the ``delivered`` bytes of this ACK."""
         sender = self.sender
         tcb = sender.tcb
         mss = tcb.snd_mss
-        pipe = self.pipe()
-        cwnd = sender.cc.window
+        budget = self.prr.sndcnt(delivered, self.pipe(), sender.cc.ssthresh, mss)
         guard = 0
-        while cwnd - pipe >= mss and guard < 1000:
+        while budget > 0 and guard < 1000:
             guard += 1
             seg = self.next_seg()
             if seg is None:
                 break
             if seg[0] == "new":
                 before = tcb.snd_nxt
-                sender.output(now, budget=cwnd - pipe)
+                sender.output(now, budget=budget)
                 sent = seq_diff(tcb.snd_nxt, before)
                 if sent <= 0:
                     break
-                pipe += sent
+                budget -= sent
                 continue
             off, n = seg[0], seg[1]
             sender.retransmit(seq_add(tcb.snd_una, off), n, now)
@@ -371,4 +402,4 @@ class SackRecovery(_FastRecovery):
                 end = seq_add(tcb.snd_una, off + n)
                 if seq_diff(end, self.high_rxt) > 0:
                     self.high_rxt = end
-            pipe += n
+            budget -= n
