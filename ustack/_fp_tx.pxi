@@ -183,7 +183,6 @@ cdef class TxPath:
         cdef int64_t advanced, before, acked, seg_wnd, old_wnd, send_low
         cdef bint ts_ok, sampled = False
         cdef int kind
-        cdef double r
         sndbuf = sender.sndbuf
         rtt = sender.rtt
         cc = sender.cc
