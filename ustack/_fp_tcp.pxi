@@ -184,7 +184,10 @@ cdef class EstablishedPath:
                     or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
                     or len(sender.sndbuf) or sender.force or sender.push
                     or sender.cork_timer.deadline is not None):
-                sender.output(now)  # (otherwise it has nothing to send and no timer to change)
+                # (otherwise it has nothing to send and no timer to change); its common case in C (_fp_tx.pxi)
+                tx = sender.tx
+                if type(tx) is not TxPath or not (<TxPath>tx).output(sender, tcb, now):
+                    sender.output(now)
             if _bget(receiver, self.receiver_layout._off[R_ACK_NOW]):
                 _send_ack(conn, tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, now)
         if whole:

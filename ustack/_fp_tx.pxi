@@ -138,6 +138,7 @@ cdef class TxPath:
     cdef readonly SlotLayout cubic_layout       # ``Cubic`` (CUBIC_FIELDS)
     cdef readonly unsigned long segments        # segments sent here (for tests and tools)
     cdef readonly unsigned long acks            # pure ACKs taken here (for tests and tools)
+    cdef readonly unsigned long outputs         # Sender.output runs done here whole (for tests and tools)
 
     def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout, type rack_cls,
                   SlotLayout rtt_layout, SlotLayout newreno_layout, SlotLayout cubic_layout):
@@ -183,7 +184,6 @@ cdef class TxPath:
         cdef int64_t advanced, before, acked, seg_wnd, old_wnd, send_low
         cdef bint ts_ok, sampled = False
         cdef int kind
-        cdef double r
         sndbuf = sender.sndbuf
         rtt = sender.rtt
         cc = sender.cc
@@ -258,7 +258,67 @@ cdef class TxPath:
 
     def burst(self, sender, cwnd, now):
         """Send the full-sized segments of new data ``Sender.output``'s loop would send first; their number."""
-        return self._burst(sender, PyLong_AsLongLong(cwnd), now)
+        cdef Py_ssize_t n = self._burst(sender, PyLong_AsLongLong(cwnd), now)
+        return n if n > 0 else 0
+
+    cdef int output(self, sender, tcb, now) except -1:
+        """``Sender.output(now)`` when it comes down to the burst alone: 1 when done here, 0 (nothing changed)
+        when the caller must run it. Its loop would then send the full-sized segments of new data (the
+        burst) and stop at a segment it holds back or has no room for: none left, or a short one the
+        window cuts that sender SWS avoidance holds (RFC 9293 3.8.6.2.1); its timers would need no
+        more than the burst's RTO arm and the recovery's ``arm_timer`` for new data (RFC 8985 7.2)."""
+        cdef Py_ssize_t *off = self.layout._off
+        cdef int64_t mss, buffered, wnd, lim, o, n, avail, usable
+        cdef int kind
+        cdef uint32_t una, nxt
+        cc = sender.cc
+        kind = self._cc_kind(cc)
+        sndbuf = sender.sndbuf
+        if (kind == 0 or type(sndbuf) is not SendRing or _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED
+                or _bget(tcb, off[T_FIN_QUEUED]) or sender.force or sender.push or sender.cork
+                or sender.cork_timer.deadline is not None):
+            return 0
+        wnd = _iget(tcb, off[T_SND_WND])
+        una = <uint32_t>_iget(tcb, off[T_SND_UNA])
+        nxt = <uint32_t>_iget(tcb, off[T_SND_NXT])
+        if wnd == 0 or nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
+            return 0
+        recovery = sender.recovery
+        cwnd_o = recovery.window(_fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND]))
+        if cwnd_o is None:
+            return 0
+        mss = PyLong_AsLongLong(tcb.snd_mss)
+        if mss <= 0:
+            return 0
+        # where the loop would stop: past the full segments, the next one held or nothing to send
+        buffered = (<SendRing>sndbuf)._len
+        lim = PyLong_AsLongLong(cwnd_o)
+        if wnd < lim:
+            lim = wnd
+        o = <int64_t>(nxt - una)
+        if o > buffered:
+            return 0
+        if o + mss <= lim and o + mss <= buffered:
+            o += ((min(lim, buffered) - o) // mss) * mss
+        avail = buffered - o
+        usable = lim - o
+        n = avail if avail < mss else mss
+        if n > usable:
+            n = usable if usable > 0 else 0
+        if n:
+            if n == avail or n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
+                return 0  # a partial segment (Nagle, the cork) or one SWS avoidance lets go: the Python loop
+        if o == <int64_t>(nxt - una):  # nothing to send
+            if (sender.rtx_timer.deadline is None and sender.persist_timer.deadline is None
+                    and (nxt != una or avail)):
+                return 0  # a timer to start (the RTO, or the persist timer): the Python loop
+            self.outputs += 1
+            return 1
+        if self._burst(sender, PyLong_AsLongLong(cwnd_o), now) <= 0:
+            return 0  # declined before sending anything
+        recovery.arm_timer(now)  # new data: RACK-TLP may run the timer as the PTO (RFC 8985 7.2)
+        self.outputs += 1
+        return 1
 
     cdef Py_ssize_t _burst(self, sender, int64_t cwnd, now) except -1:
         cdef Py_ssize_t *off = self.layout._off
@@ -283,15 +343,15 @@ cdef class TxPath:
         if (type(sndbuf) is not SendRing or sender.psh_next
                 or type(receiver) is not self.receiver_layout.cls
                 or type(_fget(receiver, ro[R_DELACK])) is not self.delack_layout.cls or receiver.dsack is not None):
-            return 0
+            return -2  # declined
         layer = _fget(receiver, ro[R_BUDGET])
         if layer is not None and layer.under_pressure:
-            return 0
+            return -2  # declined
         fe = <FlowEmitter>fast if type(fast) is FlowEmitter else None
         ring = <SendRing>sndbuf
         mss = PyLong_AsLongLong(tcb.snd_mss)
         if mss <= 0:
-            return 0
+            return -2  # declined
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         nxt = <uint32_t>_iget(tcb, off[T_SND_NXT])
         if nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
