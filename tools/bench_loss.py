@@ -9,9 +9,13 @@ Two parts:
   backend (1 ms RTT) at 1% and 3% random loss each way: simulated MB/s of a
   ``--bytes`` transfer, retransmissions and retransmission timeouts
   (``bench_pipe.transfer``);
-- veth (root): a veth topology whose kernel side drops ``--loss`` percent of
-  TCP segments in each direction with nftables (``meta l4proto tcp numgen
-  random mod 100 < N drop`` on input and output, FACTS.md: no netem here).
+- veth (root): a veth topology losing ``--loss`` percent of TCP segments in
+  each direction, always on the receiving side, so that no sender is told:
+  nftables (``meta l4proto tcp numgen random mod 100 < N drop`` on the
+  input hook, FACTS.md: no netem here) in a kernel receiver's namespace,
+  ``RxLoss`` (a seeded Device decorator) in front of ustack's stack. A drop
+  on the kernel's output hook is no loss: its TCP sees the error and sends
+  the segment again at once.
   Rows, medians of ``--reps``: Linux -> Linux (a kernel sink in the stack
   namespace of a topology of its own, the same rules on its peer side),
   ustack -> kernel sink, kernel -> ustack, each ``--bytes``, in MB/s, with
@@ -23,15 +27,19 @@ Two parts:
 from __future__ import annotations
 
 import argparse
+import functools
+import random
 import socket
 import statistics
 import time
 
 from ustack.tools import bench_pipe
 
+# Drops on the receiving side only: a kernel sender whose segment its own OUTPUT hook drops is told
+# (NF_DROP -> -EPERM) and simply sends it again on the next ACK, without a loss or a congestion signal
+# (Linux -> Linux at "3%" then retransmitted 2 of 14,000 segments): that is not a lossy wire.
 NFT_RULES = """table inet ustack_loss {{
   chain input {{ type filter hook input priority 0; meta l4proto tcp numgen random mod 100 < {p} drop; }}
-  chain output {{ type filter hook output priority 0; meta l4proto tcp numgen random mod 100 < {p} drop; }}
 }}
 """
 PORT = 7100
@@ -46,9 +54,51 @@ def pipe_rows(size: int, losses=(0.01, 0.03)) -> list[dict]:
     return rows
 
 
-def _drop(topo, percent: int) -> None:
-    topo.peer_run(["nft", "-f", "-"], input=NFT_RULES.format(p=percent), text=True, check=True,
-                  capture_output=True)
+def _drop(topo, percent: int, stack_side: bool = False) -> None:
+    """``percent`` of the TCP segments arriving in the peer namespace (``stack_side``: in the stack
+    namespace, for Linux -> Linux's sink) are dropped before the kernel's TCP sees them."""
+    run = topo.peer_run if not stack_side else functools.partial(_stack_run, topo)
+    run(["nft", "-f", "-"], input=NFT_RULES.format(p=percent), text=True, check=True, capture_output=True)
+
+
+def _stack_run(topo, argv, **kw) -> None:
+    import subprocess
+
+    proc = topo.stack_popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    out, err = proc.communicate(kw.get("input"), timeout=30)
+    if proc.returncode:
+        raise RuntimeError(f"{argv}: {err.strip()}")
+
+
+class RxLoss:
+    """A Device decorator that loses ``percent`` of the TCP frames arriving for ustack, before the
+    stack sees them (seeded): the wire's loss toward ustack, which no hook on the kernel's side
+    can make without telling the kernel's TCP (see NFT_RULES)."""
+
+    def __init__(self, device, percent: int, seed: int = 1):
+        self.device = device
+        self.loss = percent / 100
+        self.random = random.Random(seed)
+        self.lost = 0
+
+    def rx_burst(self, max_frames: int):
+        frames = self.device.rx_burst(max_frames)
+        loss = self.loss
+        if not frames or not loss:
+            return frames
+        rnd = self.random.random
+        kept, lost = [], []
+        for f in frames:
+            # Ethernet II, IPv4, protocol 6 (TCP)
+            (lost if len(f) >= 34 and f[12] == 8 and f[13] == 0 and f[23] == 6 and rnd() < loss else kept).append(f)
+        if lost:
+            self.lost += len(lost)
+            self.device.rx_release(lost)
+        return kept
+
+    def __getattr__(self, name):
+        return getattr(self.device, name)
 
 
 # The kernel ends run as processes of their own (no GIL shared with the stack under test); each
@@ -145,6 +195,7 @@ def linux_to_linux(size: int, percent: int) -> float:
             index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
             ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
         _drop(topo, percent)
+        _drop(topo, percent, stack_side=True)
         sink = _spawn(topo.stack_popen, SINK, topo.stack_addr, PORT, stack_side=True)
         _json_line(sink, 10)
         src = _spawn(topo.peer_popen, SOURCE, topo.stack_addr, PORT, size, "bulk")
@@ -167,7 +218,7 @@ class _Ustack:
         self.dev = None
         try:
             self.dev = self.topo.open_device(backend)
-            self.stack = Stack(self.dev, f"{self.topo.stack_addr}/{self.topo.prefixlen}")
+            self.stack = Stack(RxLoss(self.dev, percent), f"{self.topo.stack_addr}/{self.topo.prefixlen}")
             self.layer = self.stack.tcp
             self.driver = Driver(self.stack)
             _drop(self.topo, percent)
@@ -185,7 +236,8 @@ class _Ustack:
             stack.poll(now)
             if predicate():
                 return
-            layer.flush(clock())
+            with stack.tx_batch():  # as the socket API sends: one kick per round, not per segment
+                layer.flush(clock())
             if now > end:
                 raise RuntimeError("ustack: timed out")
 
@@ -226,7 +278,7 @@ def ustack_to_kernel(size: int, percent: int, backend: str, **knobs) -> dict:
         if got["bytes"] != size:
             raise RuntimeError(f"ustack -> kernel: {got}")
         info = conn.info()
-        return {"mb_s": size / (got["end"] - start) / 1e6, "retransmits": info.retransmits,
+        return {"mb_s": size / (got["end"] - start) / 1e6, "bytes": size, "retransmits": info.retransmits,
                 "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone}
     finally:
         u.close()
@@ -265,7 +317,7 @@ def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False, 
             raise RuntimeError(f"echo through ustack not exact: {res}")
         end = res["end"] if echo else state["end"]
         info = state["conn"].info()
-        return {"mb_s": res["bytes"] / (end - res["start"]) / 1e6, "retransmits": info.retransmits,
+        return {"mb_s": res["bytes"] / (end - res["start"]) / 1e6, "bytes": res["bytes"], "retransmits": info.retransmits,
                 "timeouts": info.timeouts, "tlps": info.tlps, "undone": info.spurious_undone,
                 "exact": res.get("exact")}
     finally:
@@ -298,7 +350,9 @@ def format_lines(pipe: list, veth: dict | None, percent: int) -> list[str]:
         if name != "linux":
             rto = statistics.median(r["timeouts"] for r in row["runs"])
             rtx = statistics.median(r["retransmits"] for r in row["runs"])
-            extra = f", ustack retransmitted {rtx:.0f}, RTOs {rto:.0f}"
+            per10 = statistics.median(r["timeouts"] / r["bytes"] * 10e6 for r in row["runs"])
+            tlps = statistics.median(r["tlps"] for r in row["runs"])
+            extra = f", ustack retransmitted {rtx:.0f}, RTOs {rto:.0f} ({per10:.1f} per 10 MB), TLPs {tlps:.0f}"
             if name == "echo":
                 extra += f", exact {row['runs'][0]['exact']}"
         runs = ", ".join(f"{r['mb_s']:.1f}" for r in row["runs"])

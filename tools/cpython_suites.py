@@ -1,6 +1,6 @@
 """Run CPython's own network test suites on the kernel and under ``ustack run --loopback``, and compare.
 
-    python -m ustack.tools.cpython_suites [--modules M ...] [--timeout S] [--out DIR] [--json FILE]
+    python -m ustack.tools.cpython_suites [--modules M ...] [--timeout S] [--test-timeout S] [--out DIR] [--json FILE]
 
 Each test module runs twice in a subprocess of its own, ``python -m test
 -u network --junit-xml ...``: once as is (the kernel's loopback), once as
@@ -8,8 +8,15 @@ Each test module runs twice in a subprocess of its own, ``python -m test
 --wildcard loopback -m test ...`` (127.0.0.1 and ::1 on ustack's
 in-process loopback interface; the suites' wildcard servers are there for
 loopback clients).
-A module that runs past ``--timeout`` seconds is killed and reported as
-hung (its partial results are lost: regrtest writes the XML at the end).
+Each test has a deadline (``--test-timeout``, regrtest's ``--timeout``:
+faulthandler dumps the stacks and ends the process); the test that ran
+past it is read from the verbose log, reported as hung, and the run is
+repeated without it (``-i``), up to ``MAX_RERUNS`` times. A whole run
+past ``--timeout`` seconds is killed and reported as hung (its partial
+results are lost: regrtest writes the XML at the end).
+test_socket runs one class at a time (``-m Class``), only the classes that
+concern AF_INET/AF_INET6 TCP and UDP (``SOCKET_CLASSES``), so a hang costs
+one class, not the module.
 The tests come with the interpreter (Debian: libpython3.X-testsuite); none
 is copied here.
 
@@ -36,14 +43,35 @@ JUDGED = ("test_socketserver", "test_httplib", "test_xmlrpc", "test_urllib2_loca
           "test_asyncio.test_sock_lowlevel", "test_asyncio.test_server", "test_asyncio.test_sslproto",
           "test_asyncio.test_events", "test_asyncio.test_ssl", "test_ssl")
 MODULES = JUDGED + ("test_socket",)
+# test_socket's classes about IPv4/IPv6 TCP and UDP sockets and the module functions around them (not
+# AF_UNIX, socketpair, CAN, RDS, TIPC, VSOCK, ALG, SCTP, UDPLITE, SCM_RIGHTS, RFC 3542 ancillary data).
+SOCKET_CLASSES = (
+    "GeneralModuleTests", "TestExceptions", "BasicTCPTest", "BasicTCPTest2", "BasicUDPTest",
+    "TCPCloserTest", "NonBlockingTCPTests", "TCPTimeoutTest", "UDPTimeoutTest",
+    "FileObjectClassTestCase", "UnbufferedFileObjectClassTestCase", "LineBufferedFileObjectClassTestCase",
+    "SmallBufferedFileObjectClassTestCase", "UnicodeReadFileObjectClassTestCase",
+    "UnicodeWriteFileObjectClassTestCase", "UnicodeReadWriteFileObjectClassTestCase",
+    "NetworkConnectionNoServer", "NetworkConnectionAttributesTest", "NetworkConnectionBehaviourTest",
+    "SendmsgTCPTest", "RecvmsgTCPTest", "RecvmsgIntoTCPTest",
+    "SendmsgUDPTest", "RecvmsgUDPTest", "RecvmsgIntoUDPTest",
+    "SendmsgUDP6Test", "RecvmsgUDP6Test", "RecvmsgIntoUDP6Test",
+    "InterruptedRecvTimeoutTest", "InterruptedSendTimeoutTest",
+    "BufferIOTest", "ContextManagersTest", "InheritanceTest", "NonblockConstantTest",
+    "SendfileUsingSendTest", "SendfileUsingSendfileTest", "CreateServerTest", "CreateServerFunctionalTest")
+# modules run one regrtest process per class
+SPLIT = {"test_socket": SOCKET_CLASSES}
 USTACK_ARGS = ("--backend", "pipe", "--addr", "198.18.0.2/24", "--loopback", "--wildcard", "loopback")
 DEFAULT_TIMEOUT = 900.0
+DEFAULT_TEST_TIMEOUT = 120.0
+MAX_RERUNS = 4
+HUNG = "hung"
 PASS, FAIL, ERROR, SKIP, MISSING = "pass", "fail", "error", "skip", "missing"
 
 
-def command(module: str, xml_path: str, ustack: bool, extra=()) -> list[str]:
+def command(module: str, xml_path: str, ustack: bool, extra=(), test_timeout: float = 0) -> list[str]:
     """The command line that runs ``module`` with regrtest, on the kernel or under ``ustack run``."""
-    test = ["-m", "test", "-u", "network", "--junit-xml", xml_path, *extra, module]
+    test = ["-m", "test", "-u", "network", "-v", "--timeout", str(test_timeout), "--junit-xml", xml_path,
+            *extra, module]
     if not ustack:
         return [sys.executable, *test]
     return [sys.executable, "-m", "ustack", "run", *USTACK_ARGS, *test]
@@ -72,31 +100,86 @@ def parse_junit(path: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def run_module(module: str, ustack: bool, timeout: float, workdir: str, extra=()) -> dict:
-    """Run one module one way; {"status": ok|failed|hung|crashed, "seconds", "tests": {...}}."""
-    xml_path = os.path.join(workdir, f"{module}.{'ustack' if ustack else 'kernel'}.xml")
-    log_path = xml_path[:-4] + ".log"
+def hung_test(log_path: str) -> str | None:
+    """The test id regrtest's per-test timeout fired in: the last "name (id) ... " line of the verbose log
+    before its "Timeout (" line."""
+    try:
+        with open(log_path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    last = None
+    for line in text.splitlines():
+        if " ... " in line:
+            head = line.split(" ... ", 1)[0]
+            if head.endswith(")") and "(" in head:
+                last = head[head.rindex("(") + 1:-1]
+        if "Timeout (" in line:
+            return last
+    return None
+
+
+def run_once(module: str, ustack: bool, timeout: float, path: str, extra, test_timeout: float) -> dict:
+    """One regrtest process: {"status": ok|failed|hung|crashed, "returncode", "seconds", "tests", "log"}."""
+    xml_path, log_path = path + ".xml", path + ".log"
     start = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command(module, xml_path, ustack, extra), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(command(module, xml_path, ustack, extra, test_timeout), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout)
             status = "ok" if rc == 0 else "failed"
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)  # the module's own threads and children too
             proc.wait()
-            rc, status = None, "hung"
+            rc, status = None, HUNG
     tests = {}
     if os.path.exists(xml_path):
         try:
             tests = parse_junit(xml_path)
         except ET.ParseError:
             status = "crashed"
-    elif status != "hung":
-        status = "crashed"
+    elif status != HUNG:
+        status = HUNG if hung_test(log_path) else "crashed"
     return {"status": status, "returncode": rc, "seconds": round(time.monotonic() - start, 1), "tests": tests,
             "log": log_path}
+
+
+def run_unit(module: str, ustack: bool, timeout: float, path: str, extra, test_timeout: float) -> dict:
+    """Run until no test hangs: each hung test is recorded and left out (``-i``) of the next run."""
+    hung: dict[str, tuple[str, str]] = {}
+    seconds = 0.0
+    for attempt in range(MAX_RERUNS + 1):
+        ignore = [x for t in hung for x in ("-i", t)]
+        r = run_once(module, ustack, timeout, f"{path}.{attempt}" if attempt else path, [*extra, *ignore],
+                     test_timeout)
+        seconds += r["seconds"]
+        test = hung_test(r["log"]) if r["status"] == HUNG else None
+        if test is None or test in hung:
+            break
+        hung[test] = (HUNG, f"no result within {test_timeout:g} s (regrtest --timeout)")
+    r["tests"] = {**r["tests"], **hung}
+    r["seconds"] = round(seconds, 1)
+    if hung and r["status"] in ("ok", "failed"):
+        r["status"] = "failed"
+    return r
+
+
+def run_module(module: str, ustack: bool, timeout: float, workdir: str, extra=(),
+               test_timeout: float = DEFAULT_TEST_TIMEOUT) -> dict:
+    """Run one module one way (class by class for ``SPLIT`` modules); the results merged."""
+    base = os.path.join(workdir, f"{module}.{'ustack' if ustack else 'kernel'}")
+    units = SPLIT.get(module)
+    if not units or extra:  # an explicit --match selects by itself
+        return run_unit(module, ustack, timeout, base, list(extra), test_timeout)
+    merged = {"status": "ok", "returncode": 0, "seconds": 0.0, "tests": {}, "log": base + ".*.log"}
+    for cls in units:
+        r = run_unit(module, ustack, timeout, f"{base}.{cls}", ["-m", cls], test_timeout)
+        merged["tests"].update(r["tests"])
+        merged["seconds"] = round(merged["seconds"] + r["seconds"], 1)
+        if r["status"] != "ok" and merged["status"] in ("ok", "failed"):
+            merged["status"], merged["returncode"] = r["status"], r["returncode"]
+    return merged
 
 
 def compare(kernel: dict, ustack: dict) -> dict:
@@ -140,7 +223,10 @@ def render(results: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ustack.tools.cpython_suites", description=__doc__.split("\n")[0])
     p.add_argument("--modules", nargs="+", default=list(MODULES), metavar="MODULE")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per module and way")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help="seconds per regrtest run (a module, or a class of a split module) and way")
+    p.add_argument("--test-timeout", type=float, default=DEFAULT_TEST_TIMEOUT,
+                   help="seconds per test (regrtest --timeout); a hung test is recorded and left out")
     p.add_argument("--match", action="append", default=[], metavar="PAT", help="regrtest -m PAT (repeatable)")
     p.add_argument("--out", help="folder for the XML and logs (default: a temporary one, kept)")
     p.add_argument("--json", help="write the comparison here")
@@ -160,11 +246,11 @@ def main(argv=None) -> int:
             kernel = earlier[module]["kernel"]
             kernel["tests"] = {t: tuple(v) for t, v in kernel["tests"].items()}
         else:
-            kernel = run_module(module, False, args.timeout, workdir, extra)
+            kernel = run_module(module, False, args.timeout, workdir, extra, args.test_timeout)
         if args.kernel_only:
             ustack = {"status": "not run", "returncode": None, "seconds": 0, "tests": {}, "log": ""}
         else:
-            ustack = run_module(module, True, args.timeout, workdir, extra)
+            ustack = run_module(module, True, args.timeout, workdir, extra, args.test_timeout)
         results[module] = compare(kernel, ustack)
         raw[module] = {"kernel": kernel, "ustack": ustack}
         r = results[module]

@@ -148,9 +148,10 @@ def render_udp(snap: dict) -> list[str]:
 
 
 def render_arp(snap: dict) -> list[str]:
+    """The ARP cache, like ``ip -4 neigh`` (nothing on an IPv6-only stack: its header address is IPv6)."""
     if not snap["arp"]:
-        return ["ARP: cache empty"]
-    return ["ARP"] + [f"{e['ip']:<15} lladdr {e['mac']} expires {e['expires']:.1f}s" for e in snap["arp"]]
+        return [] if ":" in snap["stack"].get("addr", "") else ["ARP: cache empty", ""]
+    return ["ARP"] + [f"{e['ip']:<15} lladdr {e['mac']} expires {e['expires']:.1f}s" for e in snap["arp"]] + [""]
 
 
 def render_ndp(snap: dict) -> list[str]:
@@ -208,7 +209,7 @@ def render(snap: dict, prev: dict | None = None, *, tcp: bool = True, udp: bool 
     if tcp:
         out += render_tcp(snap, everything) + [""]
     if udp:
-        out += render_udp(snap) + [""] + render_arp(snap) + [""] + render_ndp(snap)
+        out += render_udp(snap) + [""] + render_arp(snap) + render_ndp(snap)
     if counters:
         out += render_counters(snap, prev, everything, color)
     return "\n".join(out).rstrip("\n") + "\n"

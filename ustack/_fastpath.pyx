@@ -16,6 +16,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_tmpl.pxi: per-flow cached frame templates (TcpTemplate, FlowEmitter, Generation):
   established IPv4 TCP segments into a TX slot with no Python frame
 - _fp_ack.pxi: the receive side's ACK policy (delayed ACK) and the pure ACK, in C
+- _fp_tx.pxi: the transmit side: full-sized segments of new data from the send ring (TxPath)
 - _fp_rxq.pxi: the receive buffer's in-order chunks (ChunkQueue: views into held RX frames)
 - _fp_sndq.pxi: the send buffer's ring (SendRing: views for the segment writer, reservations)
 
@@ -36,3 +37,4 @@ include "_fp_sndq.pxi"
 include "_fp_tcp.pxi"
 include "_fp_tmpl.pxi"
 include "_fp_ack.pxi"
+include "_fp_tx.pxi"

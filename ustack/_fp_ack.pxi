@@ -134,9 +134,7 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
 cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do,
                    object now) except -1:
     """``Output.send_ack(now)``: <SEQ=SND.MAX><ACK=RCV.NXT><CTL=ACK>, window and timestamps as ``Output.emit``."""
-    cdef int64_t free, room, cur, win, field, actual, cap, rcv_nxt, quick
-    cdef int shift
-    cdef uint32_t edge, adv
+    cdef int64_t field
     rcvbuf = _fget(receiver, ro[R_RCVBUF])
     layer = _fget(receiver, ro[R_BUDGET])
     if ((_bget(tcb, off[T_SACK_OK]) and (rcvbuf.ooo_bytes or receiver.dsack is not None))
@@ -144,30 +142,7 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
         conn.out.send_ack(now)  # SACK or D-SACK blocks (RFC 2883) or a trimmed window: the Python way
         return 0
     out = conn.out
-    # Receiver.select_window over Receiver.offerable (no memory pressure here)
-    cap = PyLong_AsLongLong(rcvbuf.capacity)
-    free = cap - (<ChunkQueue>rcvbuf._chunks).nbytes - PyLong_AsLongLong(rcvbuf.lent)  # ReceiveBuffer.free
-    if free < 0:
-        free = 0
-    if layer is not None:
-        room = _mem_room(layer)
-        if room < free:
-            free = room if room > 0 else 0
-    rcv_nxt = _iget(tcb, off[T_RCV_NXT])
-    adv = <uint32_t>_iget(tcb, off[T_RCV_ADV])
-    cur = <int32_t>(adv - <uint32_t>rcv_nxt)
-    if cur < 0:
-        cur = 0
-    win = cur if free - cur < min(cap // 2, _iget(tcb, off[T_MSS_BASE])) else free
-    shift = <int>_iget(tcb, off[T_RCV_WSCALE])
-    field = (win + (<int64_t>1 << shift) - 1) >> shift
-    if field > 0xFFFF:
-        field = 0xFFFF
-    actual = field << shift
-    _fset(tcb, off[T_RCV_WND], PyLong_FromLongLong(actual))
-    edge = <uint32_t>(<uint32_t>rcv_nxt + <uint32_t>actual)
-    if _seq_lt(adv, edge):
-        _fset(tcb, off[T_RCV_ADV], PyLong_FromUnsignedLong(edge))
+    field = _select_window(tcb, off, receiver, ro)  # (_fp_tx.pxi)
     if _bget(tcb, off[T_TS_OK]):
         ts = (PyLong_FromUnsignedLong(<uint32_t>(<int64_t>(PyFloat_AsDouble(now) * 1000) + _iget(tcb, off[T_TS_OFFSET]))),
               _fget(tcb, off[T_TS_RECENT]))
@@ -188,18 +163,5 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
     out.segs_out += 1
     out.stats.counters["tcp.out_segs"] += 1
     _fset(tcb, off[T_LAST_ACK_SENT], ack)
-    # Receiver.ack_sent(now, False) and DelayedAck.ack_sent(unacked > 0)
-    delack = _fget(receiver, ro[R_DELACK])
-    _fset(delack, do[D_PUSHED], False)
-    if _bget(receiver, ro[R_UNACKED]):
-        quick = _iget(delack, do[D_QUICK])
-        if quick:
-            _fset(delack, do[D_QUICK], PyLong_FromLongLong(quick - 1))
-            if quick == 1:
-                _fset(delack, do[D_ATO], _fget(delack, do[D_ATO_MIN]))
-    _fset(receiver, ro[R_ACK_NOW], False)
-    _fset(receiver, ro[R_ACK_ROUND], False)
-    _fset(receiver, ro[R_WND_UPDATE], False)
-    _fset(receiver, ro[R_UNACKED], 0)
-    _fset(receiver, ro[R_DELACK_DUE], None)  # the timer stays (lazy: Receiver.delack_fired)
+    _ack_sent(receiver, ro, do, now, False)  # Receiver.ack_sent(now, False) (_fp_tx.pxi)
     return 0

@@ -1,4 +1,6 @@
 # Header emit for IPv6 (RFC 8200) into a TX slot from a per-flow template.
+# (emit_ipv6, emit_udp6, emit_tcp6 for established segments, emit_tcp_options6
+# for SYN and SYN-ACK; ``_tcp6_write`` is the per-flow template's writer too.)
 #
 # A template is the flow's 14-byte Ethernet + 40-byte IPv6 header (54 bytes)
 # with the payload length left for emit to fill; the flow label and traffic
@@ -62,6 +64,38 @@ def emit_udp6(unsigned char[::1] slot, const unsigned char[::1] template, unsign
     return 54 + ulen
 
 
+cdef Py_ssize_t _tcp6_write(uint8_t *out, const uint8_t *template, uint16_t sport, uint16_t dport, uint32_t seq,
+                            uint32_t ack, uint8_t flags, uint16_t window, bint has_ts, uint32_t tsv, uint32_t tsecr,
+                            const uint8_t *payload, Py_ssize_t plen) noexcept nogil:
+    """``emit_tcp6``'s frame into ``out`` (room and lengths checked by the caller); returns the frame length."""
+    cdef Py_ssize_t hl = 32 if has_ts else 20
+    cdef uint8_t *t = out + 54
+    memcpy(out, template, 54)
+    _put16(out + 18, <uint16_t>(hl + plen))
+    _put16(t, sport)
+    _put16(t + 2, dport)
+    _put32(t + 4, seq)
+    _put32(t + 8, ack)
+    t[12] = <uint8_t>((hl // 4) << 4)
+    t[13] = flags
+    _put16(t + 14, window)
+    t[16] = 0
+    t[17] = 0
+    t[18] = 0
+    t[19] = 0
+    if has_ts:
+        t[20] = 1
+        t[21] = 1
+        t[22] = 8
+        t[23] = 10
+        _put32(t + 24, tsv)
+        _put32(t + 28, tsecr)
+    if plen:
+        memcpy(t + hl, payload, plen)
+    _put16(t + 16, c_checksum(t, hl + plen, _pseudo6(out + 14, 6, <uint32_t>(hl + plen))))
+    return 54 + hl + plen
+
+
 def emit_tcp6(unsigned char[::1] slot, const unsigned char[::1] template,
               unsigned int sport, unsigned int dport, unsigned long seq, unsigned long ack,
               unsigned int flags, unsigned int window, tsval, unsigned long tsecr,
@@ -69,8 +103,6 @@ def emit_tcp6(unsigned char[::1] slot, const unsigned char[::1] template,
     """One established TCP segment over IPv6 (as ``emit_tcp``: no options, or NOP NOP timestamps)."""
     cdef Py_ssize_t plen = payload.shape[0]
     cdef Py_ssize_t hl = 32 if tsval is not None else 20
-    cdef uint8_t *out
-    cdef uint8_t *t
     cdef uint32_t tsv = 0
     _check_template6(template, 6)
     if sport > 0xffff or dport > 0xffff or flags > 0xff or window > 0xffff:
@@ -85,9 +117,37 @@ def emit_tcp6(unsigned char[::1] slot, const unsigned char[::1] template,
         raise ValueError("IPv6 payload too long")
     if slot.shape[0] < 54 + hl + plen:
         raise ValueError("TX slot too small for this frame")
+    return _tcp6_write(&slot[0], &template[0], <uint16_t>sport, <uint16_t>dport, <uint32_t>seq, <uint32_t>ack,
+                       <uint8_t>flags, <uint16_t>window, hl == 32, tsv, <uint32_t>tsecr,
+                       &payload[0] if plen else NULL, plen)
+
+
+def emit_tcp_options6(unsigned char[::1] slot, const unsigned char[::1] template,
+                      unsigned int sport, unsigned int dport, unsigned long seq, unsigned long ack,
+                      unsigned int flags, unsigned int window, const unsigned char[::1] options):
+    """One TCP segment without data but with ``options`` (a SYN or SYN-ACK) over IPv6 (``emit_tcp_options``).
+
+    ``template`` as for ``emit_tcp6``; ``options`` padded by the caller to a
+    multiple of 4, at most 40 (RFC 9293 3.1). Fills the payload length, the
+    data offset and the TCP checksum over the IPv6 pseudo-header (RFC 8200
+    8.1). Returns the frame length.
+    """
+    cdef Py_ssize_t olen = options.shape[0]
+    cdef Py_ssize_t hl = 20 + olen
+    cdef uint8_t *out
+    cdef uint8_t *t
+    _check_template6(template, 6)
+    if olen > 40 or olen & 3:
+        raise ValueError("TCP options must be a multiple of 4 bytes, at most 40")
+    if sport > 0xffff or dport > 0xffff or flags > 0xff or window > 0xffff:
+        raise ValueError("port, flags or window out of range")
+    if seq > 0xffffffffUL or ack > 0xffffffffUL:
+        raise ValueError("sequence numbers are 32-bit")
+    if slot.shape[0] < 54 + hl:
+        raise ValueError("TX slot too small for this frame")
     out = &slot[0]
     memcpy(out, &template[0], 54)
-    _put16(out + 18, <uint16_t>(hl + plen))
+    _put16(out + 18, <uint16_t>hl)
     t = out + 54
     _put16(t, <uint16_t>sport)
     _put16(t + 2, <uint16_t>dport)
@@ -100,14 +160,7 @@ def emit_tcp6(unsigned char[::1] slot, const unsigned char[::1] template,
     t[17] = 0
     t[18] = 0
     t[19] = 0
-    if hl == 32:
-        t[20] = 1
-        t[21] = 1
-        t[22] = 8
-        t[23] = 10
-        _put32(t + 24, tsv)
-        _put32(t + 28, <uint32_t>tsecr)
-    if plen:
-        memcpy(t + hl, &payload[0], plen)
-    _put16(t + 16, c_checksum(t, hl + plen, _pseudo6(out + 14, 6, <uint32_t>(hl + plen))))
-    return 54 + hl + plen
+    if olen:
+        memcpy(t + 20, &options[0], olen)
+    _put16(t + 16, c_checksum(t, hl, _pseudo6(out + 14, 6, <uint32_t>hl)))
+    return 54 + hl

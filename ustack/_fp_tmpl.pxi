@@ -1,27 +1,36 @@
-# Per-flow cached frame templates: an established IPv4 TCP segment written
-# into a TX slot with no Python frame (issue 11).
+# Per-flow cached frame templates: an established TCP segment (IPv4 or IPv6)
+# written into a TX slot with no Python frame (issues 11 and 13).
 #
-# ``TcpTemplate`` is what ``Ipv4Layer.tcp_template`` resolved for one flow
-# through the Python path (route, ARP entry, Ethernet + IPv4 header, the
-# flow's IP ID bucket, the interface MTU). It stays good while
+# ``TcpTemplate`` is what ``Ipv4Layer.tcp_template`` / ``Ipv6Layer.tcp_template``
+# resolved for one flow through the Python path (route, ARP or neighbour
+# cache entry, Ethernet + IPv4 or IPv6 header, the IPv4 flow's IP ID bucket,
+# the MTU; for IPv6 the header carries the flow's RFC 6437 flow label and
+# hop limit, and the MTU is the path MTU). It stays good while
 #
 # - the net room's ``Generation`` has not moved since it was built (the ARP
-#   layer bumps it when it learns or evicts a neighbour, ``Ipv4Layer``
-#   through ``invalidate`` when anything else a template copies changes), and
-# - ``now`` is before the ARP entry's expiry (after it the Python lookup
-#   polls the neighbour or forgets it: RFC 1122 2.3.2.1, so the template is
-#   rebuilt through it).
+#   layer bumps it when it learns or evicts a neighbour, the NDP layer when a
+#   neighbour entry changes state or address, a Router Advertisement or a
+#   Redirect arrives, the IP layers through ``invalidate`` and IPv6 on a path
+#   MTU change), and
+# - ``now`` is before ``valid_until``: the ARP entry's expiry (after it the
+#   Python lookup polls the neighbour or forgets it: RFC 1122 2.3.2.1), or for
+#   IPv6 the end of the neighbour's REACHABLE time (then the Python lookup
+#   moves it to DELAY and probes it, RFC 4861 7.3.3), of the route it took
+#   and of the path MTU entry; the template is then rebuilt through them.
 #
 # ``FlowEmitter`` is a connection's fast emitter (``Output.fast``) with the
 # signature of ``TcpHost.tcp_output_segment``: it keeps the flow's template,
-# rebuilds it when stale, and writes through it. The IP ID comes from the
+# rebuilds it when stale, and writes through it. The IPv4 ID comes from the
 # very counter ``IpIdents.next`` would advance (RFC 7739 5.4, per
 # destination), the slot and the frame count through ``Link``'s own lists
 # (``Link.slot``/``sent`` mirrored by name: ``_slots``, ``_lens``,
 # ``_in_round``), so the bytes and the counters are those of
-# ``Ipv4Layer.emit_tcp``. IPv6 flows and anything a template declines
-# (an unresolved or stale neighbour, a frame over the MTU) go through the
-# host's Python emitter.
+# ``Ipv4Layer.emit_tcp`` / ``Ipv6Layer.emit_tcp``. Anything a template
+# declines (an unresolved or unconfirmed neighbour, a frame over the MTU)
+# goes through the host's Python emitter. When the host has no template to
+# give it answers with the ``Generation`` it would take to change that, and
+# the emitter does not ask again until it moves (a flow whose neighbour is
+# being probed pays for the Python path, not for the question as well).
 
 from cpython.buffer cimport PyBUF_WRITABLE
 from cpython.float cimport PyFloat_AsDouble
@@ -38,24 +47,34 @@ cdef class Generation:
 
 
 cdef class TcpTemplate:
-    """The cached frame template of one IPv4 TCP flow (built by ``Ipv4Layer.tcp_template``)."""
+    """The cached frame template of one TCP flow (built by ``Ipv4Layer.tcp_template`` or
+    ``Ipv6Layer.tcp_template``; ``idents`` None for IPv6)."""
 
-    cdef readonly bytes header          # Ethernet + 20-byte IPv4 header, per-packet fields zero
+    cdef readonly bytes header          # Ethernet + 20-byte IPv4 or 40-byte IPv6 header, per-packet fields zero
+    cdef readonly bint v6
     cdef readonly Generation gen
     cdef readonly unsigned long gen_seen
     cdef readonly double valid_until    # the neighbour entry's expiry
     cdef readonly Py_ssize_t mtu        # largest IP packet
-    cdef list idents                    # IpIdents.counters
+    cdef list idents                    # IpIdents.counters (IPv4)
+    cdef object sent_key                # "ipv4.packets_sent" or "ipv6.packets_sent"
     cdef Py_ssize_t bucket              # this flow's counter in it
     cdef object link
     cdef object counters                # the stack's Stats counters
 
     def __cinit__(self, bytes header, Generation gen, double valid_until, Py_ssize_t mtu, list idents,
                   Py_ssize_t bucket, link, counters):
-        if len(header) != 34 or (header[14] & 0x0f) != 5 or header[23] != 6:
-            raise ValueError("TCP template must be Ethernet + a 20-byte IPv4 header with protocol 6")
-        if not 0 <= bucket < len(idents):
-            raise ValueError("IP ID bucket out of range")
+        if idents is None:  # IPv6: no identification in the fixed header
+            if len(header) != 54 or (header[14] >> 4) != 6 or header[20] != 6:
+                raise ValueError("TCP template must be Ethernet + a 40-byte IPv6 header with next header 6")
+            self.v6 = True
+            self.sent_key = "ipv6.packets_sent"
+        else:
+            if len(header) != 34 or (header[14] & 0x0f) != 5 or header[23] != 6:
+                raise ValueError("TCP template must be Ethernet + a 20-byte IPv4 header with protocol 6")
+            if not 0 <= bucket < len(idents):
+                raise ValueError("IP ID bucket out of range")
+            self.sent_key = "ipv4.packets_sent"
         self.header = header
         self.gen = gen
         self.gen_seen = gen.value
@@ -72,12 +91,25 @@ cdef class TcpTemplate:
     cdef int emit(self, uint16_t sport, uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t window,
                   bint has_ts, uint32_t tsv, uint32_t tsecr, object payload) except -1:
         """The segment into a TX slot: 1, or 0 when it does not fit the MTU or the ring is full (nothing sent)."""
+        cdef Py_buffer pb
+        PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
+        try:
+            return self.emit_ptr(sport, dport, seq, ack, flags, window, has_ts, tsv, tsecr, <const uint8_t *>pb.buf,
+                                 pb.len)
+        finally:
+            PyBuffer_Release(&pb)
+
+    cdef int emit_ptr(self, uint16_t sport, uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags,
+                      uint16_t window, bint has_ts, uint32_t tsv, uint32_t tsecr, const uint8_t *payload,
+                      Py_ssize_t plen) except -1:
+        """``emit`` with the payload as ``plen`` bytes at ``payload`` (the send ring's, for _fp_tx.pxi)."""
         cdef Py_ssize_t hl = 32 if has_ts else 20
-        cdef Py_ssize_t plen = len(payload), used, n
-        cdef Py_buffer sb, pb
-        cdef uint16_t ident
+        cdef Py_ssize_t used, n
+        cdef Py_ssize_t lh = 40 if self.v6 else 20   # the IP header
+        cdef Py_buffer sb
+        cdef uint16_t ident = 0
         link = self.link
-        if 20 + hl + plen > self.mtu:
+        if lh + hl + plen > self.mtu:
             return 0
         # Link.slot(): the next lent slot, or a fresh reservation (Link's own method)
         lens = link._lens
@@ -89,19 +121,19 @@ cdef class TcpTemplate:
             slot = link.slot()
             if slot is None:
                 return 0
-        # IpIdents.next for this flow's bucket
-        ident = <uint16_t>((<long>self.idents[self.bucket] + 1) & 0xFFFF)
-        self.idents[self.bucket] = ident
+        if not self.v6:  # IpIdents.next for this flow's bucket
+            ident = <uint16_t>((<long>self.idents[self.bucket] + 1) & 0xFFFF)
+            self.idents[self.bucket] = ident
         PyObject_GetBuffer(slot, &sb, PyBUF_WRITABLE)
         try:
-            PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
-            try:
-                if pb.len != plen or sb.len < 34 + hl + plen:
-                    raise ValueError("TX slot too small for this frame")
-                n = _tcp4_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, ident, sport, dport,
-                                seq, ack, flags, window, has_ts, tsv, tsecr, <const uint8_t *>pb.buf, plen)
-            finally:
-                PyBuffer_Release(&pb)
+            if sb.len < 14 + lh + hl + plen:
+                raise ValueError("TX slot too small for this frame")
+            if self.v6:
+                n = _tcp6_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, sport, dport,
+                                seq, ack, flags, window, has_ts, tsv, tsecr, payload, plen)
+            else:
+                n = _tcp4_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, ident, sport,
+                                dport, seq, ack, flags, window, has_ts, tsv, tsecr, payload, plen)
         finally:
             PyBuffer_Release(&sb)
         # Link.sent(n)
@@ -110,7 +142,7 @@ cdef class TcpTemplate:
             self.counters["eth.frames_sent"] += 1
         else:
             link.sent(n)
-        self.counters["ipv4.packets_sent"] += 1
+        self.counters[self.sent_key] += 1
         return 1
 
 
@@ -120,6 +152,9 @@ cdef class FlowEmitter:
     cdef object host
     cdef public TcpTemplate template
     cdef readonly unsigned long builds      # templates built (the first, then one per invalidation)
+    cdef readonly unsigned long refusals    # times the host declined to build one
+    cdef Generation refused                 # the host declined under this generation: not asked again
+    cdef unsigned long refused_at           # until it moves (a neighbour confirmed, a route learned)
 
     def __cinit__(self, host):
         self.host = host
@@ -128,16 +163,25 @@ cdef class FlowEmitter:
         return self.send(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) == 1
 
     cdef int send(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) except -1:
-        """1 when written from the template, 0 when it declined; without one (IPv6, an unresolved or stale
-        neighbour, no route), what the host's own emitter did."""
+        """1 when written from the template, 0 when it declined; without one (an unresolved or unconfirmed
+        neighbour, no route, a host without templates for the family), what the host's own emitter did."""
         cdef TcpTemplate t = self.template
         cdef double when = PyFloat_AsDouble(now)
         if t is None or not t.fresh(when):
             t = None
-            if len(dst) == 4:
-                t = self.template = self.host.tcp_template(src, dst, sport, dport, now)
-                if t is not None:
+            if self.refused is None or self.refused.value != self.refused_at:
+                # The host's answer: a template, or the Generation under which it has none to give (the
+                # neighbour not confirmed: only an ARP/NDP update, which bumps it, changes that), or None.
+                got = self.host.tcp_template(src, dst, sport, dport, now)
+                self.refused = None
+                if type(got) is Generation:
+                    self.refused = <Generation>got
+                    self.refused_at = self.refused.value
+                    self.refusals += 1
+                elif got is not None:
+                    t = <TcpTemplate?>got
                     self.builds += 1
+            self.template = t
         if t is not None:  # (declined: too big for the MTU or the ring full, as Ipv4Layer.emit_tcp declines)
             if ts is None:
                 return t.emit(sport, dport, seq, ack, flags, window, False, 0, 0, payload)

@@ -92,3 +92,46 @@ def test_bench_loss_pipe_rows():
     assert rows[1]["retransmits"] > 0
     lines = bench_loss.format_lines(rows, None, 3)
     assert len(lines) == 2 and lines[1].startswith("bulk under loss, pipe 3% each way:")
+
+
+def test_bench_loss_veth_lines_give_rtos_per_10_mb():
+    """The veth rows print each stack's rate against Linux -> Linux and ustack's RTOs per 10 MB."""
+    from ustack.tools import bench_loss
+
+    run = {"mb_s": 50.0, "bytes": 20_000_000, "retransmits": 400, "timeouts": 3, "tlps": 40}
+    veth = {"linux": {"mb_s": 100.0, "runs": [{"mb_s": 100.0}]},
+            "ustack_to_kernel": {"mb_s": 50.0, "runs": [run, dict(run, timeouts=1), dict(run, timeouts=5)]}}
+    lines = bench_loss.format_lines([], veth, 3)
+    assert lines[0] == "bulk under loss, veth 3% each way, linux: 100.0 MB/s (1.00x Linux -> Linux); runs 100.0"
+    assert lines[1] == ("bulk under loss, veth 3% each way, ustack to kernel: 50.0 MB/s (0.50x Linux -> Linux), "
+                        "ustack retransmitted 400, RTOs 3 (1.5 per 10 MB), TLPs 40; runs 50.0, 50.0, 50.0")
+
+
+def test_rx_loss_drops_only_tcp_frames_and_releases_them():
+    """bench_loss.RxLoss, in front of ustack's device: loses TCP frames (seeded) before the stack sees
+    them and hands them straight back to the device; ARP and UDP pass."""
+    from ustack.tools import bench_loss
+
+    def frame(proto: int, ethertype: bytes = b"\x08\x00") -> bytes:
+        return bytes(12) + ethertype + bytes(9) + bytes([proto]) + bytes(30)
+
+    class Device:
+        released: list = []
+
+        def rx_burst(self, n):
+            return [frame(6) for _ in range(50)] + [frame(17), frame(6, b"\x08\x06")]
+
+        def rx_release(self, frames):
+            self.released.extend(frames)
+
+        def fileno(self):
+            return 7
+
+    dev = Device()
+    lossy = bench_loss.RxLoss(dev, 50, seed=3)
+    kept = lossy.rx_burst(64)
+    assert 0 < lossy.lost < 50 and len(kept) == 52 - lossy.lost and len(dev.released) == lossy.lost
+    assert all(f[23] == 6 and f[13] == 0 for f in dev.released)  # only IPv4 TCP frames were lost
+    assert frame(17) in kept and frame(6, b"\x08\x06") in kept
+    assert lossy.fileno() == 7  # the rest of the Device protocol passes through
+    assert bench_loss.RxLoss(dev, 0).rx_burst(64) == dev.rx_burst(64)

@@ -114,6 +114,20 @@ def test_sack_run_tracking():
     assert rb.last_run is None and rb.runs() == [(185, 195)]  # relative to the new RCV.NXT (115)
 
 
+def test_segments_above_a_hole_extend_their_run():
+    """The next segment above a hole, one overlapping the run's tail, and one inside it: one run,
+    counted once (the run grows in place instead of being copied whole for every segment)."""
+    rb = ReceiveBuffer(100_000)
+    for i in range(1, 50):
+        assert rb.write(1000 * i, bytes([i]) * 1000) == 0
+    assert rb.runs() == [(1000, 50_000)] and rb.ooo_bytes == 49_000
+    assert rb.write(49_500, bytes([49]) * 500 + b"z" * 700) == 0  # overlaps the tail
+    assert rb.write(2_000, bytes([2]) * 10) == 0  # inside: nothing new
+    assert rb.runs() == [(1000, 50_700)] and rb.ooo_bytes == 49_700 and rb.last_run == 1000
+    assert rb.write(0, b"\0" * 1000) == 50_700
+    assert rb.read(60_000) == b"".join(bytes([i]) * 1000 for i in range(50)) + b"z" * 700
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.lists(st.tuples(st.integers(0, 300), st.integers(1, 60)), min_size=1,
                                             max_size=40))

@@ -324,3 +324,97 @@ def test_duplicate_data_is_reported_by_a_dsack():
     h.peer.send(flags="A", payload=b"e" * 100)  # in order: the ACK carries no D-SACK any more
     h.peer.expect(flags="A", ack=base + 300 + 100, sack_blocks=())
     assert conn.recv(1000) == b"a" * 100 + b"b" * 100 + b"e" * 100 + b"d" * 100
+
+
+def test_recovery_ends_with_cwnd_at_ssthresh():
+    """RFC 9937 (PRR): the full ACK ends recovery with cwnd = ssthresh, even when it leaves nothing in
+    flight (RFC 6582's min(ssthresh, FlightSize + SMSS) then made cwnd 2 SMSS: a receiver that ACKs
+    a whole flight at once, as Linux does when its reader lags, collapsed the window every time)."""
+    h, conn = established()
+    data = payload(10)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, drops={(3, 1)})
+    wire.run(until=h.now + 0.15)
+    assert bytes(wire.received) == data and wire.retransmissions() == [(3, 2)]
+    cc = conn.sender.cc
+    assert conn.info().fast_retransmits == 1 and not conn.sender.recovery.in_recovery
+    assert conn.tcb.snd_una == conn.tcb.snd_max  # the full ACK left nothing in flight
+    # half the FlightSize when the loss was found (SND.MAX - SND.UNA: 7 segments, three SACKed)
+    assert cc.ssthresh == 7 * MSS // 2 and cc.window == cc.ssthresh
+
+
+def test_tail_loss_repaired_by_a_probe_halves_the_window_it_was_sent_with():
+    """RFC 8985 7.4.2: a probe that repaired a tail loss reduces the window as a fast retransmit
+    does, from the window that lost its tail (cwnd 19 when the probe left -> ssthresh 9.5), not
+    from what is in flight when the ACK beyond the probe shows the repair (one segment: 2 SMSS)."""
+    h, conn = established()
+    assert conn.sender.cc.window == 10 * MSS
+    data = payload(10)
+    conn.send(data, now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, drops={(9, 1)})  # the last segment: no SACK can show it
+    wire.run(until=h.now + 0.3)  # the PTO of a lone segment waits out a delayed ACK (RFC 8985 7.2)
+    assert wire.retransmissions() == [(9, 2)] and conn.info().tlps == 1
+    more = payload(2)
+    conn.send(more, now=h.now)  # the ACK beyond the probe shows the repair
+    wire.run(until=h.now + 0.1)
+    assert bytes(wire.received) == data + more
+    info = conn.info()
+    assert info.timeouts == 0 and info.fast_retransmits == 0 and h.stats["tcp.tlp_recoveries"] == 1
+    assert conn.sender.cc.ssthresh == 19 * MSS // 2  # slow start: 10 + one per ACK of segments 0-8
+
+
+def test_out_of_order_acks_beyond_dupthresh_are_compressed_to_one_per_round():
+    """RFC 5681 4.2 ACKs each out-of-order segment at once; with SACK, once DupThresh (3) ACKs went for
+    one RCV.NXT, the rest of a poll round's segments above the hole share one ACK at the round's end
+    whose SACK block covers them all (as Linux's tcp_comp_sack). A new RCV.NXT starts the count again."""
+    from unittest import mock
+
+    from ustack.transport.tcp.layer import TcpLayer
+
+    h = Harness(delayed_ack=False, sack=True)
+    h.open_active(peer_options={"sack_perm": True})
+    base = h.peer.snd_nxt
+    with mock.patch.object(TcpLayer, "flush", lambda self, now: None):  # one round: the end comes later
+        for i in range(1, 7):  # segment 0 is lost; 1-6 arrive in one burst
+            h.peer.send(flags="A", seq=base + 100 * i, payload=b"x" * 100, advance=False)
+    for i in range(1, 4):
+        h.peer.expect(flags="A", ack=base, sack_blocks=((base + 100, base + 100 * (i + 1)),))
+    h.peer.expect_nothing()
+    h.layer.flush(h.now)  # the round ends
+    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 100, base + 700),))
+    h.peer.expect_nothing()
+    assert h.stats["tcp.sack_compressed"] == 3
+    h.peer.send(flags="A", seq=base, payload=b"x" * 100, advance=False)  # the hole fills: ACK at once
+    h.peer.expect(flags="A", ack=base + 700, sack_blocks=())
+    h.peer.send(flags="A", seq=base + 800, payload=b"x" * 100, advance=False)  # a new hole, a new count
+    h.peer.expect(flags="A", ack=base + 700, sack_blocks=((base + 800, base + 900),))
+
+
+def test_out_of_order_acks_are_never_compressed_without_sack():
+    """Without SACK the sender counts duplicate ACKs: each out-of-order segment is ACKed at once."""
+    from unittest import mock
+
+    from ustack.transport.tcp.layer import TcpLayer
+
+    h = Harness(delayed_ack=False, sack=False)
+    h.open_active()
+    base = h.peer.snd_nxt
+    with mock.patch.object(TcpLayer, "flush", lambda self, now: None):
+        for i in range(1, 7):
+            h.peer.send(flags="A", seq=base + 100 * i, payload=b"x" * 100, advance=False)
+    for _ in range(6):
+        h.peer.expect(flags="A", ack=base)
+    h.peer.expect_nothing()
+
+
+def test_echoes_of_timestamps_from_before_a_timeout_are_no_rtt_samples():
+    """The ACK path stalls past the RTO; the ACKs then echo TSvals from before the timeout: their
+    "RTT" is the stall plus the wait, not the path's (Karn's rule for what the echo stands for). Taken,
+    SRTT went from 10 ms to 76 ms here, and the PTO (2 SRTT) with it."""
+    h, conn = established(ts=True)
+    assert conn.sender.rtt.srtt == pytest.approx(RTT, abs=1e-3)
+    conn.send(payload(20), now=h.now)
+    wire = Wire(h, conn, conn.tcb.snd_una, ack_stall=h.now + 0.3, ts=True)
+    wire.run(until=h.now + 0.45)
+    assert conn.info().timeouts == 1 and conn.info().spurious_undone == 1
+    assert conn.sender.rtt.srtt == pytest.approx(RTT, abs=2e-3)

@@ -55,3 +55,42 @@ def test_a_few_socketserver_cases_pass_both_ways(tmp_path):
     assert (r["kernel_pass"], r["ustack_pass"], r["differences"]) == (2, 2, [])
     log = json.loads(out.read_text())["raw"]["test_socketserver"]["ustack"]["log"]
     assert "Traceback" not in open(log).read()
+
+
+def test_a_hung_test_is_recorded_and_the_run_repeated_without_it(tmp_path, monkeypatch):
+    from ustack.tools import cpython_suites as cs
+    log = tmp_path / "u.log"
+    log.write_text("test_a (test.m.A.test_a) ... ok\n"
+                   "test_b (test.m.A.test_b) ... Timeout (0:02:00)!\nThread 0x1 (most recent call first):\n")
+    assert cs.hung_test(str(log)) == "test.m.A.test_b"
+    other = tmp_path / "v.log"
+    other.write_text("test_c (test.m.A.test_c) ... ERROR\nTimeout (0:01:00)!\n")
+    assert cs.hung_test(str(other)) == "test.m.A.test_c"
+    calls = []
+
+    def run_once(module, ustack, timeout, path, extra, test_timeout):
+        calls.append(list(extra))
+        if len(calls) == 1:
+            return {"status": cs.HUNG, "returncode": 1, "seconds": 3.0, "tests": {}, "log": str(log)}
+        return {"status": "ok", "returncode": 0, "seconds": 2.0, "tests": {"test.m.A.test_a": (PASS, "")},
+                "log": ""}
+    monkeypatch.setattr(cs, "run_once", run_once)
+    r = cs.run_unit("test_m", True, 60, str(tmp_path / "u"), ["-m", "A"], 120)
+    assert calls == [["-m", "A"], ["-m", "A", "-i", "test.m.A.test_b"]]
+    assert r["tests"] == {"test.m.A.test_a": (PASS, ""),
+                          "test.m.A.test_b": (cs.HUNG, "no result within 120 s (regrtest --timeout)")}
+    assert (r["status"], r["seconds"]) == ("failed", 5.0)
+
+
+def test_test_socket_runs_class_by_class(tmp_path, monkeypatch):
+    from ustack.tools import cpython_suites as cs
+    seen = []
+
+    def run_unit(module, ustack, timeout, path, extra, test_timeout):
+        seen.append(extra[1])
+        return {"status": "ok", "returncode": 0, "seconds": 1.0, "tests": {f"t.{extra[1]}.x": (PASS, "")},
+                "log": ""}
+    monkeypatch.setattr(cs, "run_unit", run_unit)
+    r = cs.run_module("test_socket", False, 60, str(tmp_path))
+    assert seen == list(cs.SOCKET_CLASSES) and "BasicTCPTest" in seen and "BasicUDPTest" in seen
+    assert len(r["tests"]) == len(cs.SOCKET_CLASSES) and r["status"] == "ok"

@@ -52,6 +52,16 @@ def test_tables_with_nothing_in_them_say_so():
     assert "UDP: no sockets" in text and "ARP: cache empty" in text
 
 
+def test_an_ipv6_only_stack_shows_no_arp_table():
+    v6 = {"addresses": [{"addr": "fd00::1/64", "state": "preferred", "origin": "static"}], "mtu": 1500,
+          "routers": []}
+    stack = dict(snapshot()["stack"], addr="fd00::1", prefixlen=64, gateway=None)
+    text = stats_render.render(snapshot(tcp=[], stack=stack, ipv6=v6, ndp=[]))
+    assert "ARP" not in text and "IPv6 fd00::1/64 mtu 1500" in text and "NDP: cache empty" in text
+    dual = stats_render.render(snapshot(tcp=[], ipv6=v6, ndp=[]))
+    assert "ARP: cache empty\n\nIPv6 fd00::1/64" in dual
+
+
 def test_render_counters_deltas_exactly():
     snap1 = {"stack": {"now": 10.0, "uptime": 5.0}, "drops": {"ipv4.bad_checksum": 1},
              "counters": {"a.x": 5, "b.y": 7, "drop.ipv4.bad_checksum": 1}}

@@ -20,6 +20,7 @@ too) with a ResourceWarning, like a stdlib socket.
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import socket as _std
 import struct
@@ -64,7 +65,7 @@ def parse_address(address, family: int = AF_INET, v6only: bool = False, zone=Non
     if family == AF_INET6:
         return _parse6(address, v6only, zone)
     if not isinstance(address, tuple) or len(address) != 2:
-        raise TypeError("AF_INET address must be a tuple (host, port)")
+        raise TypeError(f"AF_INET address must be tuple, not {type(address).__name__}")
     host, port = address
     check_port(port)
     if host in ("", "0.0.0.0"):
@@ -84,7 +85,8 @@ def parse_address(address, family: int = AF_INET, v6only: bool = False, zone=Non
 
 def _parse6(address, v6only: bool, zone) -> tuple[bytes, int]:
     if not isinstance(address, tuple) or not 2 <= len(address) <= 4:
-        raise TypeError("AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]])")
+        raise TypeError(f"AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]]), "
+                        f"not {type(address).__name__}")
     host, port = address[0], address[1]
     check_port(port)
     flowinfo = address[2] if len(address) > 2 else 0
@@ -171,12 +173,26 @@ def set_callback(obj, attr: str, fn) -> None:
         setattr(obj, attr, fn)
 
 
+class FdSlot:
+    """One fd number of a socket, as the kernel sees it: socket objects over the same number share it
+    (``socket.socket(fileno=s.fileno())``); closing any of them closes the number, and the others' calls
+    then fail with EBADF, as two Python objects over one kernel fd do."""
+
+    __slots__ = ("open",)
+
+    def __init__(self):
+        self.open = True
+
+
 class Handle:
-    """What duplicates of one socket share: the protocol state, the readiness fd, a reference count."""
+    """What duplicates of one socket share: the protocol state, the readiness fd, and a reference count:
+    the number of open fd slots (``dup()`` and ``fromfd()`` add one, closing one removes it)."""
 
     def __init__(self):
         self.refs = 1
         self.rfd: Optional[ReadinessFd] = None
+        self.slot0 = FdSlot()  # the readiness fd's own number
+        self.slots: dict[int, FdSlot] = {}  # fd number -> its open slot (for socket(fileno=n))
 
 
 class shared:
@@ -206,6 +222,59 @@ def bad_flags(flags: int, allowed: int, oob_errno: int = errno.EOPNOTSUPP) -> No
     raise OSError(errno.EOPNOTSUPP, "Operation not supported (flags %#x)" % extra)
 
 
+INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def c_int(value, what: str = "argument") -> int:
+    """``value`` as the C int the stdlib's socket calls take: TypeError if not an integer, OverflowError
+    outside the int range (``listen(2**31)``, ``shutdown(2**31)``), as theirs."""
+    value = operator.index(value)
+    if not INT_MIN <= value <= INT_MAX:
+        raise OverflowError(f"{what}: signed integer is {'greater than maximum' if value > 0 else 'less than minimum'}")
+    return value
+
+
+def byte_view(data) -> memoryview:
+    """``data`` as a flat byte view, with the stdlib's TypeError for what is not bytes-like."""
+    try:
+        return memoryview(data).cast("B")
+    except TypeError:
+        raise TypeError(f"a bytes-like object is required, not '{type(data).__name__}'") from None
+
+
+def sendmsg_data(buffers, ancdata, flags) -> bytes:
+    """sendmsg()'s arguments checked as the stdlib checks them (TypeError for a buffer that is not
+    bytes-like, an ancillary item that is not (int, int, bytes-like), flags not an int), then the data
+    gathered. ustack sends no ancillary data: a well-formed non-empty ``ancdata`` is EOPNOTSUPP."""
+    data = b"".join([byte_view(b) for b in buffers])
+    items = list(ancdata)
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise TypeError("[sendmsg() ancillary data items]() argument must be sequence of length 3")
+        operator.index(item[0])
+        operator.index(item[1])
+        byte_view(item[2])
+    operator.index(flags)
+    if items:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported (ustack sockets carry no ancillary data)")
+    return data
+
+
+def writable_views(buffers, call: str = "recvmsg_into") -> list[memoryview]:
+    """``buffers`` as byte views to receive into, all checked before anything is taken (a read-only or
+    non-contiguous buffer is a TypeError, as the stdlib's, and the data stays queued)."""
+    views = []
+    for b in buffers:
+        try:
+            v = memoryview(b)
+        except TypeError:
+            v = None
+        if v is None or v.readonly or not v.contiguous:
+            raise TypeError(f"{call}() argument 1 must be an iterable of single-segment read-write buffers")
+        views.append(v.cast("B"))
+    return views
+
+
 class SocketBase:
     """What UDP and TCP sockets share: the driver, timeouts, blocking waits, readiness fds, close and dup."""
 
@@ -225,6 +294,7 @@ class SocketBase:
         self._io_refs = 0
         self._fd = -1  # this object's own fd number when it is a dup (else the handle's)
         self._h = Handle()
+        self._slot = self._h.slot0
         self._dead = False  # the socket is closed for good (EBADF)
 
     # -- the stdlib's attributes ---------------------------------------------------
@@ -288,7 +358,7 @@ class SocketBase:
             pass
 
     def _check(self) -> None:
-        if self._dead:
+        if self._dead or not self._slot.open:
             raise OSError(errno.EBADF, "Bad file descriptor")
 
     def close(self) -> None:
@@ -301,10 +371,16 @@ class SocketBase:
         if self._dead:
             return
         self._dead = True
-        h = self._h
+        h, slot = self._h, self._slot
+        if not slot.open:  # another object over this fd number closed it
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        slot.open = False
         if self._fd >= 0:
+            h.slots.pop(self._fd, None)
             os.close(self._fd)
             self._fd = -1
+        elif h.rfd is not None and h.slots.get(h.rfd.fileno()) is slot:
+            del h.slots[h.rfd.fileno()]
         h.refs -= 1
         if h.refs > 0:
             return
@@ -328,8 +404,30 @@ class SocketBase:
         """
         self._check()
         fd = self.fileno()
-        self._dead = self._closed = True
+        self._dead = self._closed = True  # (the fd's slot stays open: the number still holds the socket)
         return fd
+
+    def adopt(self, fd: int):
+        """A new socket object for ``fd``, an fd of this socket's readiness (``socket.socket(fileno=fd)``,
+        ``socket.fromfd``, after ``detach()``): it shares the slot of a number an object holds or held
+        (detached), else ``fd`` gets a slot of its own; closing the object closes the number. The timeout
+        is the default timeout, as for the stdlib's socket made from an fd."""
+        h = self._h
+        if h.rfd is None or h.rfd.closed:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._closed = new._dead = False
+        new._io_refs = 0
+        slot = h.slots.get(fd)
+        if slot is None or not slot.open:  # a number no object holds yet (os.dup() by fromfd): a new slot
+            slot = h.slots[fd] = FdSlot()
+            h.refs += 1
+        new._slot = slot
+        new._fd = -1 if fd == h.rfd.fileno() else fd
+        new._timeout = _std.getdefaulttimeout()
+        new._sync_blocking()
+        return new
 
     # -- stdlib file plumbing (socket.SocketIO reference counting) -----------------
     makefile = _std.socket.makefile
@@ -344,6 +442,7 @@ class SocketBase:
         new._closed = False
         new._io_refs = 0
         new._fd = self._h.rfd.dup()
+        new._slot = self._h.slots[new._fd] = FdSlot()
         self._h.refs += 1
         return new
 
@@ -364,6 +463,9 @@ class SocketBase:
             with driver.lock:
                 if h.rfd is None:
                     h.rfd = ReadinessFd(*self._readiness())
+                    h.rfd.set_blocking(self._timeout is None)
+                    if h.slot0.open:
+                        h.slots[h.rfd.fileno()] = h.slot0
                     self._watch()
             start = getattr(driver, "ensure_running", None)
             if start is not None:
@@ -390,12 +492,19 @@ class SocketBase:
             if value < 0:
                 raise ValueError("Timeout value out of range")
         self._timeout = value
+        self._sync_blocking()
+
+    def _sync_blocking(self) -> None:
+        rfd = self._h.rfd
+        if rfd is not None and not self._dead:
+            rfd.set_blocking(self._timeout is None)
 
     def gettimeout(self) -> Optional[float]:
         return self._timeout
 
     def setblocking(self, flag: bool) -> None:
         self._timeout = None if flag else 0.0
+        self._sync_blocking()
 
     def getblocking(self) -> bool:
         return self._timeout != 0.0

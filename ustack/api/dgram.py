@@ -12,7 +12,8 @@ import errno
 import socket as _std
 
 from ustack.api.base import (AF_INET, AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOCK_DGRAM,
-                             SOL_SOCKET, SocketBase, bad_flags, set_callback, shared)
+                             SOL_SOCKET, SocketBase, bad_flags, byte_view, sendmsg_data, set_callback, shared,
+                             writable_views)
 from ustack.net.addr import ANY4, ANY6
 
 _RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL  # MSG_WAITALL means nothing for datagrams (Linux too)
@@ -136,7 +137,8 @@ class DatagramSocket(SocketBase):
         elif len(args) == 2:
             flags, address = args
         else:
-            raise TypeError("sendto() takes 2 or 3 arguments")
+            raise TypeError(f"sendto() takes 2 or 3 arguments ({len(args) + 1} given)")
+        data = byte_view(data)  # (the stdlib checks the data before the address)
         bad_flags(flags, _SEND_FLAGS)
         addr, port = self._parse(address)
         return self._send(data, addr, port)
@@ -148,13 +150,14 @@ class DatagramSocket(SocketBase):
             if err is not None:
                 self._refresh()
                 raise err
-            n = self.stack.udp.send(self._ep, memoryview(data).cast("B"), addr, port, driver.clock())
+            n = self.stack.udp.send(self._ep, data, addr, port, driver.clock())
         driver.kick()
         return n
 
     def send(self, data, flags: int = 0) -> int:
         self._check()
         bad_flags(flags, _SEND_FLAGS)
+        data = byte_view(data)
         if self._ep.remote is None:
             raise OSError(errno.EDESTADDRREQ, "Destination address required")
         dst, port = self._ep.remote
@@ -165,9 +168,7 @@ class DatagramSocket(SocketBase):
 
     def sendmsg(self, buffers, ancdata=(), flags: int = 0, address=None) -> int:
         """One datagram gathered from ``buffers``; no ancillary data (non-empty ``ancdata``: EOPNOTSUPP)."""
-        if ancdata:
-            raise OSError(errno.EOPNOTSUPP, "Operation not supported (ustack sockets carry no ancillary data)")
-        data = b"".join(memoryview(b).cast("B") for b in buffers)
+        data = sendmsg_data(buffers, ancdata, flags)
         if address is None:
             return self.send(data, flags)
         return self.sendto(data, flags, address)
@@ -227,7 +228,7 @@ class DatagramSocket(SocketBase):
         self._check()
         if ancbufsize < 0:
             raise ValueError("negative buffer size in recvmsg_into()")
-        views = [memoryview(b).cast("B") for b in buffers]
+        views = writable_views(buffers)
         payload, src, sport = self._take(flags)
         pos = 0
         for v in views:

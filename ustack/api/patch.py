@@ -39,6 +39,9 @@ import errno
 import os
 import socket as _std
 import ssl
+import stat
+import warnings
+import weakref
 
 from ustack.transport.ports import check_port
 from ustack.api.readiness import ReadinessFd
@@ -67,6 +70,15 @@ def _is_wildcard(address) -> bool:
     return isinstance(address, tuple) and len(address) >= 2 and address[0] in ("", "0.0.0.0", "::")
 
 
+class _FdTable:
+    """The ustack sockets whose fds were handed out, by the fd's (device, inode): ``live`` ones weakly
+    (``fileno()``), ``detach()``-ed ones strongly (their fd holds the socket until adopted)."""
+
+    def __init__(self):
+        self.live = weakref.WeakValueDictionary()
+        self.detached: dict = {}
+
+
 class PatchedSocket(_ORIGINAL):
     """``socket.socket`` while patched: ustack for AF_INET, the kernel for loopback and everything else."""
 
@@ -75,16 +87,33 @@ class PatchedSocket(_ORIGINAL):
     _loopback = None  # the loopback stack's driver, or None: loopback stays on the kernel
     _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
     _early_rfd = None  # a readiness fd handed out before the decision (loopback mode)
+    _fds = None  # set by patch(): an _FdTable
     _wildcard_loopback = False  # loopback mode: a socket decided without an address goes to the loopback stack
+
+    _explicit = None  # (family, type, proto) a socket made from a ustack fd shows (the caller's, as the stdlib)
 
     def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
         self._u = None
         self._kernel = False
+        self._pending: list = []
+        if fileno is not None:
+            u = self._ustack_of(fileno)
+            if u is not None:  # an fd of a ustack socket (fromfd, detach, socket(fileno=s.fileno()))
+                self._u = u.adopt(fileno)
+                self._explicit = (u.family if family == -1 else family, u.type if type == -1 else type,
+                                  u.proto if proto == -1 else proto)
+                self._args = (self._u.family, self._u.type, self._u.proto)
+                self._io_refs, self._closed = 0, False
+                return
+            self._args = (family, type, proto)  # (-1: the kernel reads them from the fd)
+            self._become_kernel(fileno)
+            return
         family = _std.AF_INET if family == -1 else family
         type = _std.SOCK_STREAM if type == -1 else type
         proto = 0 if proto == -1 else proto
         self._args = (family, type, proto)
-        self._pending: list = []
+        if type & _std.SOCK_NONBLOCK:
+            self._pending.append(("setblocking", (False,)))  # (timeout 0 before the decision too)
         base = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
         ours = family == _std.AF_INET or (family == _std.AF_INET6 and (
             self._loopback is not None or (self._driver is not None
@@ -94,6 +123,36 @@ class PatchedSocket(_ORIGINAL):
         else:
             self._io_refs = 0
             self._closed = False
+
+    @staticmethod
+    def _fd_key(fd):
+        """(device, inode) of an fd that is a socket, or None: the identity a ustack socket's fds share."""
+        try:
+            st = os.fstat(fd)
+        except (OSError, TypeError, ValueError, OverflowError):
+            return None
+        return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+    @classmethod
+    def _ustack_of(cls, fd):
+        """The ustack socket whose readiness fd ``fd`` is (or a dup of), or None."""
+        key = cls._fd_key(fd)
+        if key is None or cls._fds is None:
+            return None
+        u = cls._fds.detached.get(key) or cls._fds.live.get(key)
+        if u is None or u._h.rfd is None or u._h.rfd.closed or cls._fd_key(u._h.rfd.fileno()) != key:
+            return None
+        cls._fds.detached.pop(key, None)  # (adopted: the new object keeps it)
+        return u
+
+    def _remember_fd(self, u, fd: int, detached: bool = False) -> None:
+        key = self._fd_key(fd)
+        if key is None or self._fds is None:
+            return
+        if detached:
+            self._fds.detached[key] = u
+        else:
+            self._fds.live[key] = u
 
     @classmethod
     def _wrap(cls, usock):
@@ -128,6 +187,7 @@ class PatchedSocket(_ORIGINAL):
         pending, self._pending = self._pending, []
         for name, args in pending:
             getattr(u, name)(*args)
+        u._sync_blocking()  # (the early fd's O_NONBLOCK)
         return u
 
     def _impl(self, address=None):
@@ -153,11 +213,15 @@ class PatchedSocket(_ORIGINAL):
     # -- the stdlib's attributes -----------------------------------------------
     @property
     def family(self):
+        if self._explicit:
+            return _std._intenum_converter(self._explicit[0], _std.AddressFamily)
         return self._u.family if self._u is not None else _std.AddressFamily(self._args[0]) \
             if not self._kernel else _ORIGINAL.family.__get__(self)
 
     @property
     def type(self):
+        if self._explicit:
+            return _std._intenum_converter(self._explicit[1], _std.SocketKind)
         if self._u is not None:
             return self._u.type
         if self._kernel:
@@ -168,10 +232,63 @@ class PatchedSocket(_ORIGINAL):
     def timeout(self):
         return self.gettimeout()
 
+    @property
+    def proto(self):
+        if self._kernel:
+            return _ORIGINAL.proto.__get__(self)
+        return self._explicit[2] if self._explicit else self._args[2]
+
     def __repr__(self):
-        if self._u is not None:
-            return f"<ustack.api.patch.PatchedSocket over {self._u!r}>"
-        return _ORIGINAL.__repr__(self)
+        """The stdlib's shape (fd, family, type, proto, laddr, raddr), read without side effects: an fd not
+        made yet shows as -1, an undecided socket's address as unbound."""
+        if self._kernel:
+            return _ORIGINAL.__repr__(self)
+        u, closed = self._u, getattr(self, "_closed", False)
+        if u is not None:
+            fd = -1 if u._dead else u._fd if u._fd >= 0 else u._h.rfd.fileno() if u._h.rfd is not None else -1
+        else:
+            fd = self._early_rfd.fileno() if self._early_rfd is not None else -1
+        cls = type(self)
+        text = (f"<{cls.__module__}.{cls.__qualname__}{' [closed]' if closed else ''} fd={fd}, "
+                f"family={self.family}, type={self.type}, proto={self.proto}")
+        if not closed:
+            if u is None:
+                text += f", laddr={('::', 0, 0, 0) if self._args[0] == _std.AF_INET6 else ('0.0.0.0', 0)}"
+            else:
+                for name, call in (("laddr", u.getsockname), ("raddr", u.getpeername)):
+                    try:
+                        text += f", {name}={call()}"
+                    except OSError:
+                        pass
+        return text + ">"
+
+    def __del__(self):
+        """A ustack socket dropped unclosed: closed with the stdlib's ResourceWarning, naming this object."""
+        u = self.__dict__.get("_u")
+        if u is None:
+            if not self.__dict__.get("_kernel", True) and not getattr(self, "_closed", True):  # never decided
+                warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
+                early, self._early_rfd = self._early_rfd, None
+                if early is not None:
+                    early.close()
+                return
+            _ORIGINAL.__del__(self)
+            return
+        if u._dead or self._pid != os.getpid():
+            return
+        warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
+        try:
+            u._real_close()  # (dead now: its own finalizer does not warn again)
+        except Exception:  # noqa: BLE001 - nothing may escape a finalizer
+            pass
+
+    def _sendfile_use_sendfile(self, file, offset=0, count=None):
+        """os.sendfile() needs a kernel socket: a ustack one reads the file into its send buffer instead
+        (``StreamSocket.sendfile_direct``), with the stdlib's checks and give-ups."""
+        if self._impl() is None:
+            return _ORIGINAL._sendfile_use_sendfile(self, file, offset, count)
+        self._check_sendfile_params(file, offset, count)
+        return self._impl().sendfile_direct(file, offset, count)
 
     # -- the calls -------------------------------------------------------------------
     def sendto(self, data, *args):
@@ -240,6 +357,8 @@ def _recorded(name):
                 # as Linux answers an AF_INET socket at once (http.server's dual-stack bind tries it)
                 raise OSError(errno.ENOPROTOOPT, "Protocol not available")
             self._pending.append((name, args))
+            if self._early_rfd is not None and name != "setsockopt":
+                self._early_rfd.set_blocking(self.gettimeout() is None)
             return None
         u = self._u
         return kernel(self, *args) if u is None else getattr(u, name)(*args)
@@ -266,6 +385,7 @@ def _delegated(name):
             if self._early_rfd is None:  # as a fresh kernel socket: TCP readable and writable (HUP), UDP writable
                 tcp = self._args[1] & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC) == _std.SOCK_STREAM
                 self._early_rfd = ReadinessFd(tcp, True)
+                self._early_rfd.set_blocking(self.gettimeout() is None)
             return self._early_rfd.fileno()
         if name == "getsockopt" and self._u is None and not self._kernel and self._loopback is not None:
             # asking before the first address (asyncore's set_reuse_addr): a scratch socket with the
@@ -294,10 +414,12 @@ def _delegated(name):
         u = self._impl()
         if u is None:
             return kernel(self, *args, **kw)
-        if name == "detach":
-            raise OSError(errno.EOPNOTSUPP, "a ustack socket has no kernel socket to hand over (TLS on "
-                                            "ustack sockets goes through ustack.api.tls while patched)")
         result = getattr(u, name)(*args, **kw)
+        if name == "fileno":
+            self._remember_fd(u, result)  # socket.socket(fileno=...) and fromfd() find the socket by it
+        elif name == "detach":
+            self._closed = True
+            self._remember_fd(u, result, detached=True)
         if name == "accept":
             child, addr = result
             return type(self)._wrap(child), addr
@@ -316,6 +438,23 @@ for _name in _RECORDED:
 for _name in _DELEGATED:
     setattr(PatchedSocket, _name, _delegated(_name))
 del _name
+
+
+_ORIGINAL_WRAP = ssl.SSLContext.wrap_socket
+
+
+def _wrap_socket(self, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
+                 server_hostname=None, session=None):
+    """``SSLContext.wrap_socket`` while patched: a context whose ``sslsocket_class`` is a custom SSLSocket
+    subclass would hand a ustack socket's readiness fd to OpenSSL as if it were the connection (and wait
+    on it for ever); a ustack socket gets ustack's TLS socket instead (not an instance of that class)."""
+    cls = self.sslsocket_class
+    if (isinstance(sock, PatchedSocket) and not sock._kernel and cls is not TlsDispatch
+            and isinstance(cls, type) and issubclass(cls, ssl.SSLSocket)):
+        cls = TlsDispatch
+    return cls._create(sock=sock, server_side=server_side, do_handshake_on_connect=do_handshake_on_connect,
+                       suppress_ragged_eofs=suppress_ragged_eofs, server_hostname=server_hostname,
+                       context=self, session=session)
 
 
 class _PatchScope(type):
@@ -347,13 +486,15 @@ def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     if wildcard not in ("main", "loopback"):
         raise ValueError(f"wildcard must be 'main' or 'loopback', not {wildcard!r}")
     resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
-    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback, "_pid": os.getpid(),
+    cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback,
+                                                     "_pid": os.getpid(), "_fds": _FdTable(),
                                                      "_wildcard_loopback": wildcard == "loopback",
                                                      "__module__": __name__})
     _std.socket = cls
     for name in _NAME_CALLS:
         setattr(_std, name, getattr(resolver, name))
     ssl.SSLContext.sslsocket_class = TlsDispatch
+    ssl.SSLContext.wrap_socket = _wrap_socket
     return cls
 
 
@@ -363,3 +504,4 @@ def unpatch() -> None:
     for name, call in _ORIGINAL_NAMES.items():
         setattr(_std, name, call)
     ssl.SSLContext.sslsocket_class = ssl.SSLSocket
+    ssl.SSLContext.wrap_socket = _ORIGINAL_WRAP

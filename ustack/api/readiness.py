@@ -8,6 +8,9 @@ sees end ``a`` (``fileno()``), the stack side holds end ``b``.
 
 - readable: one byte written into ``b`` makes ``a`` readable; reading it
   back from ``a`` clears it.
+- the stack side's reads and writes on ``a`` pass MSG_DONTWAIT, so the
+  fd's own O_NONBLOCK is free to show the socket's blocking mode
+  (``set_blocking``), as ``fcntl(F_GETFL)`` on a kernel socket does.
 - not writable: ``a``'s SO_SNDBUF clamps at its minimum (4608 here); one
   512-byte write from ``a`` (it lands in ``b``'s receive queue) makes ``a``
   not writable; draining ``b`` makes it writable again.
@@ -58,6 +61,13 @@ class ReadinessFd:
     def closed(self) -> bool:
         return self._a is None
 
+    def set_blocking(self, blocking: bool) -> None:
+        """The application's fd's O_NONBLOCK as a kernel socket's with this timeout would have it (clear only
+        for timeout None); the stack side never blocks on it either way (MSG_DONTWAIT)."""
+        a = self._a
+        if a is not None:
+            os.set_blocking(a.fileno(), blocking)
+
     def dup(self) -> int:
         """A new fd for the same readiness (``socket.dup``): the same open file, so the same states."""
         return os.dup(self._a.fileno())
@@ -79,7 +89,7 @@ class ReadinessFd:
             else:
                 for _ in range(_MAX_FILL):
                     try:
-                        a.send(_FILL)
+                        a.send(_FILL, _std.MSG_DONTWAIT)
                     except BlockingIOError:
                         break
                     if not _pollout(a):
@@ -96,7 +106,7 @@ class ReadinessFd:
 
 def _drain(s) -> None:
     try:
-        while s.recv(65536):
+        while s.recv(65536, _std.MSG_DONTWAIT):
             pass
     except BlockingIOError:
         pass

@@ -238,7 +238,12 @@ class Resolver:
     def getnameinfo(self, sockaddr, flags):
         if flags & _std.NI_NAMEREQD:
             raise _gaierror(_std.EAI_NONAME, "Name or service not known (ustack's resolver does no PTR lookups)")
-        return _NUMERIC_GNI(sockaddr, flags | _std.NI_NUMERICHOST)
+        try:
+            return _NUMERIC_GNI(sockaddr, flags | _std.NI_NUMERICHOST)
+        except TypeError:
+            # the traceback keeps this frame: it must not keep the caller's argument alive (the C call does not)
+            del sockaddr
+            raise
 
     @staticmethod
     def _numeric(host: str) -> bool:

@@ -35,12 +35,15 @@ layer's flush inside one TX batch, so what a call makes ready leaves at once.
 from __future__ import annotations
 
 import errno
+import io
+import os
 import socket as _std
 import struct
 from typing import Callable, Optional
 
 from ustack.api.base import (AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, SOL_SOCKET, SocketBase,
-                             bad_flags, set_callback, shared)
+                             bad_flags, byte_view, c_int, sendmsg_data, set_callback, shared,
+                             writable_views)
 from ustack.net.addr import ANY4, ANY6
 from ustack.transport.ports import conflicts
 from ustack.transport.tcp.tcb import State
@@ -61,6 +64,7 @@ _SOCKOPT_KNOBS = {
 }
 
 _SENDING = (State.ESTABLISHED, State.CLOSE_WAIT)
+_DIRECT_CHUNK = 262144  # bytes asked of send_reserve per read in sendfile_direct (a reservation may be shorter)
 _RECV_FLAGS = MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL
 _SEND_FLAGS = MSG_DONTWAIT | MSG_NOSIGNAL
 
@@ -212,6 +216,7 @@ class StreamSocket(SocketBase):
     # -- passive open -------------------------------------------------------------------
     def listen(self, backlog: int = 128) -> None:
         self._check()
+        backlog = c_int(backlog, "listen")
         if self._conn is not None:
             raise OSError(errno.EINVAL, "Invalid argument (connected)")
         if self._listener is not None:
@@ -338,7 +343,7 @@ class StreamSocket(SocketBase):
     def send(self, data, flags: int = 0) -> int:
         conn = self._require_conn()
         bad_flags(flags, _SEND_FLAGS)
-        view = memoryview(data).cast("B")
+        view = byte_view(data)
         if not len(view):
             return 0
         self._wait(lambda: conn.writable, flags, "sndtimeo")
@@ -351,7 +356,7 @@ class StreamSocket(SocketBase):
         """Send everything; a timeout bounds the whole call (the stdlib's rule since 3.5)."""
         conn = self._require_conn()
         bad_flags(flags, _SEND_FLAGS)
-        view = memoryview(data).cast("B")
+        view = byte_view(data)
         driver = self._driver
         timeout = 0.0 if flags & MSG_DONTWAIT else self._timeout
         end = None if timeout in (None, 0.0) else driver.clock() + timeout
@@ -379,24 +384,19 @@ class StreamSocket(SocketBase):
 
     def sendmsg(self, buffers, ancdata=(), flags: int = 0, address=None) -> int:
         """Gathered send; ustack carries no ancillary data (a non-empty ``ancdata`` is EOPNOTSUPP)."""
-        if ancdata:
-            raise OSError(errno.EOPNOTSUPP, "Operation not supported (ustack sockets carry no ancillary data)")
+        data = sendmsg_data(buffers, ancdata, flags)
         if address is not None:
             self._parse(address)
-        return self.send(b"".join(memoryview(b).cast("B") for b in buffers), flags)
+        return self.send(data, flags)
 
     def sendfile(self, file, offset: int = 0, count: Optional[int] = None) -> int:
-        """Send a file by copying it through ``sendall`` (no zero-copy path: ustack has no kernel socket)."""
-        self._check()
-        if "b" not in getattr(file, "mode", "b"):
-            raise ValueError("file should be opened in binary mode")
-        if count is not None:
-            if not isinstance(count, int):
-                raise TypeError(f"count must be a positive integer (got {count!r})")
-            if count <= 0:
-                raise ValueError(f"count must be a positive integer (got {count!r})")
-        if self._timeout == 0.0:
-            raise ValueError("non-blocking sockets are not supported")
+        """Send a file: a regular file's bytes are read straight into the send buffer (``sendfile_direct``,
+        one copy); anything else is copied through ``sendall``, as the stdlib falls back to send()."""
+        self._sendfile_args(file, count)
+        try:
+            return self.sendfile_direct(file, offset, count)
+        except _std._GiveupOnSendfile:
+            pass
         if offset:
             file.seek(offset)
         total = 0
@@ -412,6 +412,57 @@ class StreamSocket(SocketBase):
         finally:
             if total > 0 and hasattr(file, "seek"):
                 file.seek(offset + total)
+
+    def _sendfile_args(self, file, count) -> None:
+        self._check()
+        if "b" not in getattr(file, "mode", "b"):
+            raise ValueError("file should be opened in binary mode")
+        if count is not None:
+            if not isinstance(count, int):
+                raise TypeError(f"count must be a positive integer (got {count!r})")
+            if count <= 0:
+                raise ValueError(f"count must be a positive integer (got {count!r})")
+        if self._timeout == 0.0:
+            raise ValueError("non-blocking sockets are not supported")
+
+    def sendfile_direct(self, file, offset: int = 0, count: Optional[int] = None) -> int:
+        """The stdlib's ``_sendfile_use_sendfile`` for ustack: ``os.preadv`` reads the file at ``offset``
+        into a reservation of the send buffer (``send_reserve``/``send_commit``), so the bytes are copied
+        once, file to ring (os.sendfile needs a kernel socket). Raises ``socket._GiveupOnSendfile`` for
+        what is not a regular file with an fd; each wait for room is bounded by the timeout; the file's
+        position ends after the last byte sent; returns the bytes sent (0 for an empty file)."""
+        self._sendfile_args(file, count)
+        try:
+            fileno = file.fileno()
+        except (AttributeError, io.UnsupportedOperation) as err:
+            raise _std._GiveupOnSendfile(err)  # not a regular file
+        try:
+            fsize = os.fstat(fileno).st_size
+        except OSError as err:
+            raise _std._GiveupOnSendfile(err)
+        if not fsize:
+            return 0
+        total = 0
+        try:
+            while count is None or total < count:
+                want = _DIRECT_CHUNK if count is None else min(_DIRECT_CHUNK, count - total)
+                view = self.send_reserve(want)
+                try:
+                    n = os.preadv(fileno, [view], offset)
+                except OSError as err:
+                    self.send_commit(0)
+                    if total == 0:
+                        raise _std._GiveupOnSendfile(err)
+                    raise
+                self.send_commit(n)
+                if n == 0:  # end of file
+                    break
+                offset += n
+                total += n
+            return total
+        finally:
+            if total > 0 and hasattr(file, "seek"):
+                file.seek(offset)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         conn = self._require_conn()
@@ -541,7 +592,7 @@ class StreamSocket(SocketBase):
         """Scatter into ``buffers`` in order; (nbytes, [], 0, None)."""
         if ancbufsize < 0:
             raise ValueError("negative buffer size in recvmsg_into()")
-        views = [memoryview(b).cast("B") for b in buffers]
+        views = writable_views(buffers)
         total = sum(len(v) for v in views)
         buf = bytearray(total)
         n = self.recv_into(buf, total, flags) if total else 0
@@ -555,6 +606,7 @@ class StreamSocket(SocketBase):
         return n, [], 0, None
 
     def shutdown(self, how: int) -> None:
+        how = c_int(how, "shutdown")
         conn = self._require_conn()
         self._call(lambda now: conn.shutdown(how, now))
 

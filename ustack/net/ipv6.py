@@ -48,7 +48,7 @@ from ustack import _fastpath
 from ustack.net.addr import ANY6
 from ustack.net.fragment import fragment, piece_size
 from ustack.net.link import Link
-from ustack.net.ndp import NdpLayer
+from ustack.net.ndp import DELAY, PROBE, REACHABLE, NdpLayer
 from ustack.net.reassembly import Reassembler
 from ustack.net.route6 import Interface6, multicast_mac
 from ustack.stats import Stats
@@ -73,6 +73,7 @@ DEFAULT_HOP_LIMIT = 64
 ETHERTYPE_IPV6 = 0x86DD
 _TEMPLATE = struct.Struct("!6s6sHIHBB16s16s")
 _FRAG = struct.Struct("!BBHI")
+_PORTS = struct.Struct("!HH")
 MAX_TEMPLATES = 4096
 UPPER_LAYERS = frozenset((PROTO_TCP, PROTO_UDP, PROTO_ICMPV6))
 V4_MAPPED = bytes(10) + b"\xff\xff"
@@ -103,6 +104,7 @@ class Ipv6Layer:
         self.pmtu_timeout = pmtu_timeout
         self.max_pmtu_entries = max_pmtu_entries
         self._secret = bytes(secret[:32])
+        self._label_hash = hashlib.blake2s(key=self._secret, digest_size=4)  # keyed once, copied per flow
         self.ndp = NdpLayer(iface, timers, stats, self.send_ndp, stable_secret=stable_secret or secret, **(ndp or {}))
         self.reassembler = Reassembler(timers, stats, timeout=reassembly_timeout, max_bytes=reassembly_max_bytes,
                                        max_datagrams=reassembly_max_datagrams, on_timeout=self._reassembly_timeout,
@@ -111,6 +113,9 @@ class Ipv6Layer:
         self._pmtu_timer = timers.timer(self._pmtu_expire)
         self._templates: dict[tuple, bytes] = {}
         self._frag_counter = 0
+        # What validates the per-flow frame templates (``tcp_template``): the interface's, bumped by NDP on a
+        # neighbour change and here on a path MTU change or ``invalidate``.
+        self.gen = iface.gen
         # Set by the Stack: the demux for a rebuilt datagram, who sends ICMPv6 errors.
         self.redeliver: Optional[Callable[[memoryview, object, float], None]] = None
         self.send_error: Optional[Callable[..., bool]] = None
@@ -137,6 +142,7 @@ class Ipv6Layer:
             self.stats.inc("ipv6.pmtu_evicted")
         table.pop(dst, None)
         table[dst] = (mtu, now + self.pmtu_timeout)
+        self.gen.bump()
         if self._pmtu_timer.deadline is None:
             self._pmtu_timer.arm(now + self.pmtu_timeout)
         self.stats.inc("ipv6.pmtu_reductions")
@@ -154,8 +160,9 @@ class Ipv6Layer:
     # -- output ------------------------------------------------------------------------
     def flow_label(self, src: bytes, dst: bytes, proto: int, ports: bytes) -> int:
         """RFC 6437 3: a keyed hash of the flow's 5-tuple, 20 bits, never zero."""
-        h = hashlib.blake2s(src + dst + bytes((proto,)) + ports, key=self._secret, digest_size=4).digest()
-        return (int.from_bytes(h, "big") & 0xFFFFF) or 1
+        h = self._label_hash.copy()
+        h.update(src + dst + bytes((proto,)) + ports)
+        return (int.from_bytes(h.digest(), "big") & 0xFFFFF) or 1
 
     def _template(self, mac: bytes, src: bytes, dst: bytes, proto: int, hlim: int, tc: int, ports: bytes) -> bytes:
         key = (mac, src, dst, proto, hlim, tc, ports)
@@ -250,7 +257,7 @@ class Ipv6Layer:
         if mac is None:
             return None
         return self._template(mac, src, dst, proto, self.ndp.cur_hop_limit or self.hop_limit, 0,
-                              sport.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+                              _PORTS.pack(sport, dport))
 
     def emit_udp(self, src: bytes, dst: bytes, sport: int, dport: int, payload, now: float) -> bool:
         """Fast emit of one UDP datagram (see ``IpLayer.emit_udp``); a full TX ring is ENOBUFS."""
@@ -282,10 +289,59 @@ class Ipv6Layer:
         self.stats.inc("ipv6.packets_sent")
         return True
 
+    def tcp_template(self, src: bytes, dst: bytes, sport: int, dport: int, now: float):
+        """The cached frame template of an established flow (``_fastpath.TcpTemplate``), or None when the
+        neighbour cache would not hand out the next hop's MAC as it is (``emit_tcp`` then decides).
+
+        It copies what ``emit_tcp`` would use (the flow's header template with its flow label and hop
+        limit, the path MTU) and is good while ``gen`` stands and until the first of: the route's lifetime,
+        the path MTU entry's, and for a REACHABLE neighbour its reachable time (the lookup then moves it to
+        STALE and DELAY, RFC 4861 7.3.3: the Python path's). A DELAY or PROBE entry is used as it is (the
+        lookup changes nothing; its timers probe it) until it is confirmed or deleted, which bump ``gen``;
+        a STALE or INCOMPLETE one gives none (the first lookup of a STALE entry starts DELAY, and bumps).
+        """
+        if dst[0] == 0xFF:
+            return None
+        try:
+            hop, until = self.iface.next_hop_until(dst, now)
+        except OSError:
+            return None
+        n = self.ndp.cache.get(hop)
+        if n is None or n.mac is None:
+            return None
+        state = n.state
+        if state == REACHABLE:
+            if not n.reachable_until > now:
+                return None
+            until = min(until, n.reachable_until)
+        elif state != DELAY and state != PROBE:
+            return None
+        pmtu = self.pmtu.get(dst)
+        if pmtu is not None:
+            until = min(until, pmtu[1])
+        tmpl = self._template(n.mac, src, dst, PROTO_TCP, self.ndp.cur_hop_limit or self.hop_limit, 0,
+                              _PORTS.pack(sport, dport))
+        return _fastpath.TcpTemplate(tmpl, self.gen, until, self.mtu(dst), None, 0, self.link,
+                                     self.stats.counters)
+
+    def invalidate(self) -> None:
+        """Something a frame template copies changed (hop limit, interface): rebuild them all."""
+        self._templates.clear()
+        self.gen.bump()
+
     def emit_tcp_options(self, src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
                          window: int, options: bytes, now: float) -> bool:
-        """No fast emit of segments with options over IPv6 yet: the general path (``output``) sends them."""
-        return False
+        """Fast emit of a SYN or SYN-ACK (see ``IpLayer.emit_tcp_options``): the frame ``output`` would
+        build from the segment (same template, flow label, hop limit), written in C with its checksum."""
+        tmpl = self._flow_template(src, dst, PROTO_TCP, sport, dport, HEADER_LEN + 20 + len(options), now)
+        if tmpl is None:
+            return False
+        slot = self.link.slot()
+        if slot is None:
+            return False
+        self.link.sent(_fastpath.emit_tcp_options6(slot, tmpl, sport, dport, seq, ack, flags, window, options))
+        self.stats.inc("ipv6.packets_sent")
+        return True
 
     # -- input -----------------------------------------------------------------------
     def martian_source(self, src: bytes, proto: int) -> Optional[str]:

@@ -22,7 +22,9 @@ Router Advertisements (RFC 4861 6.3.4) from a link-local source teach the
 default router (its lifetime; 0 removes it), on-link prefixes, the link MTU
 (1280..the device MTU), hop limit, reachable time and retransmission timer;
 an autonomous /64 prefix gives a global address (RFC 4862 5.5.3) with the
-stable interface identifier. Router Solicitations are ignored (a host).
+stable interface identifier, deprecated at the end of its preferred lifetime and removed at the end of
+its valid one, later RAs updating both by the two-hour rule (``ustack.net.slaac``).
+Router Solicitations are ignored (a host).
 ``start`` sends up to ``max_rtr_solicitations`` RS, ``rtr_solicitation_interval`` apart, until an RA comes.
 
 Redirects (RFC 4861 8) are validated as 8.1 asks, each failure a named drop:
@@ -74,6 +76,7 @@ from ustack.net.route6 import (
     multicast_mac,
     solicited_node,
 )
+from ustack.net.slaac import SlaacLifetimes
 from ustack.net.tempaddr import TEMP_PREFERRED_LIFETIME, TEMP_VALID_LIFETIME, TempAddresses, random_iid, usable_iid
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
@@ -168,6 +171,7 @@ class NdpLayer:
         self._rs_timer = timers.timer(self._send_rs)
         self._ra_seen = False
         self._dad_counter: dict[bytes, int] = {}  # generated address -> its RFC 7217 DAD counter
+        self.slaac = SlaacLifetimes(iface, timers, stats)  # RFC 4862 5.5.3/5.5.4 lifetimes
         # RFC 8981 temporary addresses (None: off, as Linux's use_tempaddr=0)
         self.temporary: Optional[TempAddresses] = None
         if use_tempaddr:
@@ -188,15 +192,22 @@ class NdpLayer:
         if self.max_rtr_solicitations:
             self._rs_timer.arm(now + (self.retrans_timer * max(self.dad_transmits, 0)))
 
-    def _add_generated(self, prefix: bytes, length: int, origin: str, counter: int, now: float) -> None:
+    def _add_generated(self, prefix: bytes, length: int, origin: str, counter: int, now: float,
+                       lifetimes: tuple = ()) -> None:
+        """A generated address; ``lifetimes``: a SLAAC address's (valid, preferred) from its prefix."""
         if self.iid == "random":
             addr = prefix[:8] + random_iid()
         else:
             addr = prefix[:8] + stable_iid(prefix, self.iface.mac, counter, self.stable_secret)
         if addr in self.iface.addresses:
             return
-        self.iface.add(Prefix(f"{to_str(addr)}/{length}"), origin)
-        self._dad_counter[addr] = counter
+        entry = self.iface.add(Prefix(f"{to_str(addr)}/{length}"), origin)
+        if lifetimes:
+            self.slaac.configure(entry, lifetimes[0], lifetimes[1], now)
+        counters = self._dad_counter
+        if len(counters) > 64:  # (forget the counters of addresses that are gone)
+            self._dad_counter = counters = {a: c for a, c in counters.items() if a in self.iface.addresses}
+        counters[addr] = counter
         self._start_dad(addr, now)
 
     def add_static(self, prefix: Prefix, now: Optional[float] = None) -> None:
@@ -218,7 +229,8 @@ class NdpLayer:
         if entry is None or entry.state != TENTATIVE:
             return
         if entry.dad_sent >= self.dad_transmits:
-            self.iface.set_state(addr, PREFERRED)
+            # (a SLAAC address whose preferred lifetime ended during DAD is DEPRECATED at once)
+            self.iface.set_state(addr, self.slaac.dad_passed(entry, now))
             self.stats.inc("ndp.dad_succeeded")
             return
         entry.dad_sent += 1
@@ -239,6 +251,11 @@ class NdpLayer:
         counters = self._dad_counter
         if addr in counters and counters[addr] < IDGEN_RETRIES:  # RFC 7217 6: the next identifier
             self._add_generated(addr[:8], entry.prefix.length, entry.origin, counters[addr] + 1, now)
+            if entry.origin == "slaac":
+                nxt = next((e for e in self.iface.addresses.values()
+                            if e.origin == "slaac" and e.addr[:8] == addr[:8] and e.state == TENTATIVE), None)
+                if nxt is not None:
+                    self.slaac.inherit(nxt, entry, now)
 
     # -- router discovery --------------------------------------------------------
     def _send_rs(self, now: float) -> None:
@@ -267,6 +284,7 @@ class NdpLayer:
         if n.state == STALE:
             n.state = DELAY
             n.timer.arm(now + self.delay_first_probe)
+            self.iface.gen.bump()  # DELAY and PROBE entries are used as is: frame templates may copy them now
         return n.mac
 
     def resolve_then(self, ip: bytes, send: Callable[[bytes], None], now: float) -> None:
@@ -311,6 +329,7 @@ class NdpLayer:
         n = self.cache.pop(ip, None)
         if n is None:
             return
+        self.iface.gen.bump()  # frame templates copied its MAC (_fp_tmpl.pxi)
         if n.timer is not None:
             n.timer.cancel()
         if n.state == INCOMPLETE:
@@ -360,6 +379,7 @@ class NdpLayer:
 
     def _update(self, ip: bytes, n: Neighbor, mac: bytes, state: str, now: float) -> None:
         was_incomplete = n.state == INCOMPLETE
+        self.iface.gen.bump()  # a new MAC or state: frame templates are rebuilt (_fp_tmpl.pxi)
         n.mac = bytes(mac)
         n.state = state
         if state == REACHABLE:
@@ -492,6 +512,7 @@ class NdpLayer:
         if not na.override and changed:
             if n.state == REACHABLE:
                 n.state = STALE
+                self.iface.gen.bump()
             stats.drop("ndp.no_override")
             return
         if na.solicited:
@@ -538,6 +559,7 @@ class NdpLayer:
             stats.drop("ndp.ra_not_link_local")  # RFC 4861 6.1.2
             return
         stats.inc("ndp.router_advertisements_received")
+        iface.gen.bump()  # hop limit, MTU, routers, prefixes: what frame templates copy may change
         self._ra_seen = True
         self._rs_timer.cancel()
         if ra.cur_hop_limit:
@@ -572,8 +594,21 @@ class NdpLayer:
                 stats.drop("ndp.prefix_table_full")
             if pi.autonomous and pi.length == 64 and pi.valid_lifetime and self.temporary is not None:
                 self.temporary.prefix_seen(pi.prefix, pi.valid_lifetime, pi.preferred_lifetime, now)
-            if pi.autonomous and pi.length == 64 and pi.valid_lifetime:
-                # RFC 4862 5.5.3: a global address from the prefix, unless we have one from it.
-                if not any(e.origin == "slaac" and e.addr[:8] == pi.prefix[:8] for e in iface.addresses.values()):
-                    if sum(1 for e in iface.addresses.values() if e.origin == "slaac") < 16:
-                        self._add_generated(pi.prefix, 64, "slaac", 0, now)
+            if pi.autonomous and pi.length == 64:
+                self._slaac_prefix(pi, now)
+
+    def _slaac_prefix(self, pi, now: float) -> None:
+        """RFC 4862 5.5.3 d/e: an address from an autonomous /64 prefix, or its lifetimes updated."""
+        iface = self.iface
+        ours = [e for e in iface.addresses.values()
+                if e.origin == "slaac" and e.addr[:8] == pi.prefix[:8] and e.state != DUPLICATE]
+        for entry in ours:
+            self.slaac.update(entry, pi.valid_lifetime, pi.preferred_lifetime, now)
+        if ours or not pi.valid_lifetime:
+            return
+        if any(e.origin == "slaac" and e.addr[:8] == pi.prefix[:8] for e in iface.addresses.values()):
+            return  # only duplicates left from it (RFC 7217 6 gave up)
+        if sum(1 for e in iface.addresses.values() if e.origin == "slaac") < 16:
+            self._add_generated(pi.prefix, 64, "slaac", 0, now, (pi.valid_lifetime, pi.preferred_lifetime))
+        else:
+            self.stats.drop("ndp.slaac_table_full")

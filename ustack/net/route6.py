@@ -4,8 +4,8 @@ default routers, multicast groups, next hop and source address selection.
 Addresses are packed 16-byte ``bytes`` (``ustack.net.addr``). Each unicast
 address is ``TENTATIVE`` until duplicate address detection passes
 (RFC 4862 5.4, run by ``ustack.net.ndp``), then ``PREFERRED``; a duplicate
-is ``DUPLICATE`` and never used. A temporary address (RFC 8981,
-``ustack.net.tempaddr``) past its preferred lifetime is ``DEPRECATED``
+is ``DUPLICATE`` and never used. A SLAAC or temporary address (RFC 4862,
+RFC 8981: ``ustack.net.slaac``, ``ustack.net.tempaddr``) past its preferred lifetime is ``DEPRECATED``
 (RFC 4862 5.5.4): still valid, so it receives packets and keeps the
 connections that use it, but new ones choose another source. Only valid
 (preferred or deprecated) addresses receive packets; a tentative one still
@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 from typing import Optional
 
+from ustack import _fastpath
 from ustack.net.addr import Prefix, to_int
 
 TENTATIVE = "tentative"
@@ -55,6 +56,8 @@ _SOLICITED_PREFIX = bytes.fromhex("ff0200000000000000000001ff")
 MAX_ONLINK = 16  # prefixes learned from RAs (remote traffic cannot push past it)
 MAX_ROUTERS = 8  # default routers learned from RAs
 MAX_REDIRECTS = 1024  # destination cache entries made by Redirects
+MAX_CACHED_HOPS = 1024  # next-hop decisions remembered (cleared whole when full)
+INF = float("inf")
 
 
 def is_link_local(addr: bytes) -> bool:
@@ -83,7 +86,8 @@ class Address:
         self.origin = origin  # "static", "link-local", "slaac" or "temporary"
         self.dad_timer = None
         self.dad_sent = 0
-        # Lifetimes (absolute times; None: forever). Only temporary addresses have them (ustack.net.tempaddr).
+        # Lifetimes (absolute times; None: forever). SLAAC addresses (ustack.net.slaac) and
+        # temporary ones (ustack.net.tempaddr) have them.
         self.valid_until: Optional[float] = None
         self.preferred_until: Optional[float] = None
         self.regenerated = False  # a temporary address whose successor was made (RFC 8981 3.5)
@@ -106,12 +110,26 @@ class Interface6:
         self.onlink: dict[tuple[bytes, int], tuple[Prefix, float]] = {}  # learned: (network, length) -> expiry
         self.routers: dict[bytes, float] = {}  # learned default routers -> expiry
         self.redirects: dict[bytes, tuple[bytes, float]] = {}  # destination -> (next hop, expiry), RFC 4861 8.3
-        self.gateway = gateway
+        self._gateway = gateway
         self.groups: set[bytes] = {ALL_NODES}
         self.preferred_set: frozenset = frozenset()  # the preferred unicast addresses (replaced on change)
         self.valid_set: frozenset = frozenset()  # preferred or deprecated: ours to receive on (replaced on change)
         self.prefer_temporary = False  # RFC 6724 rule 7 (set by NDP with use_tempaddr=2)
         self._macs: frozenset = frozenset((multicast_mac(ALL_NODES),))
+        # What validates per-flow frame templates (_fp_tmpl.pxi): bumped when a route changes here, and by NDP
+        # when a neighbour entry changes (templates copy the next hop's MAC).
+        self.gen = _fastpath.Generation()
+        self._hops: dict[bytes, tuple[bytes, float, int]] = {}  # destination -> (next hop, until, gen value)
+
+    @property
+    def gateway(self) -> Optional[bytes]:
+        """The configured default router (None: only routers learned from RAs)."""
+        return self._gateway
+
+    @gateway.setter
+    def gateway(self, router: Optional[bytes]) -> None:
+        self._gateway = router
+        self.gen.bump()  # a route change: next-hop decisions and frame templates are remade
 
     # -- addresses ----------------------------------------------------------
     def add(self, prefix: Prefix, origin: str, state: str = TENTATIVE) -> Address:
@@ -119,6 +137,7 @@ class Interface6:
         self.addresses[prefix.addr] = entry
         if origin == "static":
             self.static_prefixes.append(prefix)
+            self.gen.bump()  # a new on-link prefix
         self._changed()
         return entry
 
@@ -177,18 +196,49 @@ class Interface6:
         return False
 
     def next_hop(self, dst: bytes, now: float) -> bytes:
+        """The next hop to ``dst`` (itself when on-link); ENETUNREACH without a route."""
+        hit = self._hops.get(dst)
+        if hit is not None and now < hit[1] and hit[2] == self.gen.value:
+            return hit[0]
+        return self._route(dst, now)[0]
+
+    def next_hop_until(self, dst: bytes, now: float) -> tuple[bytes, float]:
+        """``next_hop`` and until when that answer holds by time alone (the redirect's, on-link prefix's or
+        router's lifetime; inf for configured routes). A change of the tables bumps ``gen`` instead."""
+        hit = self._hops.get(dst)
+        if hit is not None and now < hit[1] and hit[2] == self.gen.value:
+            return hit[0], hit[1]
+        return self._route(dst, now)
+
+    def _route(self, dst: bytes, now: float) -> tuple[bytes, float]:
+        """RFC 4861 5.2 (simplified, see the module docstring): (next hop, until when), kept in a small
+        destination cache that ``gen`` and the lifetime invalidate."""
+        hop, until = self._decide(dst, now)
+        hops = self._hops
+        if len(hops) >= MAX_CACHED_HOPS:
+            hops.clear()
+        hops[dst] = (hop, until, self.gen.value)
+        return hop, until
+
+    def _decide(self, dst: bytes, now: float) -> tuple[bytes, float]:
         redirected = self.redirects.get(dst)
         if redirected is not None:
             if redirected[1] > now:
-                return redirected[0]
+                return redirected
             del self.redirects[dst]
-        if self.on_link(dst, now):
-            return dst
+        if is_link_local(dst) or dst[0] == 0xFF:
+            return dst, INF
+        for p in self.static_prefixes:
+            if p.contains(dst):
+                return dst, INF
+        until = max((t for p, t in self.onlink.values() if t > now and p.contains(dst)), default=None)
+        if until is not None:
+            return dst, until
         if self.gateway is not None:
-            return self.gateway
+            return self.gateway, INF
         for router, expires in self.routers.items():
             if expires > now:
-                return router
+                return router, expires
         raise OSError(errno.ENETUNREACH, "Network is unreachable (no IPv6 route and no default router)")
 
     def source(self, dst: bytes) -> bytes:
@@ -218,6 +268,7 @@ class Interface6:
     # -- what Router Advertisements teach (RFC 4861 6.3.4) ----------------------
     def learn_router(self, router: bytes, lifetime: float, now: float) -> bool:
         """False when the table is full (the caller counts it)."""
+        self.gen.bump()
         if lifetime <= 0:
             self.routers.pop(router, None)
             return True
@@ -233,6 +284,7 @@ class Interface6:
         evicted to make room (the caller counts it)."""
         table = self.redirects
         evicted = False
+        self.gen.bump()
         if table.pop(dst, None) is None and len(table) >= MAX_REDIRECTS:
             for d in [d for d, (_, t) in table.items() if t <= now]:
                 del table[d]
@@ -244,6 +296,7 @@ class Interface6:
 
     def learn_prefix(self, prefix: Prefix, lifetime: float, now: float) -> bool:
         key = (prefix.network, prefix.length)
+        self.gen.bump()
         if lifetime <= 0:
             self.onlink.pop(key, None)
             return True

@@ -13,6 +13,10 @@ sender reports:
 - ``on_recovery_end(in_flight, now)``: loss recovery ended with a full
   acknowledgment: cwnd = min(ssthresh, max(FlightSize, SMSS) + SMSS)
   (RFC 6582 3.2 step 3, option 1); growth resumes on the next ACK.
+- ``end_reduction(now)``: a recovery whose sending PRR paced ended: cwnd =
+  ssthresh (RFC 9937, PRR: the flight was brought down to ssthresh; the
+  FlightSize left when a full ACK arrives says nothing of the path, and a
+  receiver that ACKs a whole flight at once leaves none).
 - ``on_rto(in_flight, now)``: the retransmission timer expired: ssthresh
   from FlightSize, cwnd = the loss window (one SMSS, RFC 5681 3.1).
 - ``set_mss(mss)``: the handshake fixed SMSS; ``lower_mss(mss)``: path MTU
@@ -77,6 +81,9 @@ class CongestionControl(Protocol):
     def on_recovery_end(self, in_flight: int, now: float) -> None:
         """A full acknowledgment ended loss recovery (RFC 6582 3.2 step 3)."""
 
+    def end_reduction(self, now: float) -> None:
+        """A recovery paced by PRR ended: cwnd = ssthresh (RFC 9937)."""
+
     def on_rto(self, in_flight: int, now: float) -> None:
         """The retransmission timer expired: ssthresh from FlightSize, cwnd = one SMSS."""
 
@@ -128,6 +135,9 @@ class Window:
     def _undo_slots(self) -> tuple:
         return ("cwnd", "ssthresh")
 
+    def end_reduction(self, now: float) -> None:
+        self.cwnd = self.ssthresh
+
 
 class NewReno(Window):
     """RFC 5681 slow start and congestion avoidance (the window part of NewReno; recovery is apart)."""
@@ -162,6 +172,10 @@ class NewReno(Window):
 
     def on_recovery_end(self, in_flight: int, now: float) -> None:
         self.cwnd = recovery_exit_window(self.ssthresh, in_flight, self.mss)
+        self.bytes_acked = 0
+
+    def end_reduction(self, now: float) -> None:
+        self.cwnd = self.ssthresh
         self.bytes_acked = 0
 
     def on_rto(self, in_flight: int, now: float) -> None:

@@ -165,6 +165,7 @@ class Connection(UserCalls):
         self.receiver.rcvbuf.hold = layer.rx_hold
         # Receive header prediction in C (``_fastpath.EstablishedPath.input``), or None: Python only.
         self._fast = layer.established.input if layer.fastpath else None
+        self.sender.tx = layer.tx if layer.fastpath else None  # full-sized segments of new data in C (_fp_tx.pxi)
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         # RFC 6528's F and the timestamp offset (RFC 7323 7.1) from one keyed digest of the 4-tuple.
@@ -533,6 +534,8 @@ class Connection(UserCalls):
             self.sender.output(now)
             if self.receiver.ack_now:
                 self.out.send_ack(now)
+            elif self.receiver.ack_round:
+                self._mark_dirty(None)  # compressed SACKs: one ACK when the round ends (TcpLayer.flush)
 
     def _process_ack(self, seg, dlen: int, now: float) -> bool:
         """Fifth step for synchronized states; False when the segment is to be dropped."""
@@ -727,7 +730,7 @@ class Connection(UserCalls):
             return
         self.sender.output(now)
         receiver = self.receiver
-        if (receiver.wnd_update or receiver.ack_now) and tcb.state in SYNCHRONIZED:
+        if (receiver.wnd_update or receiver.ack_now or receiver.ack_round) and tcb.state in SYNCHRONIZED:
             self.out.send_ack(now)
 
     # -- ICMP ------------------------------------------------------------

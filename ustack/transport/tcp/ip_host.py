@@ -51,9 +51,13 @@ class TcpOverIp:
         return ip is not None and ip.emit_tcp(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now)
 
     def tcp_template(self, src: bytes, dst: bytes, sport: int, dport: int, now: float):
-        """An IPv4 flow's cached frame template (``Ipv4Layer.tcp_template``), or None."""
-        ip = self.ip
-        return ip.tcp_template(src, dst, sport, dport, now) if ip is not None and len(dst) == 4 else None
+        """A flow's cached frame template (``Ipv4Layer.tcp_template``, ``Ipv6Layer.tcp_template``), or the IP
+        layer's ``Generation`` when it has none to give (nothing changes that until it moves), or None."""
+        ip = self.ip if len(dst) == 4 else self.ip6
+        if ip is None:
+            return None
+        t = ip.tcp_template(src, dst, sport, dport, now)
+        return t if t is not None else ip.gen
 
     def tcp_emitter(self):
         """A connection's fast emitter over its flow's cached template (``_fastpath.FlowEmitter``)."""

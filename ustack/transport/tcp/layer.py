@@ -87,7 +87,7 @@ import errno
 import os
 from typing import Protocol
 
-from ustack._fastpath import DELACK_FIELDS, RECEIVER_FIELDS, EstablishedPath, FlowTable, SlotLayout
+from ustack._fastpath import DELACK_FIELDS, RECEIVER_FIELDS, EstablishedPath, FlowTable, SlotLayout, TxPath
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.connection import Connection
@@ -96,6 +96,7 @@ from ustack.transport.tcp.isn import KeyedHash
 from ustack.transport.tcp.limits import ChallengeAckBudget
 from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import write_segment
+from ustack.transport.tcp.rack import RackRecovery
 from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_lt
@@ -142,7 +143,7 @@ class TcpLayer:
     """All TCP state of one stack."""
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
-                 "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "_notify_due",
+                 "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "tx", "_notify_due",
                  "mem_used", "under_pressure", "rx_hold", "time_wait", "in_round", "_ack_round")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
@@ -156,6 +157,8 @@ class TcpLayer:
         # receive header prediction (Connection._fast), over the TCB, Receiver and DelayedAck slots
         self.established = EstablishedPath(TCB_LAYOUT, SlotLayout(Receiver, RECEIVER_FIELDS),
                                            SlotLayout(DelayedAck, DELACK_FIELDS))
+        # the transmit side in C (Sender.tx): full-sized segments of new data from the send ring
+        self.tx = TxPath(TCB_LAYOUT, self.established.receiver_layout, self.established.delack_layout, RackRecovery)
         # The same connections indexed in C, for the stack's fast demux of established flows (IPv4 and IPv6);
         # it hands predicted segments to ``established`` itself.
         self.flows = FlowTable(host.stats.counters, TCB_LAYOUT, self.established)

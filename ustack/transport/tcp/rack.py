@@ -83,7 +83,7 @@ class RackRecovery:
     __slots__ = ("sender", "dupacks", "in_recovery", "in_loss", "recover", "inflation", "fast_retransmits",
                  "segs", "una", "una_seq", "sacked_bytes", "lost_bytes", "prr", "delivered", "dsack",
                  "rack_xmit", "rack_end", "rack_rtt", "min_rtt", "fack", "reordering_seen", "reo_wnd_mult",
-                 "reo_wnd_persist", "dsack_round", "reo_deadline", "tlp_end", "tlp_retrans", "tlp_time",
+                 "reo_wnd_persist", "dsack_round", "reo_deadline", "tlp_end", "tlp_retrans", "tlp_time", "tlp_flight",
                  "advanced", "undo_rto", "undo_snap", "undo_retrans", "undo_marker", "undo_until", "retrans_stamp", "frto", "frto_high",
                  "lost_segs", "tlps", "undos", "reorderings", "dsacks")
 
@@ -118,6 +118,7 @@ class RackRecovery:
         self.tlp_end = None  # TLP.end_seq: a probe is outstanding
         self.tlp_retrans = False  # TLP.is_retrans
         self.tlp_time = 0.0
+        self.tlp_flight = 0  # max(FlightSize, cwnd) when the probe left: the flight whose tail was lost
         self.undo_snap = None  # the controller's state before the reduction (RFC 3708)
         self.undo_rto = False  # the episode began with a timeout (else with a fast retransmit)
         self.undo_retrans = 0  # retransmissions of the episode not yet shown spurious by a D-SACK
@@ -511,7 +512,7 @@ class RackRecovery:
             self._undo()
         else:
             if fast:
-                self.sender.cc.on_recovery_end(in_flight, now)
+                self.sender.cc.end_reduction(now)  # RFC 9937: PRR brought the flight to ssthresh
             if self.undo_marker is not None:
                 self.undo_until = self._pos(self.sender.tcb.snd_max)  # late D-SACKs may still undo it
         # RFC 8985 6.2 step 4: a raised reordering window lasts REO_PERSIST recoveries without D-SACKs.
@@ -647,6 +648,7 @@ class RackRecovery:
             self.tlp_retrans = True
         self.tlp_end = self._pos(tcb.snd_max)
         self.tlp_time = now
+        self.tlp_flight = max(seq_diff(tcb.snd_max, tcb.snd_una), sender.cc.window)
 
     def _tlp_ack(self, now: float, advanced: bool) -> None:
         """RFC 8985 7.4: did the probe repair a loss? Decided by the first ACK past the probe, a
@@ -670,10 +672,11 @@ class RackRecovery:
         self.tlp_end = None
         if self.in_recovery or self.in_loss:
             return
-        # The probe repaired a tail loss: reduce the window once, as for a fast retransmit (7.4.2).
+        # The probe repaired a tail loss: reduce the window once, as for a fast retransmit (7.4.2),
+        # from the flight that lost its tail, as Linux does from cwnd (what is in flight when the
+        # repair shows is only what was sent since: often nothing, which made ssthresh 2 SMSS).
         sender.stats.inc("tcp.tlp_recoveries")
-        tcb = sender.tcb
-        sender.cc.on_congestion(max(seq_diff(tcb.snd_max, tcb.snd_una), tcb.snd_mss), now)
+        sender.cc.on_congestion(max(self.tlp_flight, sender.tcb.snd_mss), now)
 
 
 def _ts_before(a: int, b: int) -> bool:

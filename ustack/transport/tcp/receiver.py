@@ -7,8 +7,12 @@
 - text: in-order bytes go to the ``ReceiveBuffer`` for the user,
   out-of-order runs are kept for reassembly (bounded), and RCV.NXT moves;
 - ACK policy (RFC 5681 4.2, RFC 1122 4.2.3.2): an ACK for every second
-  full-sized segment; at once for an out-of-order segment and for one that
-  fills a gap; otherwise as ``delack.DelayedAck`` decides (quick-ACK mode,
+  full-sized segment; at once for one that fills a gap and for an
+  out-of-order segment, except that, with SACK, after the first DupThresh
+  (3) ACKs for one RCV.NXT later ones are compressed into one ACK at the
+  end of the poll round (``ack_round``; Linux's tcp_comp_sack holds them up
+  to 1 ms): its SACK blocks say all those ACKs would, and a burst of
+  segments above a hole no longer costs an ACK each; otherwise as ``delack.DelayedAck`` decides (quick-ACK mode,
   ping-pong mode, PSH with a waiting reader, the adaptive delay). ``ack_now``
   says an ACK is owed now; whoever sends a segment with an ACK calls
   ``ack_sent``. While the stack delivers a poll round's burst
@@ -36,6 +40,7 @@ from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN
 from ustack.transport.tcp.delack import DelayedAck
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
+from ustack.transport.tcp.scoreboard import DUP_THRESH
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
 from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED
 
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "budget", "dsack", "delack_due", "ack_round")
+                 "budget", "dsack", "delack_due", "ack_round", "ooo_acks", "ooo_acks_at")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -66,8 +71,12 @@ class Receiver:
         self.delack_due = None
         self.high_water = high_water  # called when readable bytes reach ``recv_high``
         self.ack_now = False  # an ACK is owed now (out of order, gap filled, FIN, every 2nd segment...)
+        # an ACK is owed by the end of this poll round (compressed SACKs; the in-order ACK of a burst,
+        # TcpLayer.ack_at_round_end)
+        self.ack_round = False
+        self.ooo_acks = 0  # immediate ACKs for out-of-order segments since RCV.NXT was ``ooo_acks_at``
+        self.ooo_acks_at = None
         self.wnd_update = False  # a read opened the window: advertise it
-        self.ack_round = False  # an in-order ACK owed at the end of the poll round (TcpLayer.ack_at_round_end)
         self.unacked = 0  # in-order bytes received since our last ACK
         self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
         self.bytes_received = 0
@@ -104,11 +113,25 @@ class Receiver:
             if dup:
                 self.duplicate(dseq, seq_add(dseq, len(data)))  # already held out of order
             self.stats.inc("tcp.ooo_segs")
-            self.ack_now = True  # RFC 5681 4.2: an out-of-order segment is ACKed at once
+            self.ooo_ack()
             return
         if adv == 0:
             return
         self.in_order(adv, len(data), had_gap, before, now, push)
+
+    def ooo_ack(self) -> None:
+        """An out-of-order segment arrived: RFC 5681 4.2 ACKs it at once; with SACK, beyond the first
+        DupThresh ACKs for this RCV.NXT (the sender's fast retransmit needs them), the round's end does."""
+        tcb = self.tcb
+        if self.ooo_acks_at != tcb.rcv_nxt:
+            self.ooo_acks_at = tcb.rcv_nxt
+            self.ooo_acks = 0
+        if self.ooo_acks < DUP_THRESH or not tcb.sack_ok:
+            self.ooo_acks += 1
+            self.ack_now = True
+        else:
+            self.ack_round = True
+            self.stats.inc("tcp.sack_compressed")
 
     def in_order(self, adv: int, dlen: int, had_gap: bool, before: int, now: float, push: bool) -> None:
         """``adv`` new in-order bytes (from a segment of ``dlen`` bytes) are in the buffer, which held
@@ -329,4 +352,5 @@ class Receiver:
     def ack_owed(self) -> bool:
         """The delayed-ACK timer expired: is an ACK still owed?"""
         tcb = self.tcb
-        return tcb.state in SYNCHRONIZED and (tcb.last_ack_sent != tcb.rcv_nxt or self.ack_now or self.unacked > 0)
+        return tcb.state in SYNCHRONIZED and (tcb.last_ack_sent != tcb.rcv_nxt or self.ack_now or self.ack_round
+                                              or self.unacked > 0)

@@ -117,6 +117,16 @@ class ReceiveBuffer:
             self.ooo_bytes += len(data)
             self.last_run = offset
             return True
+        run_start, run = runs[i]
+        if j == i + 1 and run_start <= offset:
+            # Within or past the end of one run, the common case (the next segment above a hole):
+            # extend it in place, amortised O(len(data)), instead of copying the whole run again.
+            tail = end - run_start - len(run)
+            if tail > 0:
+                run += memoryview(data)[len(data) - tail:]
+                self.ooo_bytes += tail
+            self.last_run = run_start
+            return True
         # merge data with runs[i:j]
         start = min(offset, runs[i][0])
         last_start, last = runs[j - 1]

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Callable
 from ustack.transport.tcp.congestion import make
 from ustack.transport.tcp.rack import RTO, RackRecovery
 from ustack.transport.tcp.recovery import NewRenoRecovery, SackRecovery
-from ustack.transport.tcp.rtt import RttEstimator, tsecr_rtt
+from ustack.transport.tcp.rtt import RttEstimator, ts_clock, tsecr_rtt
 from ustack.transport.tcp.sendbuf import SendBuffer
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_ge, seq_gt, seq_le, seq_lt
 from ustack.transport.tcp.tcb import SENDING
@@ -69,7 +69,8 @@ class Sender:
     __slots__ = ("tcb", "out", "stats", "sndbuf", "rtt", "cc", "recovery", "rtx_timer", "persist_timer",
                  "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
-                 "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next")
+                 "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next",
+                 "tx", "rto_tsval")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
                  low_water: Callable[[], None], mss: int, cork_timer):
@@ -95,6 +96,8 @@ class Sender:
         self.rtx_kind = RTO  # what the retransmission timer stands for (RACK-TLP: RTO, REO or PTO)
         self.ack_tsecr = None  # TSecr of the ACK in progress (RACK, Eifel)
         self.psh_next = False  # the next data segment carries PSH (a tail loss probe: the receiver ACKs it at once)
+        self.tx = None  # the C transmit path (``_fastpath.TxPath``: full-sized new segments), set by the connection
+        self.rto_tsval = None  # our TSval when the last timeout retransmitted; older echoes are no RTT samples
         self.configure(config)
 
     def configure(self, config: TcpConfig) -> None:
@@ -155,6 +158,14 @@ class Sender:
         tcb = self.tcb
         if ts is None or not ts[1] or not tcb.ts_ok:
             return False
+        stamp = self.rto_tsval
+        if stamp is not None:
+            if ((ts[1] - stamp) & 0xFFFFFFFF) > 0x7FFFFFFF:
+                # An echo of a TSval from before the timeout: its "RTT" spans the wait for the timeout
+                # (lost ACKs, then the RTO), not the path (Karn's rule, RFC 6298 3, for what the
+                # echo stands for). Taken would make SRTT ~RTO/8, the PTO and RACK's windows with it.
+                return True
+            self.rto_tsval = None
         r = tsecr_rtt(now, tcb.ts_offset, ts[1])
         if r is not None:
             self.rtt.sample(r)
@@ -314,6 +325,9 @@ class Sender:
         self.push = False
         corked = False
         send_data = self.send_data
+        tx = self.tx
+        if tx is not None and budget is None:
+            tx.burst(self, cwnd, now)  # the full-sized segments of new data first, in C (_fp_tx.pxi)
         while True:
             nxt = tcb.snd_nxt
             off = seq_diff(nxt, una)
@@ -384,6 +398,8 @@ class Sender:
         self.rtx_count += 1
         self.timeouts += 1
         self.stats.inc("tcp.rto_expired")
+        if tcb.ts_ok:
+            self.rto_tsval = ts_clock(now, tcb.ts_offset)
         recovery.before_rto(now)
         self.cc.on_rto(seq_diff(tcb.snd_max, tcb.snd_una), now)
         recovery.on_rto()
