@@ -13,14 +13,15 @@ from __future__ import annotations
 import pytest
 
 from tests.stack.netsim import Net
+from ustack.transport.tcp.config import TcpConfig
 
 PORT = 5002
 SEGMENT = 1448
 
 
-def _transfer(fastpath: bool):
+def _transfer(fastpath: bool, **tcp):
     net = Net(seed=7, a_kw={"isn_secret": b"a" * 16, "fastpath": fastpath},
-              b_kw={"isn_secret": b"b" * 16, "fastpath": fastpath})
+              b_kw={"isn_secret": b"b" * 16, "fastpath": fastpath, "tcp_config": TcpConfig(**tcp)})
     frames = []
     carry = net.link._carry
 
@@ -72,3 +73,12 @@ def test_one_ack_per_round_of_in_order_data(fastpath):
     assert acks < data_segments // 4  # every second segment would be over 100
     assert sum(rx for rx, _ in busy) >= data_segments
 
+
+
+@pytest.mark.parametrize("fastpath", [True, False])
+def test_without_ack_coalescing_every_second_segment_is_acked(fastpath):
+    """``ack_coalescing=False``: RFC 5681 4.2's ACK for every second full segment, also within a round."""
+    frames, rounds, segs_fast = _transfer(fastpath, ack_coalescing=False)
+    assert (segs_fast > 150) == fastpath
+    bulk = [(rx, tx) for rx, tx in rounds if rx >= 4]
+    assert len(bulk) > 3 and all(tx >= rx // 2 for rx, tx in bulk), bulk
