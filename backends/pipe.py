@@ -8,7 +8,8 @@ frames), corruption (one byte flipped) — all drawn from one
 ``random.Random(seed)`` so a run is reproducible. No privileges needed.
 
 A pipe end's ``fileno()`` is the read end of an os.pipe that becomes readable
-when a frame is committed toward it, so blocking waits and selectors work;
+when a frame is committed toward it, so blocking waits and selectors work
+(``ustack.backends.memory``, shared with the loopback device);
 ``poll_at()`` tells when the next delayed frame becomes deliverable.
 """
 
@@ -16,51 +17,27 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import os
-import threading
-import weakref
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from ustack.backends.impair import Impairment
+from ustack.backends.memory import MemoryDevice
 from ustack.device import Capabilities
 
 
-def _close_fds(*fds) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-class PipeEnd:
+class PipeEnd(MemoryDevice):
     """One end of a PipeLink: implements the Device protocol."""
+
+    closed_error = "pipe end is closed"
 
     def __init__(self, link: "PipeLink", mac: bytes, name: str):
         self.link = link
         self.name = name
         mtu = link.mtu
-        self.capabilities = Capabilities(
-            mac=mac,
-            mtu=mtu,
-            max_burst=64,
-            frame_size=mtu + 18,
-            mode="pipe (in-memory, seeded impairment)",
-        )
+        super().__init__(Capabilities(mac=mac, mtu=mtu, max_burst=64, frame_size=mtu + 18,
+                                      mode="pipe (in-memory, seeded impairment)"),
+                         {"tx": 0, "rx": 0, "lost": 0, "duplicated": 0, "reordered": 0, "corrupted": 0}, slots=64)
         self.peer: Optional[PipeEnd] = None
-        self._arrivals: list = []  # heap of (deliver_at, seq, frame bytes)
-        self._lock = threading.Lock()  # the two ends may be driven from two threads
-        # TX slots: writable views over frame buffers, made once and lent again and again.
-        self._pool = [memoryview(bytearray(mtu + 18)) for _ in range(64)]
-        self._reserved: list[memoryview] = []
-        self._rfd, self._wfd = os.pipe()
-        os.set_blocking(self._rfd, False)
-        os.set_blocking(self._wfd, False)
-        # The fds go when the end is closed or garbage-collected, whichever comes first.
-        self._release_fds = weakref.finalize(self, _close_fds, self._rfd, self._wfd)
-        self._signalled = False
-        self.closed = False
-        self.counters = {"tx": 0, "rx": 0, "lost": 0, "duplicated": 0, "reordered": 0, "corrupted": 0}
+        self._arrivals: list = []  # heap of (deliver_at, seq, frame bytes); _lock: the ends may run in two threads
 
     # -- Device protocol ---------------------------------------------------
     def rx_burst(self, max_frames: int) -> list[memoryview]:
@@ -75,72 +52,20 @@ class PipeEnd:
         self.counters["rx"] += len(out)
         return out
 
-    def rx_release(self, frames: Sequence[memoryview]) -> None:
-        for f in frames:
-            f.release()
-
-    def tx_reserve(self, n: int) -> list[memoryview]:
-        pool = self._pool
-        while len(pool) < n:
-            pool.append(memoryview(bytearray(self.capabilities.frame_size)))
-        reserved = self._reserved = pool[-n:] if n else []
-        del pool[len(pool) - len(reserved):]
-        return list(reserved)
-
-    def tx_commit(self, lengths: Sequence[int]) -> None:
-        if self.closed:
-            raise OSError("pipe end is closed")
-        reserved = self._reserved
-        if len(lengths) > len(reserved):
-            raise ValueError("committing more slots than were reserved")
-        for buf, length in zip(reserved, lengths):
-            if not 0 < length <= len(buf):
-                raise ValueError(f"bad frame length {length}")
-            self.link._carry(self, bytes(buf[:length]))
+    def tx_commit(self, lengths) -> None:
+        for frame in self._committed(lengths):
+            self.link._carry(self, frame)
         self.counters["tx"] += len(lengths)
-        self._pool.extend(reserved)
-        self._reserved = []
-
-    def fileno(self) -> int:
-        return self._rfd
 
     def poll_at(self) -> Optional[float]:
         """When the next queued frame becomes deliverable (None if none queued)."""
         return self._arrivals[0][0] if self._arrivals else None
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._release_fds()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     # -- link side -----------------------------------------------------------
     def _deliver(self, when: float, frame: bytes) -> None:
-        # The signal byte is written under the lock that rx_burst drains under: written after
-        # the lock, a drain in between could clear ``_signalled`` first and leave the late byte
-        # in the pipe for good (an fd readable forever, a poller spinning).
         with self._lock:
             heapq.heappush(self._arrivals, (when, next(self.link._seq), frame))
-            if not self._signalled and not self.closed:
-                self._signalled = True
-                try:
-                    os.write(self._wfd, b"\0")
-                except BlockingIOError:
-                    pass
-
-    def _drain_signal(self) -> None:
-        if self._signalled and not self.closed:
-            self._signalled = False
-            try:
-                while os.read(self._rfd, 4096):
-                    pass
-            except BlockingIOError:
-                pass
+            self._signal()
 
 
 class PipeLink:

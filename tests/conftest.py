@@ -1,4 +1,4 @@
-"""Shared test plumbing: the privileged gate.
+"""Shared test plumbing: the privileged gate, and the suite's fast path switch.
 
 Tests that need root and network namespaces are marked ``privileged``. They
 skip with a reason when unprivileged, and fail instead when
@@ -7,10 +7,16 @@ skip with a reason when unprivileged, and fail instead when
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 
 import pytest
+
+from ustack.api import environment
+from ustack.stack import Stack
+
+_STACK_INIT = pytest.StashKey()  # Stack.__init__ as it was, while the suite runs with USTACK_FASTPATH=0
 
 
 def privilege_problem() -> str | None:
@@ -63,6 +69,24 @@ def pytest_configure(config):
     choice = config.getoption("--fastpath")
     if choice is not None:
         os.environ["USTACK_FASTPATH"] = "1" if choice == "on" else "0"
+    # The core reads no environment (Stack(fastpath=True) by default); the suite is an adapter like
+    # ustack.api.environment: under USTACK_FASTPATH=0 every Stack a test builds without an explicit
+    # ``fastpath=`` gets False, so the second CI pass runs the Python path everywhere it did before.
+    if not environment.fastpath():
+        config.stash[_STACK_INIT] = init = Stack.__init__
+
+        @functools.wraps(init)
+        def python_path_by_default(self, *args, fastpath=False, **kw):
+            init(self, *args, fastpath=fastpath, **kw)
+
+        Stack.__init__ = python_path_by_default
+
+
+def pytest_unconfigure(config):
+    init = config.stash.get(_STACK_INIT, None)
+    if init is not None:
+        Stack.__init__ = init
+
 
 
 def pytest_runtest_setup(item):

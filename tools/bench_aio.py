@@ -88,11 +88,13 @@ def run_pipe(native: bool, rounds: int, transfers: int, busy_poll=None) -> tuple
     from ustack.api.driver import Driver
     from ustack.api.patch import patch, unpatch
     from ustack.backends.pipe import PipeLink
+    from ustack.api import environment
     from ustack.stack import Stack
 
     clock = MonotonicClock()
     link = PipeLink(clock)
-    sa, sb = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
+    fastpath = environment.fastpath()
+    sa, sb = Stack(link.a, "198.18.0.1/24", fastpath=fastpath), Stack(link.b, "198.18.0.2/24", fastpath=fastpath)
     kw = {} if busy_poll is None else {"busy_poll": busy_poll}
     da, db = Driver(sa, clock, **kw), Driver(sb, clock, **kw)
     if native:

@@ -26,10 +26,7 @@ import hashlib
 import statistics
 import time
 
-from ustack.api.clock import ManualClock
-from ustack.backends.pipe import PipeLink
-from ustack.net.addr import ANY4, parse
-from ustack.stack import Stack
+from ustack.tools.pipe_pair import PipePair
 from ustack.transport.tcp.tcb import State
 
 SENDERS = ("send", "reserve")
@@ -39,11 +36,9 @@ RECEIVERS = ("recv", "recv_into", "recv_views")
 def transfer(size: int, sender: str, receiver: str, seed: int = 1, impair: dict | None = None,
              check: bool = False, mtu: int = 1500) -> dict:
     """``size`` bytes from b to a; returns the CPU seconds, the digests when ``check`` and a's counters."""
-    clock = ManualClock(1000.0)
-    link = PipeLink(clock, seed=seed, delay=0.0005, mtu=mtu, **(impair or {}))
-    a, b = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
-    lst = a.tcp.listen((ANY4, 80), 4)
-    conn = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
+    pair = PipePair(seed=seed, delay=0.0005, mtu=mtu, **(impair or {}))
+    link, a = pair.link, pair.a
+    lst, conn = pair.connect(80)
     pattern = hashlib.sha256(str(seed).encode()).digest() * 2048  # 64 KiB the sender "produces" from
     plen = len(pattern)
     own = bytearray(plen)  # the sender's own buffer (``send`` mode)
@@ -51,10 +46,9 @@ def transfer(size: int, sender: str, receiver: str, seed: int = 1, impair: dict 
     sent = got = 0
     server = None
     h_out, h_in = hashlib.sha256(), hashlib.sha256()
-    start = time.process_time()
-    while got < size:
-        now = clock.now
-        deadlines = [a.poll(now), b.poll(now)]
+
+    def step(now: float) -> bool:
+        nonlocal sent, got, server
         if server is None:
             server = lst.accept()
         acted = False
@@ -97,11 +91,10 @@ def transfer(size: int, sender: str, receiver: str, seed: int = 1, impair: dict 
                     got += lent.nbytes
                     lent.release()
                     acted = True
-        if acted:
-            continue
-        deadlines += (link.a.poll_at(), link.b.poll_at())
-        nxt = min((d for d in deadlines if d is not None), default=now)
-        clock.set(nxt if nxt > now else now + 1e-6)
+        return acted
+
+    start = time.process_time()
+    pair.run(step, lambda: got >= size)
     cpu = time.process_time() - start
     return {"cpu": cpu, "exact": h_out.digest() == h_in.digest() if check else None, "received": got,
             "retransmits": conn.info().retransmits, "copied": a.stats["rx_hold.copied"],

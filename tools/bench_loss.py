@@ -211,6 +211,7 @@ class _Ustack:
 
     def __init__(self, backend: str, percent: int):
         from ustack.api.driver import Driver
+        from ustack.api import environment
         from ustack.stack import Stack
         from ustack.tools.netns import Topology
 
@@ -218,7 +219,8 @@ class _Ustack:
         self.dev = None
         try:
             self.dev = self.topo.open_device(backend)
-            self.stack = Stack(RxLoss(self.dev, percent), f"{self.topo.stack_addr}/{self.topo.prefixlen}")
+            self.stack = Stack(RxLoss(self.dev, percent), f"{self.topo.stack_addr}/{self.topo.prefixlen}",
+                               fastpath=environment.fastpath())
             self.layer = self.stack.tcp
             self.driver = Driver(self.stack)
             _drop(self.topo, percent)

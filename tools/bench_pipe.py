@@ -26,10 +26,7 @@ import dataclasses
 import statistics
 import time
 
-from ustack.api.clock import ManualClock
-from ustack.backends.pipe import PipeLink
-from ustack.net.addr import ANY4, ANY6, parse
-from ustack.stack import Stack
+from ustack.tools.pipe_pair import PipePair
 from ustack.transport.tcp.tcb import State
 
 
@@ -47,26 +44,18 @@ class Transfer:
 
 def transfer(size: int, seed: int = 1, ipv6: bool = False, loss: float = 0.0) -> Transfer:
     """``size`` bytes from b to a over a PipeLink with 0.5 ms one-way delay and ``loss`` each way."""
-    clock = ManualClock(1000.0)
-    link = PipeLink(clock, seed=seed, delay=0.0005, loss=loss)
+    pair = PipePair(seed=seed, ipv6=ipv6, delay=0.0005, loss=loss)
     if ipv6:
-        a = Stack(link.a, ["198.18.0.1/24", "fd00::1/64"])
-        b = Stack(link.b, ["198.18.0.2/24", "fd00::2/64"])
-        for _ in range(300):  # duplicate address detection first (RFC 4862), in simulated time
-            a.poll(clock.now), b.poll(clock.now)
-            clock.set(clock.now + 0.01)
-    else:
-        a, b = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
-    lst = a.tcp.listen((ANY6 if ipv6 else ANY4, 80), 4)
+        pair.settle(300, 0.01)  # duplicate address detection first (RFC 4862), in simulated time
+    clock, link, a = pair.clock, pair.link, pair.a
     t0 = clock.now
-    conn = b.tcp.connect(None, (parse("fd00::1" if ipv6 else "198.18.0.1"), 80), clock.now)
+    lst, conn = pair.connect(80)
     chunk = memoryview(bytes(65536))
     sent = got = 0
     server = None
-    start = time.process_time()
-    while got < size:
-        now = clock.now
-        deadlines = [a.poll(now), b.poll(now)]
+
+    def step(now: float) -> bool:
+        nonlocal sent, got, server
         if server is None:
             server = lst.accept()
         acted = False
@@ -78,15 +67,10 @@ def transfer(size: int, seed: int = 1, ipv6: bool = False, loss: float = 0.0) ->
             while data := server.recv(1 << 20, now):
                 got += len(data)
                 acted = True
-        if acted:
-            # What the application just did (segments, a window update, a timer armed) is not in the
-            # deadlines the polls above returned: poll again at this same instant before jumping ahead.
-            continue
-        # b's poll may have put frames toward a after a's poll had told its deadline: the wire's own
-        # next arrival on either end counts too, or the clock would jump past it to a timer (an RTO).
-        deadlines += (link.a.poll_at(), link.b.poll_at())
-        nxt = min((d for d in deadlines if d is not None), default=now)
-        clock.set(nxt if nxt > now else now + 1e-6)
+        return acted
+
+    start = time.process_time()
+    pair.run(step, lambda: got >= size)
     cpu = time.process_time() - start
     info = conn.info()
     return Transfer(cpu=cpu, simulated=clock.now - t0, retransmits=info.retransmits, timeouts=info.timeouts,

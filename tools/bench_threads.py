@@ -100,6 +100,7 @@ def run_row(kind: str, backend: str, counts: list, seconds: float, reps: int) ->
     from pyroute2 import IPRoute
 
     from ustack.api.driver import Driver
+    from ustack.api import environment
     from ustack.stack import Stack
     from ustack.tools.netns import Topology
 
@@ -116,7 +117,8 @@ def run_row(kind: str, backend: str, counts: list, seconds: float, reps: int) ->
                     with topo.in_stack_ns():  # a kernel socket lives in the namespace it was made in
                         return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             else:
-                stack = Stack(topo.open_device(backend), f"{topo.stack_addr}/{topo.prefixlen}")
+                stack = Stack(topo.open_device(backend), f"{topo.stack_addr}/{topo.prefixlen}",
+                              fastpath=environment.fastpath())
                 driver = Driver(stack)
                 driver.start()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ustack.api import environment
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
 from ustack.capture import PcapDevice
@@ -60,7 +61,8 @@ def open_stack(args, clock):
             device.close()
             raise
     gateway, gateway6 = split_gateways(args.gateway)
-    stack = Stack(device, args.addr, gateway=gateway, gateway6=gateway6, mtu=args.mtu)
+    stack = Stack(device, args.addr, gateway=gateway, gateway6=gateway6, mtu=args.mtu,
+                  fastpath=environment.fastpath())
     return stack, extras
 
 

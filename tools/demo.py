@@ -28,6 +28,7 @@ import sys
 import time
 
 from ustack.capture import PcapDevice
+from ustack.api import environment
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import Driver
 from ustack.net.addr import parse as ip_addr
@@ -73,7 +74,7 @@ class UstackSide:
         from ustack.tools.httpd import HttpServer
         from ustack.tools.services import TcpSink, TcpSource
 
-        self.stack = Stack(device, addr)
+        self.stack = Stack(device, addr, fastpath=environment.fastpath())
         self.driver = Driver(self.stack, clock)
         with self.driver.lock:
             self.source = TcpSource(self.stack, SOURCE_PORT, nbytes)
@@ -193,7 +194,7 @@ class PipePeerSide:
     """Without root: a second user-space stack plays the kernel's part."""
 
     def __init__(self, device, addr: str, clock):
-        self.stack = Stack(device, addr)
+        self.stack = Stack(device, addr, fastpath=environment.fastpath())
         self.driver = Driver(self.stack, clock)
         self.driver.start()  # answers ustack's pings and keeps its TCP timers going
 

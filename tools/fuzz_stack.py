@@ -44,6 +44,7 @@ import sys
 import time
 from collections import Counter, deque
 
+from ustack.api import environment
 from ustack.api.clock import ManualClock
 from ustack.backends.pipe import PipeLink
 from ustack.net.addr import ANY4
@@ -526,8 +527,9 @@ class Campaign:
         self.link = PipeLink(self.clock, seed=seed)
         self.lender = LendingDevice(self.link.a)
         secret = random.Random(seed ^ 0x5EED).randbytes(16)
-        self.a = Stack(self.lender, ["198.18.0.1/24", "fd00::1/64"], gateway="198.18.0.254", isn_secret=secret)
-        self.b = Stack(self.link.b, "198.18.0.2/24", isn_secret=secret[::-1])
+        self.a = Stack(self.lender, ["198.18.0.1/24", "fd00::1/64"], gateway="198.18.0.254", isn_secret=secret,
+                       fastpath=environment.fastpath())
+        self.b = Stack(self.link.b, "198.18.0.2/24", isn_secret=secret[::-1], fastpath=environment.fastpath())
         self.burst = burst
         # A: echo services.
         self.udp_a = self.a.udp.endpoint()

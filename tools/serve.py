@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 
+from ustack.api import environment
 from ustack.api.driver import Driver
 from ustack.capture import PcapDevice
 from ustack.net.addr import ANY4, ANY6, parse as ip_addr
@@ -45,7 +46,7 @@ def _pipe_peer(stack, link, clock):
     net = ipaddress.ip_interface(f"{addr}/{prefixlen}").network
     ours = int(ipaddress.ip_address(addr)) - int(net.network_address)
     peer_addr = net.network_address + (ours + 1 if ours + 2 < net.num_addresses else 1)  # the next host, wrapping
-    peer = Stack(link.b, f"{peer_addr}/{prefixlen}")
+    peer = Stack(link.b, f"{peer_addr}/{prefixlen}", fastpath=environment.fastpath())
     return peer
 
 

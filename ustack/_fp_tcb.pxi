@@ -175,7 +175,7 @@ cdef class SlotLayout:
         if len(fields) > SLOT_MAX:
             raise ValueError("too many fields")
         for k, name in enumerate(fields):
-            descr = cls.__dict__.get(name)
+            descr = next((c.__dict__[name] for c in cls.__mro__ if name in c.__dict__), None)  # (a base's slot too)
             if type(descr).__name__ != "member_descriptor":
                 raise TypeError(f"{cls.__name__}.{name} is not a slot")
             d = <PyMemberDescrObject *><PyObject *>descr

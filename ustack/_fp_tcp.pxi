@@ -126,7 +126,11 @@ cdef class EstablishedPath:
             if whole:
                 _arrived(conn, sender, now)
             _ts_recent(tcb, off, ts_ok, p, now)
-            sender.on_ack(seg, 0, now)
+            tx = sender.tx
+            if type(tx) is TxPath:
+                (<TxPath>tx).on_ack(sender, tcb, p, now)  # Sender.on_ack in C (_fp_tx.pxi)
+            else:
+                sender.on_ack(seg, 0, now)
         else:
             rcv_wnd = <int32_t>(<uint32_t>_iget(tcb, off[T_RCV_ADV]) - seq)
             if dlen > rcv_wnd:

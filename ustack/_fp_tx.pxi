@@ -13,10 +13,11 @@
 #   sender's loop sees it: ``recovery.window(cc.window)``);
 # - no FIN is queued right behind it, no tail loss probe wants PSH
 #   (``psh_next``), no D-SACK is owed (``Receiver.dsack``), the layer's
-#   memory budget is not under pressure (the window is then trimmed);
-# - the connection's fast emitter is a ``FlowEmitter`` (_fp_tmpl.pxi).
+#   memory budget is not under pressure (the window is then trimmed).
 #
-# Per segment it does what ``Sender.send_data`` -> ``Output.emit`` ->
+# With a ``FlowEmitter`` as the connection's fast emitter (_fp_tmpl.pxi)
+# the frame is written here; with another, that emitter is called as
+# ``Output.emit`` calls it. Per segment it does what ``Sender.send_data`` -> ``Output.emit`` ->
 # ``Receiver.select_window``/``ack_sent`` and ``recovery.on_send`` do, in
 # the same order, on the same objects (the TCB through ``TcbLayout``, the
 # Receiver's and DelayedAck's slots through ``SlotLayout``s; the sender's
@@ -32,6 +33,21 @@
 # running (RFC 6298 5.1): ``send_data`` arms it at the first segment and
 # nothing in between reads it.
 #
+# ``TxPath.on_ack`` is ``Sender.on_ack`` for a pure ACK of new data that
+# header prediction took (_fp_tcp.pxi): SND.UNA advanced and the send ring
+# released, the RTT sampled from TSecr (RFC 7323 4.1) or from the timed
+# segment (RFC 6298, Karn) by the estimator of RFC 6298 2.2-2.3 on the
+# ``RttEstimator``'s own slots, the congestion window grown by the active
+# algorithm on its own slots (``NewReno``: RFC 5681 slow start with ABC's
+# limit of SMSS per ACK, RFC 3465, and congestion avoidance; ``Cubic``:
+# RFC 9438 4.2-4.5 and 4.10) when the recovery's ``on_ack`` says no
+# recovery is running, the retransmission timer (RFC 6298 5.2/5.3), the
+# window update. Loss recovery keeps its own work: its ``on_ack``,
+# ``after_ack`` and ``arm_timer`` are called as ``Sender.on_ack`` calls them.
+# A window that opens from zero (the persist timer's) and an unknown
+# algorithm go the Python way. ``cc_on_ack`` and ``rtt_sample`` expose the
+# two transcriptions to the tests.
+#
 # Python this file relies on by name: ``Sender`` (tcb, out, sndbuf, recovery,
 # psh_next, rtt_seq, rtt_time, rtx_timer, rtx_kind, rtt.rto), ``Output``
 # (fast, write, local/remote addr and port, segs_out, stats),
@@ -40,6 +56,11 @@
 
 from cpython.list cimport PyList_GET_ITEM
 from cpython.long cimport PyLong_AsLong
+from libc.math cimport fabs, pow, rint
+
+# Cubic's constants (RFC 9438 4.1, 4.3), the values of congestion.Cubic.C / ALPHA
+cdef double _CUBIC_C = 0.4
+cdef double _CUBIC_ALPHA = 3 * (1 - 0.7) / (1 + 0.7)
 
 cdef object _ZERO = 0
 
@@ -112,15 +133,128 @@ cdef class TxPath:
     cdef readonly SlotLayout receiver_layout    # ``Receiver`` (RECEIVER_FIELDS)
     cdef readonly SlotLayout delack_layout      # ``DelayedAck`` (DELACK_FIELDS)
     cdef readonly type rack_cls                 # ``RackRecovery``: its transmit records are appended here
+    cdef readonly SlotLayout rtt_layout         # ``RttEstimator`` (RTT_FIELDS)
+    cdef readonly SlotLayout newreno_layout     # ``NewReno`` (NEWRENO_FIELDS)
+    cdef readonly SlotLayout cubic_layout       # ``Cubic`` (CUBIC_FIELDS)
     cdef readonly unsigned long segments        # segments sent here (for tests and tools)
+    cdef readonly unsigned long acks            # pure ACKs taken here (for tests and tools)
 
-    def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout, type rack_cls):
+    def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout, type rack_cls,
+                  SlotLayout rtt_layout, SlotLayout newreno_layout, SlotLayout cubic_layout):
         if receiver_layout.fields != RECEIVER_FIELDS or delack_layout.fields != DELACK_FIELDS:
             raise ValueError("layouts of RECEIVER_FIELDS and DELACK_FIELDS expected")
+        if (rtt_layout.fields != RTT_FIELDS or newreno_layout.fields != NEWRENO_FIELDS
+                or cubic_layout.fields != CUBIC_FIELDS):
+            raise ValueError("layouts of RTT_FIELDS, NEWRENO_FIELDS and CUBIC_FIELDS expected")
         self.layout = layout
         self.receiver_layout = receiver_layout
         self.delack_layout = delack_layout
         self.rack_cls = rack_cls
+        self.rtt_layout = rtt_layout
+        self.newreno_layout = newreno_layout
+        self.cubic_layout = cubic_layout
+
+    def cc_on_ack(self, cc, acked, rtt, now):
+        """``cc.on_ack(acked, rtt, now)`` in C (NewReno or Cubic); False, untouched, for another algorithm."""
+        cdef int kind = self._cc_kind(cc)
+        if kind:
+            _cc_on_ack(cc, kind, (self.newreno_layout if kind == 1 else self.cubic_layout)._off, acked, rtt, now)
+        return kind != 0
+
+    def rtt_sample(self, rtt, double r):
+        """``rtt.sample(r)`` in C (an ``RttEstimator``)."""
+        if type(rtt) is not self.rtt_layout.cls:
+            raise TypeError("not an RttEstimator")
+        _rtt_sample(rtt, self.rtt_layout._off, r)
+
+    cdef inline int _cc_kind(self, cc) noexcept:
+        if type(cc) is self.newreno_layout.cls:
+            return 1
+        if type(cc) is self.cubic_layout.cls:
+            return 2
+        return 0
+
+    cdef int on_ack(self, sender, tcb, Packet p, now) except -1:
+        """``Sender.on_ack(seg, 0, now)`` for a pure ACK with SND.UNA < SEG.ACK <= SND.MAX, ESTABLISHED, no
+        FIN queued, the timestamps option alone when negotiated (header prediction's conditions)."""
+        cdef Py_ssize_t *off = self.layout._off
+        cdef Py_ssize_t *eo = self.rtt_layout._off
+        cdef uint32_t ack = p.ack, una, seq, wl1, rt
+        cdef int64_t advanced, before, acked, seg_wnd, old_wnd, send_low
+        cdef bint ts_ok, sampled = False
+        cdef int kind
+        cdef double r
+        sndbuf = sender.sndbuf
+        rtt = sender.rtt
+        cc = sender.cc
+        kind = self._cc_kind(cc)
+        old_wnd = _iget(tcb, off[T_SND_WND])
+        if (type(sndbuf) is not SendRing or type(rtt) is not self.rtt_layout.cls or kind == 0 or old_wnd == 0
+                or sender.rto_tsval is not None):
+            # another algorithm, a window opening from zero, or echoes from before a timeout still to be
+            # told apart (Sender.sample_tsecr's rto_tsval): the Python way
+            sender.on_ack(p, 0, now)
+            return 0
+        self.acks += 1
+        ts_ok = _bget(tcb, off[T_TS_OK])
+        sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
+        una = <uint32_t>_iget(tcb, off[T_SND_UNA])
+        advanced = <int32_t>(ack - una)
+        seg_wnd = (<int64_t>p.window) << _iget(tcb, off[T_SND_WSCALE])
+        # _advance
+        before = (<SendRing>sndbuf)._len
+        acked = advanced if advanced <= before else before
+        if acked:
+            (<SendRing>sndbuf).acknowledge(acked)
+        ack_o = PyLong_FromUnsignedLong(ack)
+        _fset(tcb, off[T_SND_UNA], ack_o)
+        if _seq_lt(<uint32_t>_iget(tcb, off[T_SND_NXT]), ack):
+            _fset(tcb, off[T_SND_NXT], ack_o)
+        if _seq_lt(<uint32_t>PyLong_AsLongLong(tcb.snd_sml), ack):
+            tcb.snd_sml = ack_o  # kept within reach of SND.UNA
+        sender.bytes_acked += acked
+        sender.rtx_count = _ZERO
+        # RTT: TSecr (RFC 7323 4.1: sample_tsecr / tsecr_rtt), else the timed segment (RFC 6298, Karn)
+        if ts_ok and p._tsecr:
+            sampled = True
+            rt = <uint32_t>(<int64_t>(PyFloat_AsDouble(now) * 1000) + _iget(tcb, off[T_TS_OFFSET])) - p._tsecr
+            if rt < 0x7FFFFFFF:
+                _rtt_sample(rtt, eo, rt / 1000.0)
+        if not sampled:
+            rtt_seq = sender.rtt_seq
+            if rtt_seq is not None and not _seq_lt(ack, <uint32_t>PyLong_AsLongLong(rtt_seq)):
+                _rtt_sample(rtt, eo, PyFloat_AsDouble(now) - PyFloat_AsDouble(sender.rtt_time))
+                sender.rtt_seq = None
+        recovery = sender.recovery
+        snd_max_o = _fget(tcb, off[T_SND_MAX])
+        if not recovery.on_ack(ack_o, advanced, acked, <int32_t>(<uint32_t>PyLong_AsLongLong(snd_max_o) - ack), now):
+            _cc_on_ack(cc, kind, (self.newreno_layout if kind == 1 else self.cubic_layout)._off, acked,
+                       _fget(rtt, eo[E_SRTT]), now)
+        sender.rtx_kind = _ZERO  # rack.RTO
+        timer = sender.rtx_timer
+        if <uint32_t>PyLong_AsLongLong(snd_max_o) == ack:
+            timer.cancel()  # RFC 6298 5.2
+        else:
+            timer.arm(now + _fget(rtt, eo[E_RTO]))  # RFC 6298 5.3
+        send_low = PyLong_AsLongLong(sender.send_low)
+        if before > send_low >= (<SendRing>sndbuf)._len:
+            sender.low_water()
+        # the window update, guarded by SND.WL1/SND.WL2 (the window was open: no persist timer to stop)
+        seq = p.seq
+        wl1 = <uint32_t>_iget(tcb, off[T_SND_WL1])
+        if _seq_lt(wl1, seq) or (wl1 == seq and _seq_le(<uint32_t>_iget(tcb, off[T_SND_WL2]), ack)):
+            if seg_wnd != old_wnd:
+                _fset(tcb, off[T_SND_WND], PyLong_FromLongLong(seg_wnd))
+            _fset(tcb, off[T_SND_WL1], PyLong_FromUnsignedLong(seq))
+            _fset(tcb, off[T_SND_WL2], ack_o)
+            if seg_wnd > _iget(tcb, off[T_MAX_SND_WND]):
+                _fset(tcb, off[T_MAX_SND_WND], PyLong_FromLongLong(seg_wnd))
+        # in a sending state (ESTABLISHED, unless the low-water callback closed): the recovery's own work
+        state = _iget(tcb, off[T_STATE])
+        if state == TCPS_ESTABLISHED or state == 5 or state == 7 or state == 8 or state == 9:  # tcb.SENDING
+            recovery.after_ack(ack_o, (), now)
+            recovery.arm_timer(now)
+        return 0
 
     def burst(self, sender, cwnd, now):
         """Send the full-sized segments of new data ``Sender.output``'s loop would send first; their number."""
@@ -146,14 +280,14 @@ cdef class TxPath:
         receiver = out.receiver
         fast = out.fast
         sndbuf = sender.sndbuf
-        if (type(fast) is not FlowEmitter or type(sndbuf) is not SendRing or sender.psh_next
+        if (type(sndbuf) is not SendRing or sender.psh_next
                 or type(receiver) is not self.receiver_layout.cls
                 or type(_fget(receiver, ro[R_DELACK])) is not self.delack_layout.cls or receiver.dsack is not None):
             return 0
         layer = _fget(receiver, ro[R_BUDGET])
         if layer is not None and layer.under_pressure:
             return 0
-        fe = <FlowEmitter>fast
+        fe = <FlowEmitter>fast if type(fast) is FlowEmitter else None
         ring = <SendRing>sndbuf
         mss = PyLong_AsLongLong(tcb.snd_mss)
         if mss <= 0:
@@ -195,7 +329,7 @@ cdef class TxPath:
                 tsecr = <uint32_t>_iget(tcb, off[T_TS_RECENT])
             end = nxt + <uint32_t>mss
             ok = 0
-            t = fe.template
+            t = fe.template if fe is not None else None
             if t is not None and t.fresh(when):
                 start = (ring._head + ring_off) % ring._size
                 if start + mss <= ring._size:  # contiguous in the ring: copied straight into the slot
@@ -211,8 +345,14 @@ cdef class TxPath:
                 ack_o = _fget(tcb, off[T_RCV_NXT])
                 ts = (PyLong_FromUnsignedLong(tsv), _fget(tcb, off[T_TS_RECENT])) if ts_ok else None
                 payload = ring.peek(ring_off, mss)
-                if ok == -1 or not fe.send(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq_o,
-                                           ack_o, flags, window, ts, payload, now):
+                if ok == 0:  # the host's emitter: the flow's template rebuilt (FlowEmitter), or its own
+                    if fe is not None:
+                        ok = fe.send(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq_o, ack_o,
+                                     flags, window, ts, payload, now)
+                    else:
+                        ok = 1 if fast(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq_o, ack_o,
+                                       flags, window, ts, payload, now) else 0
+                if ok != 1:
                     out.write(seq_o, ack_o, flags, window, ts, (), now, payload)
             out.segs_out += 1
             counters["tcp.out_segs"] += 1
@@ -245,3 +385,116 @@ cdef class TxPath:
                 sender.rtx_kind = _ZERO  # rack.RTO
                 timer.arm(now + sender.rtt.rto)
         return sent
+
+
+# The slots of ``RttEstimator`` and of the congestion controllers the ACK path reads and writes.
+RTT_FIELDS = ("srtt", "rttvar", "rto", "min_rto", "max_rto", "granularity", "backoffs", "_base_rto")
+cdef enum:
+    E_SRTT = 0
+    E_RTTVAR = 1
+    E_RTO = 2
+    E_MIN_RTO = 3
+    E_MAX_RTO = 4
+    E_GRANULARITY = 5
+    E_BACKOFFS = 6
+    E_BASE_RTO = 7
+
+NEWRENO_FIELDS = ("mss", "cwnd", "ssthresh", "bytes_acked")
+CUBIC_FIELDS = ("mss", "cwnd", "ssthresh", "w_max", "k", "epoch", "w_est")
+cdef enum:
+    C_MSS = 0
+    C_CWND = 1
+    C_SSTHRESH = 2
+    C_BYTES_ACKED = 3   # NewReno
+    C_W_MAX = 3         # Cubic
+    C_K = 4
+    C_EPOCH = 5
+    C_W_EST = 6
+
+
+cdef inline double _fmin(double a, double b) noexcept:
+    return b if b < a else a   # Python's min(a, b): the first unless the second is smaller
+
+
+cdef inline double _fmax(double a, double b) noexcept:
+    return b if b > a else a
+
+
+cdef int _rtt_sample(object rtt, Py_ssize_t *eo, double r) except -1:
+    """``RttEstimator.sample(r)``: RFC 6298 2.2 (first) and 2.3 (rttvar first, with the old srtt)."""
+    cdef double srtt, rttvar, base, rto
+    if r < 0:
+        return 0
+    srtt_o = _fget(rtt, eo[E_SRTT])
+    if srtt_o is None:
+        srtt = r
+        rttvar = r / 2
+    else:
+        srtt = PyFloat_AsDouble(srtt_o)
+        rttvar = (1 - 0.25) * PyFloat_AsDouble(_fget(rtt, eo[E_RTTVAR])) + 0.25 * fabs(srtt - r)
+        srtt = (1 - 0.125) * srtt + 0.125 * r
+    _fset(rtt, eo[E_RTTVAR], PyFloat_FromDouble(rttvar))
+    _fset(rtt, eo[E_SRTT], PyFloat_FromDouble(srtt))
+    base = srtt + _fmax(PyFloat_AsDouble(_fget(rtt, eo[E_GRANULARITY])), 4 * rttvar)
+    _fset(rtt, eo[E_BASE_RTO], PyFloat_FromDouble(base))
+    _fset(rtt, eo[E_BACKOFFS], _ZERO)
+    # _clamp: min(max_rto, max(min_rto, rto)), the bound itself when it wins (as Python's min/max return it)
+    rto_o = PyFloat_FromDouble(base)
+    lo = _fget(rtt, eo[E_MIN_RTO])
+    if PyFloat_AsDouble(lo) >= base:
+        rto_o = lo
+    hi = _fget(rtt, eo[E_MAX_RTO])
+    if PyFloat_AsDouble(rto_o) >= PyFloat_AsDouble(hi):
+        rto_o = hi
+    _fset(rtt, eo[E_RTO], rto_o)
+    return 0
+
+
+cdef int _cc_on_ack(object cc, int kind, Py_ssize_t *co, int64_t acked, object rtt_o, object now) except -1:
+    """``cc.on_ack(acked, rtt, now)`` for ``NewReno`` (kind 1) and ``Cubic`` (kind 2), on their slots."""
+    cdef int64_t mss = _iget(cc, co[C_MSS]), cwnd = _iget(cc, co[C_CWND]), ba, grown
+    cdef double cw, w_max, k, t, target, segs, w_est, new, c = _CUBIC_C, rtt
+    if cwnd < _iget(cc, co[C_SSTHRESH]):
+        # slow start: RFC 5681 equation (2), at most SMSS per ACK (ABC, RFC 3465 L = 1); RFC 9438 4.10
+        _fset(cc, co[C_CWND], PyLong_FromLongLong(cwnd + (acked if acked < mss else mss)))
+        return 0
+    if kind == 1:
+        # congestion avoidance, RFC 5681 3.1: +SMSS once per cwnd of bytes acknowledged
+        ba = _iget(cc, co[C_BYTES_ACKED]) + acked
+        if ba >= cwnd:
+            ba -= cwnd
+            _fset(cc, co[C_CWND], PyLong_FromLongLong(cwnd + mss))
+        _fset(cc, co[C_BYTES_ACKED], PyLong_FromLongLong(ba))
+        return 0
+    # CUBIC, RFC 9438: windows in segments, time in seconds (as Cubic.on_ack, step for step)
+    cw = <double>cwnd / <double>mss
+    epoch = _fget(cc, co[C_EPOCH])
+    if epoch is None:  # 4.2: a new congestion avoidance epoch
+        epoch = now
+        _fset(cc, co[C_EPOCH], now)
+        w_max = PyFloat_AsDouble(_fget(cc, co[C_W_MAX]))
+        if w_max < cw:
+            w_max = cw
+            _fset(cc, co[C_W_MAX], PyFloat_FromDouble(cw))
+        k = pow((w_max - cw) / c, 1.0 / 3)
+        _fset(cc, co[C_K], PyFloat_FromDouble(k))
+        w_est = cw
+    else:
+        w_max = PyFloat_AsDouble(_fget(cc, co[C_W_MAX]))
+        k = PyFloat_AsDouble(_fget(cc, co[C_K]))
+        w_est = PyFloat_AsDouble(_fget(cc, co[C_W_EST]))
+    t = PyFloat_AsDouble(now) - PyFloat_AsDouble(epoch)
+    rtt = PyFloat_AsDouble(rtt_o) if rtt_o else 0.0
+    target = c * pow(t + rtt - k, 3.0) + w_max
+    target = _fmin(_fmax(target, cw), 1.5 * cw)
+    segs = <double>acked / <double>mss
+    w_est += _CUBIC_ALPHA * segs / cw  # 4.3: the Reno-friendly region
+    _fset(cc, co[C_W_EST], PyFloat_FromDouble(w_est))
+    if c * pow(t - k, 3.0) + w_max < w_est:
+        new = _fmax(cw, w_est)
+    else:
+        new = cw + (target - cw) / cw * segs  # 4.4 concave / 4.5 convex regions
+    grown = <int64_t>rint(new * mss)  # Python's round(): half to even, as rint in the default rounding mode
+    if grown > cwnd:
+        _fset(cc, co[C_CWND], PyLong_FromLongLong(grown))
+    return 0

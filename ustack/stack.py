@@ -100,7 +100,8 @@ class Stack:
     ``max_entries``, ``max_pending``, ``request_rate``...; ``IcmpLayer``'s
     ``max_buckets``; ``UdpLayer``'s ``datagram_overhead``...), documented
     with each layer. ``fastpath=False`` turns off TCP receive header
-    prediction in C (default: on unless ``USTACK_FASTPATH=0``).
+    prediction in C (default: on; the core reads no environment, the
+    adapters map ``USTACK_FASTPATH=0`` onto it: ``ustack.api.environment``).
 
     ``loopback=True`` makes this a loopback interface (Linux's ``lo``) over
     a device that delivers its TX to its own RX (``ustack.backends.loopback``):
@@ -115,7 +116,7 @@ class Stack:
                  isn_secret: Optional[bytes] = None, announce: bool = True, tcp_config: Optional[TcpConfig] = None,
                  arp: Optional[dict] = None, ipv4: Optional[dict] = None, icmp: Optional[dict] = None,
                  udp: Optional[dict] = None, gateway6: Optional[str] = None, ipv6: Optional[dict] = None,
-                 icmpv6: Optional[dict] = None, fastpath: Optional[bool] = None, loopback: bool = False,
+                 icmpv6: Optional[dict] = None, fastpath: bool = True, loopback: bool = False,
                  rx_hold: Optional[int] = None):
         caps = device.capabilities
         texts = [addr] if isinstance(addr, str) else list(addr)

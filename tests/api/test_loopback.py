@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import socket
+import ssl
 import threading
 import urllib.request
 
@@ -22,6 +23,18 @@ def session():
     finally:
         s.close()
     assert socket.socket.__module__ == "socket"
+
+
+@pytest.fixture
+def tls_contexts(certificate):
+    """(server context on the throwaway certificate, client context that does not verify it)."""
+    cert, key = certificate
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    return server_ctx, client_ctx
 
 
 def _on_loopback(session, sock):
@@ -197,15 +210,8 @@ def test_getsockopt_before_bind_does_not_pick_the_stack(session):
         assert _on_loopback(session, s)
 
 
-def test_wrap_socket_detaches_the_socket_it_wraps(session, certificate):
-    import ssl
-
-    cert, key = certificate
-    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_ctx.load_cert_chain(cert, key)
-    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_ctx.check_hostname = False
-    client_ctx.verify_mode = ssl.CERT_NONE
+def test_wrap_socket_detaches_the_socket_it_wraps(session, tls_contexts):
+    server_ctx, client_ctx = tls_contexts
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
@@ -242,15 +248,8 @@ def test_wildcard_loopback_puts_unaddressed_servers_on_the_loopback_stack():
         patch(s.driver, wildcard="everywhere")
 
 
-def test_wrap_socket_before_connect(session, certificate):
-    import ssl
-
-    cert, key = certificate
-    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_ctx.load_cert_chain(cert, key)
-    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_ctx.check_hostname = False
-    client_ctx.verify_mode = ssl.CERT_NONE
+def test_wrap_socket_before_connect(session, tls_contexts):
+    server_ctx, client_ctx = tls_contexts
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
@@ -276,16 +275,9 @@ def test_wrap_socket_before_connect(session, certificate):
         assert result == [b"early"]
 
 
-def test_tls_nonblocking_send_raises_want_write_when_full_and_loses_nothing(session, certificate):
-    import ssl
-
-    cert, key = certificate
-    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_ctx.load_cert_chain(cert, key)
+def test_tls_nonblocking_send_raises_want_write_when_full_and_loses_nothing(session, tls_contexts):
+    server_ctx, client_ctx = tls_contexts
     server_ctx.num_tickets = 0  # nothing for the client to leave unread (its close would then be a RST)
-    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_ctx.check_hostname = False
-    client_ctx.verify_mode = ssl.CERT_NONE
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()

@@ -114,17 +114,17 @@ def test_the_signal_byte_is_written_under_the_receivers_lock(monkeypatch):
     """A signal written after the lock is released can land after a drain that already cleared
     the flag: the byte then stays, the fd is readable forever and a poller spins. The write
     must happen while the lock that rx_burst drains under is held."""
-    import ustack.backends.pipe as pipe
+    import ustack.backends.memory as memory  # the pipe's device plumbing (shared with the loopback device)
 
     link = PipeLink(ManualClock())
     held = []
-    real_write = pipe.os.write
+    real_write = memory.os.write
 
     def write(fd, data):
         held.append(link.b._lock.locked())
         return real_write(fd, data)
 
-    monkeypatch.setattr(pipe.os, "write", write)
+    monkeypatch.setattr(memory.os, "write", write)
     send(link.a, [frame(1)])
     assert held == [True]
     link.b.rx_release(link.b.rx_burst(64))

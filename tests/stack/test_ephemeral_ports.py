@@ -36,3 +36,15 @@ def test_a_taken_draw_moves_on_to_the_next_free_port_and_a_full_range_is_eaddrno
     with pytest.raises(OSError) as e:
         ports.pick_unconnected(LADDR, lambda p: True)
     assert e.value.errno == errno.EADDRNOTAVAIL
+
+
+def test_the_offset_is_rfc6056_f_a_keyed_hash_of_the_destination_that_the_counter_advances():
+    import hashlib
+
+    ports = EphemeralPorts(SECRET, b"tcp")
+    f = int.from_bytes(hashlib.blake2s(LADDR + RADDR + (80).to_bytes(2, "big"), key=SECRET, digest_size=4,
+                                       person=b"tcp").digest(), "big")
+    span = EPHEMERAL_HIGH - EPHEMERAL_LOW + 1
+    assert ports.pick(LADDR, RADDR, 80, lambda p: False) == EPHEMERAL_LOW + f % span  # next_ephemeral = 0
+    assert ports.pick(LADDR, RADDR, 80, lambda p: False) == EPHEMERAL_LOW + (f + 1) % span
+    assert ports.pick(LADDR, RADDR, 443, lambda p: False) != EPHEMERAL_LOW + (f + 2) % span  # another F

@@ -23,10 +23,8 @@ import gc
 import statistics
 import time
 
-from ustack.api.clock import ManualClock
-from ustack.backends.pipe import PipeLink
 from ustack.net.addr import ANY4, parse
-from ustack.stack import Stack
+from ustack.tools.pipe_pair import PipePair
 from ustack.transport.tcp.tcb import State
 
 SERVER, PORT = "198.18.0.1", 80
@@ -39,25 +37,15 @@ def connect_close_cpu_seconds(conns: int, seed: int = 1) -> float:
 
 def connect_close(conns: int, seed: int = 1) -> tuple[float, float]:
     """Open and close ``conns`` connections one after the other: (CPU seconds, simulated seconds)."""
-    clock = ManualClock(1000.0)
-    link = PipeLink(clock, seed=seed, delay=0.00005)
-    a, b = Stack(link.a, SERVER + "/24"), Stack(link.b, "198.18.0.2/24")
+    pair = PipePair(seed=seed, delay=0.00005)
+    clock, a, b = pair.clock, pair.a, pair.b
     lst = a.tcp.listen((ANY4, PORT), 128)
     remote = (parse(SERVER), PORT)
 
     def run_until(done, limit: float = 10.0) -> None:
-        end = clock.now + limit
-        while not done():
-            now = clock.now
-            if now > end:
-                raise RuntimeError("bench_connect: stuck")
-            deadlines = [d for d in (a.poll(now), b.poll(now), link.a.poll_at(), link.b.poll_at()) if d is not None]
-            if done():
-                return
-            # the pipe ends' poll_at: frames one stack sent after the other polled are due then, not
-            # at the next timer (skipping to the timer fired RTOs before the ACKs arrived)
-            nxt = min(deadlines) if deadlines else now
-            clock.set(nxt if nxt > now else now + 1e-6)
+        # step: done() right after the polls, before the clock jumps (the simulated figure ends there)
+        if not pair.run(lambda now: done(), done, limit):
+            raise RuntimeError("bench_connect: stuck")
 
     gc.collect()  # what earlier runs left for the collector is not this run's cost
     start = time.process_time()

@@ -26,6 +26,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
 
 from ustack import _fastpath
+from ustack.api import environment
 from ustack.api.clock import ManualClock
 from ustack.stats import Stats
 from ustack.transport.tcp import TcpConfig, TcpLayer
@@ -231,7 +232,7 @@ class Harness:
         self.host = FakeHost(self.clock, self.timers, addr=self.local, mtu=mtu)
         cfg = dict(TEST_DEFAULTS)
         cfg.update(config)
-        self.layer = TcpLayer(self.host, TcpConfig(**cfg))
+        self.layer = TcpLayer(self.host, TcpConfig(**cfg), environment.fastpath())  # the suite's --fastpath
         self.peer = Peer(self, addr=PEER if family == 4 else PEER6)
 
     @property

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from tests.tcp.harness import FakeHost
+from ustack.api import environment
 from ustack.api.clock import ManualClock
 from ustack.backends.impair import Impairment
 from ustack.transport.tcp import State, TcpConfig, TcpLayer
@@ -67,8 +68,8 @@ class World:
         self.b_host = FakeHost(self.clock, self.timers, addr=B_ADDR)
         self.b_host.isn_secret = bytes(range(100, 116))
         config = TcpConfig(**cfg)
-        self.a = TcpLayer(self.a_host, config)
-        self.b = TcpLayer(self.b_host, config)
+        self.a = TcpLayer(self.a_host, config, environment.fastpath())
+        self.b = TcpLayer(self.b_host, config, environment.fastpath())
         self.link.attach(A_ADDR, self.a, self.a_host)
         self.link.attach(B_ADDR, self.b, self.b_host)
 

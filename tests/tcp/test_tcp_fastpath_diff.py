@@ -22,6 +22,10 @@ _TCB_FIELDS = ("state", "iss", "snd_una", "snd_nxt", "snd_max", "snd_sml", "snd_
                "fin_queued", "fin_acked", "fin_rcvd", "fin_rcvd_seq")
 
 
+_CC_FIELDS = {"newreno": ("mss", "cwnd", "ssthresh", "bytes_acked"),
+              "cubic": ("mss", "cwnd", "ssthresh", "w_max", "k", "epoch", "w_est")}
+
+
 def _state(h: Harness, conn) -> dict:
     tcb, rcv, snd = conn.tcb, conn.receiver, conn.sender
     d = rcv.delack
@@ -34,6 +38,9 @@ def _state(h: Harness, conn) -> dict:
         "snd": (len(snd.sndbuf), snd.rtx_timer.deadline, snd.persist_timer.deadline, snd.rtx_count, snd.rtt_seq,
                 snd.dup_acks, snd.bytes_acked, snd.retransmits, rtt.srtt, rtt.rttvar, rtt.rto, snd.cc.window,
                 snd.cc.ssthresh),
+        "snd2": (snd.rtt_time, snd.rtx_kind, snd.ack_tsecr, snd.psh_next, snd.nodelay, rtt.backoffs,
+                 tuple(getattr(snd.cc, f) for f in _CC_FIELDS[snd.cc.name]),
+                 repr(getattr(snd.recovery, "segs", None)), snd.sndbuf.peek(0, len(snd.sndbuf))),
         "conn": (conn.error.__class__.__name__, conn.segs_in, h.layer.mem_used, h.layer.under_pressure, conn._charged,
                  conn._last_rcv, conn._keep_probes, snd.probes_out, conn.out.segs_out),
         "stats": h.stats.snapshot(),
@@ -80,6 +87,12 @@ _step = st.one_of(
     st.tuples(st.just("read"), st.sampled_from([1, 500, 5000, 100000])),
     st.tuples(st.just("send"), st.sampled_from([1, 100, 1448, 5000, 40000])),
     st.tuples(st.just("wait"), st.booleans()),
+    # the sending side: the peer's pure ACKs, each (ack advance, its window, the time before it)
+    st.tuples(st.just("acks"), st.integers(1, 12), st.sampled_from([1448, 2896, 2896, "all", 1000, 4344]),
+              st.sampled_from([65535, 65535, 20000, 3000, 1448]), st.sampled_from([0.0, 0.0005, 0.002, 0.02, 0.3])),
+    # congestion avoidance from here (as after a loss: ssthresh below cwnd), on both connections alike
+    st.tuples(st.just("ssthresh"), st.sampled_from([0.5, 0.9])),
+    st.tuples(st.just("nodelay"), st.booleans()),
 )
 
 
@@ -98,6 +111,24 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
             unacked_out.append(type(e).__name__)
     elif kind == "wait":
         conn.reader_waiting = step[1]
+    elif kind == "nodelay":
+        conn.sender.nodelay = step[1]
+    elif kind == "ssthresh":
+        cc = conn.sender.cc
+        cc.ssthresh = max(int(cc.cwnd * step[1]), 2 * cc.mss)
+    elif kind == "acks":
+        _, count, adv, win, dt = step
+        tcb = conn.tcb
+        for _ in range(count):
+            h.advance(dt)
+            outstanding = (tcb.snd_max - tcb.snd_una) & 0xFFFFFFFF
+            ack = tcb.snd_max if adv == "all" else (tcb.snd_una + min(adv, outstanding)) & 0xFFFFFFFF
+            if peer.use_ts:
+                peer.ts_clock = (peer.ts_clock + 1) & 0xFFFFFFFF
+            peer.send(flags="A", ack=ack, win=win)
+            h.layer.flush(h.now)
+            unacked_out.append([seg for _, _, seg in h.host.out])
+            h.drain()
     elif kind in ("burst", "round"):
         _, count, n, flags, dack = step
         h.layer.in_round = kind == "round"
@@ -149,6 +180,25 @@ def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, family, steps, co
         assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
         assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn), f"step {i} {step}: state differs"
     assert slow_conn.segs_fast == 0
+
+
+@pytest.mark.parametrize("cc", ["newreno", "cubic"])
+@pytest.mark.parametrize("ts", [True, False])
+def test_sender_bulk_runs_in_c_and_agrees(cc, ts):
+    """A bulk send through slow start into congestion avoidance, window changes and Nagle: the C transmit
+    path (``TxPath``: full segments from the ring, pure ACKs with RTT and cwnd) emits what Python does."""
+    steps = [("send", 40000), ("send", 40000), ("acks", 6, 2896, 65535, 0.002), ("nodelay", True),
+             ("send", 5000), ("acks", 4, "all", 20000, 0.002), ("send", 40000), ("ssthresh", 0.5),
+             ("acks", 10, 2896, 65535, 0.02), ("send", 100), ("acks", 3, 1448, 3000, 0.0005),
+             ("nodelay", False), ("send", 100), ("acks", 12, 1448, 65535, 0.3), ("acks", 12, "all", 65535, 0.02)]
+    fast_conn, slow_conn = _run_both(steps, ts=ts, cc=cc)
+    tx = fast_conn.sender.tx
+    assert slow_conn.sender.tx is None and tx is not None
+    assert tx.segments >= 40 and tx.acks >= 20  # both halves of the sender ran in C
+    assert fast_conn.sender.cc.ssthresh < fast_conn.sender.cc.cwnd  # congestion avoidance was reached
+    if cc == "cubic":
+        assert fast_conn.sender.cc.epoch is not None
+    assert fast_conn.sender.rtt.srtt is not None
 
 
 @pytest.mark.parametrize("family", [4, 6])

@@ -8,10 +8,8 @@ import struct
 import pytest
 
 from ustack._fastpath import K_TCP6, FlowTable, classify_one
-from ustack.api.clock import ManualClock
-from ustack.backends.pipe import PipeLink
-from ustack.net.addr import ANY4, ANY6, parse
-from ustack.stack import Stack
+from ustack.net.addr import parse
+from ustack.tools.pipe_pair import PipePair
 from ustack.transport.tcp.tcb import TCB_LAYOUT, State
 from ustack.wire.tcp import ACK, PSH, TcpHeader
 
@@ -62,43 +60,45 @@ def test_flow_table_ignores_keys_it_cannot_hold():
     assert table.input(object(), b"", 0.0) is False  # not a classify record
 
 
-def _pair(fastpath: bool, family: int = 4):
-    clock = ManualClock(1000.0)
-    link = PipeLink(clock, seed=3, delay=0.0005)
-    extra_a, extra_b = (["fd00::1/64"], ["fd00::2/64"]) if family == 6 else ([], [])
-    a = Stack(link.a, ["198.18.0.1/24"] + extra_a, fastpath=fastpath, isn_secret=bytes(16))
-    b = Stack(link.b, ["198.18.0.2/24"] + extra_b, fastpath=fastpath, isn_secret=bytes(range(16)))
-    if family == 6:
-        for _ in range(1000):  # duplicate address detection (RFC 4862) first, on the manual clock
-            if all(s.iface6.link_local is not None and not any(e.state == "tentative" for e in
-                                                               s.iface6.addresses.values()) for s in (a, b)):
-                break
-            deadlines = [d for d in (a.poll(clock.now), b.poll(clock.now)) if d is not None]
-            clock.set(max(min(deadlines, default=clock.now), clock.now + 1e-6))
-        else:
-            raise AssertionError("DAD did not finish")
-    return clock, a, b
+def _dad_done(stack) -> bool:
+    iface6 = stack.iface6
+    return iface6.link_local is not None and not any(e.state == "tentative" for e in iface6.addresses.values())
+
+
+def _established(fastpath: bool, family: int = 4):
+    """(pair, server, client): b connected to a's port 80 over the pipe, ESTABLISHED at both ends."""
+    pair = PipePair(seed=3, delay=0.0005, ipv6=family == 6, fastpath=fastpath,
+                    a_kw={"isn_secret": bytes(16)}, b_kw={"isn_secret": bytes(range(16))})
+    if family == 6:  # duplicate address detection (RFC 4862) first, on the manual clock
+        assert pair.run(lambda now: False, lambda: _dad_done(pair.a) and _dad_done(pair.b), 10.0), "DAD stuck"
+    lst, client = pair.connect(80)
+    accepted = []
+
+    def accept(now: float) -> bool:
+        server = None if accepted else lst.accept()
+        if server is not None:
+            accepted.append(server)
+        return server is not None
+
+    assert pair.run(accept, lambda: bool(accepted) and client.state == accepted[0].state == State.ESTABLISHED, 5.0)
+    return pair, accepted[0], client
 
 
 def _transfer(fastpath: bool, family: int = 4, size: int = 300_000):
-    clock, a, b = _pair(fastpath, family)
-    lst = a.tcp.listen((ANY4 if family == 4 else ANY6, 80), 4)
-    conn = b.tcp.connect(None, (parse("198.18.0.1" if family == 4 else "fd00::1"), 80), clock.now)
+    pair, server, conn = _established(fastpath, family)
     data = bytes(random.Random(1).randbytes(size))
-    sent, got, server = 0, bytearray(), None
-    for _ in range(20000):
-        now = clock.now
-        deadlines = [d for d in (a.poll(now), b.poll(now)) if d is not None]
-        server = server or lst.accept()
-        if sent < size and conn.state == State.ESTABLISHED:
-            sent += conn.send(data[sent:sent + 65536], now)
-        if server is not None:
-            got += server.recv(1 << 20, now)
-        if len(got) == size:
-            break
-        nxt = min(deadlines) if deadlines else now
-        clock.set(nxt if nxt > now else now + 1e-6)
-    return bytes(got) == data, server, conn, a, b
+    sent, got = 0, bytearray()
+
+    def step(now: float) -> bool:
+        nonlocal sent
+        n = conn.send(data[sent:sent + 65536], now) if sent < size else 0
+        sent += n
+        chunk = server.recv(1 << 20, now)
+        got.extend(chunk)
+        return bool(n or chunk)
+
+    pair.run(step, lambda: len(got) >= size, 60.0)
+    return bytes(got) == data, server, conn, pair.a, pair.b
 
 
 @pytest.mark.parametrize("family", [4, 6])
@@ -130,18 +130,9 @@ def _tcp6_frame(dst_mac: bytes, src_mac: bytes, sport: int, dport: int, seq: int
 
 
 def test_the_c_demux_takes_an_established_ipv6_flows_segment_and_leaves_others_to_python():
-    clock, a, b = _pair(True, 6)
-    lst = a.tcp.listen((ANY6, 80), 4)
-    client = b.tcp.connect(None, (parse("fd00::1"), 80), clock.now)
-    server = None
-    for _ in range(100):
-        a.poll(clock.now)
-        b.poll(clock.now)
-        server = server or lst.accept()
-        if server is not None and client.state == State.ESTABLISHED:
-            break
-        clock.set(clock.now + 0.001)
-    assert server is not None and a.tcp.flows.lookup(*server.key) is server
+    pair, server, client = _established(True, 6)
+    clock, a, b = pair.clock, pair.a, pair.b
+    assert a.tcp.flows.lookup(*server.key) is server
     before = a.stats["tcp.in_segs"]
     tcb = server.tcb
     frame = _tcp6_frame(a.link.mac, b.link.mac, client.local_port, 80, tcb.rcv_nxt, tcb.snd_nxt,
@@ -181,17 +172,8 @@ def test_tcb_layout_reads_the_fields_python_wrote_and_refuses_other_classes():
 
 
 def test_the_application_hears_of_a_fast_path_burst_once_per_poll_round():
-    clock, a, b = _pair(True)
-    lst = a.tcp.listen((ANY4, 80), 4)
-    client = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now)
-    server = None
-    for _ in range(50):
-        a.poll(clock.now)
-        b.poll(clock.now)
-        server = server or lst.accept()
-        if server is not None and client.state == State.ESTABLISHED:
-            break
-        clock.set(clock.now + 0.001)
+    pair, server, client = _established(True)
+    clock, a = pair.clock, pair.a
     events = []
     server.on_event = lambda conn: events.append((conn.segs_fast, len(conn.receiver.rcvbuf)))
     client.send(bytes(20 * 1448), clock.now)  # the initial window (RFC 3390: 3 segments of 1448) leaves at once

@@ -5,31 +5,24 @@ from __future__ import annotations
 
 import pytest
 
-from ustack.api.clock import ManualClock
-from ustack.backends.pipe import PipeLink
-from ustack.net.addr import ANY4, parse
-from ustack.stack import Stack
+from ustack.tools.pipe_pair import PipePair
 from ustack.transport.tcp.tcb import State
 
 
 def echo(size: int, loss: float, reorder: float, seed: int = 3, **knobs):
     """``size`` patterned bytes from b to a and back over a 1 ms RTT pipe; returns both connections."""
-    clock = ManualClock(1000.0)
-    link = PipeLink(clock, seed=seed, delay=0.0005, loss=loss, reorder=reorder, reorder_delay=0.0003)
-    a, b = Stack(link.a, "198.18.0.1/24"), Stack(link.b, "198.18.0.2/24")
-    lst = a.tcp.listen((ANY4, 80), 4, **knobs)
-    conn = b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now, **knobs)
+    pair = PipePair(seed=seed, delay=0.0005, loss=loss, reorder=reorder, reorder_delay=0.0003)
+    link, a, b = pair.link, pair.a, pair.b
+    lst, conn = pair.connect(80, **knobs)
     data = bytes((i * 7 + i // 1000) % 251 for i in range(size))
     view = memoryview(data)
     sent = echoed = 0
     back = bytearray()
     server = None
     pending = bytearray()
-    deadline = clock.now + 120.0
-    while len(back) < size:
-        assert clock.now < deadline, "transfer stalled"
-        now = clock.now
-        deadlines = [a.poll(now), b.poll(now)]
+
+    def step(now: float) -> bool:
+        nonlocal sent, echoed, server
         if server is None:
             server = lst.accept()
         acted = False
@@ -39,7 +32,7 @@ def echo(size: int, loss: float, reorder: float, seed: int = 3, **knobs):
             acted |= n > 0
         if server is not None:
             while chunk := server.recv(1 << 20, now):
-                pending += chunk
+                pending.extend(chunk)
                 acted = True
             if pending:
                 n = server.send(pending, now)
@@ -47,13 +40,11 @@ def echo(size: int, loss: float, reorder: float, seed: int = 3, **knobs):
                 echoed += n
                 acted |= n > 0
         while chunk := conn.recv(1 << 20, now):
-            back += chunk
+            back.extend(chunk)
             acted = True
-        if acted:
-            continue
-        deadlines += (link.a.poll_at(), link.b.poll_at())
-        nxt = min((d for d in deadlines if d is not None), default=now)
-        clock.set(nxt if nxt > now else now + 1e-6)
+        return acted
+
+    assert pair.run(step, lambda: len(back) >= size, max_time=120.0), "transfer stalled"
     assert bytes(back) == data and echoed == size
     assert link.a.counters["lost"] and link.b.counters["lost"] and link.a.counters["reordered"]
     for s in (a, b):

@@ -25,7 +25,7 @@ import os
 import socket as _std
 import struct
 import warnings
-from typing import Optional
+from typing import Callable, Optional
 
 from ustack.net import addr
 from ustack.net.addr import ANY4, ANY6, BROADCAST4
@@ -353,9 +353,16 @@ class SocketBase:
             return
         warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
         try:
-            self._real_close()
+            self._close_from_finalizer()
         except Exception:  # noqa: BLE001 - nothing may escape a finalizer (the driver may be gone)
             pass
+
+    def _close_from_finalizer(self) -> None:
+        """close() for a finalizer, which may run anywhere (inside the stack's poll, in another thread,
+        under any lock): no lock, no segment; the driver's next round releases the protocol object
+        (``_orphan``) and that round's flush sends the FIN or RST (``Driver.defer``)."""
+        self._closed = True
+        self._real_close(finalizing=True)
 
     def _check(self) -> None:
         if self._dead or not self._slot.open:
@@ -367,7 +374,7 @@ class SocketBase:
         if self._io_refs <= 0:
             self._real_close()
 
-    def _real_close(self) -> None:
+    def _real_close(self, finalizing: bool = False) -> None:
         if self._dead:
             return
         self._dead = True
@@ -384,6 +391,18 @@ class SocketBase:
         h.refs -= 1
         if h.refs > 0:
             return
+        if finalizing:
+            release, rfd = self._orphan(), h.rfd
+
+            def release_and_close_rfd():
+                try:
+                    release()
+                finally:
+                    if rfd is not None:
+                        rfd.close()
+
+            self._driver.defer(release_and_close_rfd)
+            return
         try:
             self._release()
         finally:
@@ -393,6 +412,11 @@ class SocketBase:
 
     def _release(self) -> None:
         """Give the protocol object up (the last duplicate was closed)."""
+        raise NotImplementedError
+
+    def _orphan(self) -> Callable[[], None]:
+        """What ``_release`` does, as a call that holds no reference to this socket, needs no time
+        and sends nothing itself: the driver runs it under its lock in the next round."""
         raise NotImplementedError
 
     def detach(self) -> int:

@@ -43,6 +43,9 @@ class DatagramSocket(SocketBase):
         with self._driver.lock:
             self._ep.close()
 
+    def _orphan(self):
+        return self._ep.close
+
     # -- readiness (ustack.api.readiness) ----------------------------------------
     def _readiness(self) -> tuple[bool, bool]:
         return udp_readiness(self._ep)

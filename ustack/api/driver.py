@@ -37,10 +37,17 @@ start a thread. The wait policy (DESIGN.md "How the stack runs"):
   exception escaping ``Stack.poll`` in that thread is counted
   (``driver.poll_error.<Type>``), kept in ``last_error``, and the thread
   goes on after a short back-off instead of dying silently.
+- a socket's finalizer (``__del__`` on a garbage collection) may run
+  anywhere: inside the stack's own poll, in another thread, under any
+  lock. It takes no lock and sends nothing: ``defer(fn)`` queues the
+  release of its protocol object and wakes a sleeping poller, and the next
+  round runs ``fn`` under the lock before ``Stack.poll``, whose flush then
+  sends the FIN or RST.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import select
 import socket
@@ -90,6 +97,7 @@ class Driver:
         self._bg_event = threading.Event()  # the background thread's turn to lead
         self.deadline: Optional[float] = None
         self.last_error: Optional[BaseException] = None  # the last exception the background thread survived
+        self._deferred: collections.deque = collections.deque()  # finalizers' releases, for the next round
 
     def socket(self, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0):
         """A stdlib-shaped socket on this driver's stack (see ``ustack.api.socket``)."""
@@ -108,6 +116,7 @@ class Driver:
         A round that received frames or ran timers wakes the followers whose condition now holds.
         """
         with self.lock:
+            self.run_deferred()
             stats = self.stack.stats
             received = stats[_RX_COUNTER]
             now = self.clock()
@@ -117,6 +126,26 @@ class Driver:
             if (worked or due) and self._followers:
                 self._wake_followers()
             return self.deadline, worked
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        """Have the next round run ``fn()`` under the lock, before ``Stack.poll`` (whose flush sends
+        what it produced). Safe in a finalizer: no lock, no I/O but a wake-up pipe byte."""
+        self._deferred.append(fn)  # deque.append is atomic
+        self._kicks += 1
+        self._wake_sleepers()
+
+    def run_deferred(self) -> None:
+        """Under the lock, outside ``Stack.poll``: run what finalizers deferred (each at most once)."""
+        deferred = self._deferred
+        while deferred:
+            try:
+                fn = deferred.popleft()
+            except IndexError:  # emptied meanwhile
+                return
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - a finalizer's release fails quietly, as in __del__, but counted
+                self.stack.stats.inc(f"driver.finalizer_error.{type(e).__name__}")
 
     def kick(self) -> None:
         """The stack's state changed outside a round (a user call): wake sleeping pollers (a new

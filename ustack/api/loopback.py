@@ -17,6 +17,9 @@ unlike Linux where the wildcard spans every interface.
 
 from __future__ import annotations
 
+from typing import Optional
+
+from ustack.api import environment
 from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
 from ustack.backends.loopback import LoopbackDevice
 from ustack.stack import Stack
@@ -24,11 +27,14 @@ from ustack.stack import Stack
 LOOPBACK_ADDRS = ("127.0.0.1/8", "::1/128")
 
 
-def open_loopback(clock, *, busy_poll: float = DEFAULT_BUSY_POLL, ipv6: bool = True) -> Driver:
-    """A loopback Stack (127.0.0.1/8, and ::1/128 unless ``ipv6=False``) on its own Driver, not started."""
+def open_loopback(clock, *, busy_poll: float = DEFAULT_BUSY_POLL, ipv6: bool = True,
+                  fastpath: Optional[bool] = None) -> Driver:
+    """A loopback Stack (127.0.0.1/8, and ::1/128 unless ``ipv6=False``) on its own Driver, not started;
+    ``fastpath`` None follows USTACK_FASTPATH (``ustack.api.environment``)."""
     device = LoopbackDevice()
     try:
-        stack = Stack(device, list(LOOPBACK_ADDRS if ipv6 else LOOPBACK_ADDRS[:1]), loopback=True)
+        stack = Stack(device, list(LOOPBACK_ADDRS if ipv6 else LOOPBACK_ADDRS[:1]), loopback=True,
+                      fastpath=environment.fastpath() if fastpath is None else fastpath)
     except BaseException:
         device.close()
         raise

@@ -15,7 +15,8 @@ sitecustomize can call it unconditionally)::
 The variables: USTACK_ADDR (A.B.C.D/N, required), USTACK_BACKEND (pipe,
 tap, packet, afxdp; default packet), USTACK_IFNAME (required except for
 pipe), USTACK_GATEWAY, USTACK_PCAP (a capture file, created 0600),
-USTACK_MTU, USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``),
+USTACK_MTU, USTACK_FASTPATH (0: the TCP fast path in C off,
+``ustack.api.environment``), USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``),
 USTACK_LOOPBACK (1: 127/8 and ::1 on an in-process ustack loopback
 interface, ``ustack.api.loopback``, instead of the kernel's), USTACK_ASYNCIO (native, the default: asyncio's loops poll the stack
 themselves, ``ustack.api.aio``; stock: asyncio's own loop on readiness fds). With
@@ -30,6 +31,7 @@ import atexit
 import os
 from typing import Mapping, Optional
 
+from ustack.api import environment
 from ustack.api.aio import install_policy, uninstall_policy
 from ustack.api.clock import MonotonicClock
 from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
@@ -48,7 +50,7 @@ class Session:
 
     def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
                  pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL,
-                 asyncio: str = "native", loopback: bool = False):
+                 asyncio: str = "native", loopback: bool = False, fastpath: Optional[bool] = None):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         if backend != "pipe" and not ifname:
@@ -56,6 +58,8 @@ class Session:
         if asyncio not in ASYNCIO_MODES:
             raise ValueError(f"unknown asyncio mode {asyncio!r} (one of {', '.join(ASYNCIO_MODES)})")
         self.asyncio = asyncio
+        if fastpath is None:  # the core reads no environment: USTACK_FASTPATH is read here
+            fastpath = environment.fastpath()
         self.clock = MonotonicClock()
         self.link = None
         if backend == "pipe":
@@ -70,12 +74,12 @@ class Session:
         try:
             if pcap:
                 device = PcapDevice(device, pcap, self.clock)
-            self.stack = Stack(device, addr, gateway=gateway, mtu=mtu)
+            self.stack = Stack(device, addr, gateway=gateway, mtu=mtu, fastpath=fastpath)
         except BaseException:
             device.close()
             raise
         self.driver = Driver(self.stack, self.clock, busy_poll=busy_poll)
-        self.loopback = open_loopback(self.clock, busy_poll=busy_poll) if loopback else None
+        self.loopback = open_loopback(self.clock, busy_poll=busy_poll, fastpath=fastpath) if loopback else None
         self.installed = False
         self.closed = False
 
@@ -126,6 +130,8 @@ def settings(environ: Mapping[str, str]) -> Optional[dict]:
             kw["mtu"] = int(mtu, 10)
         except ValueError:
             raise ValueError(f"{PREFIX}MTU={mtu!r} is not an integer") from None
+    if PREFIX + "FASTPATH" in environ:
+        kw["fastpath"] = environment.fastpath(environ)
     if environ.get(PREFIX + "LOOPBACK", "") not in ("", "0"):
         kw["loopback"] = True
     busy = environ.get(PREFIX + "BUSY_POLL")

@@ -626,6 +626,20 @@ class StreamSocket(SocketBase):
             self._driver.wait_until(lambda: conn.state in (State.CLOSED, State.TIME_WAIT, State.FIN_WAIT_2),
                                     float(self._linger[1]))
 
+    def _orphan(self):
+        """``_release`` for a finalizer: no time, so the segments leave at the next round's flush, and no
+        SO_LINGER wait (nobody is left to wait); SO_LINGER 0 still aborts with a RST."""
+        conn, lst = self._conn, self._listener
+        rst = self._linger is not None and self._linger[0] and self._linger[1] == 0
+
+        def release():
+            if lst is not None:
+                lst.close()
+            if conn is not None:
+                conn.abort() if rst else conn.close()
+
+        return release
+
     # -- options ----------------------------------------------------------------------------------
     def setsockopt(self, level: int, optname: int, value, optlen: Optional[int] = None) -> None:
         self._check()

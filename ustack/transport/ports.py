@@ -51,19 +51,21 @@ def check_port(port) -> int:
 class EphemeralPorts:
     """RFC 6056 Algorithm 3 over [EPHEMERAL_LOW, EPHEMERAL_HIGH] for one transport."""
 
-    __slots__ = ("_key", "_label", "counter", "draws", "low", "high")
+    __slots__ = ("_key", "_label", "_state", "counter", "draws", "low", "high")
 
     def __init__(self, secret: bytes, label: bytes, low: int = EPHEMERAL_LOW, high: int = EPHEMERAL_HIGH):
         if len(secret) < 16:
             raise ValueError("the port secret must be at least 16 bytes")
         self._key = bytes(secret[:32])
         self._label = label[:8]
+        # Keying BLAKE2s costs about as much as hashing: key it once, copy the state per draw.
+        self._state = hashlib.blake2s(key=self._key, digest_size=4, person=self._label)
         self.counter = 0
         self.draws = 0  # pick_unconnected's counter
         self.low, self.high = low, high
 
     def _offset(self, laddr: bytes, raddr: bytes, rport: int) -> int:
-        h = hashlib.blake2s(key=self._key, digest_size=4, person=self._label)
+        h = self._state.copy()
         h.update(bytes(laddr) + bytes(raddr) + rport.to_bytes(2, "big"))
         return int.from_bytes(h.digest(), "big")
 

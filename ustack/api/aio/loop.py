@@ -161,6 +161,7 @@ class EventLoop(asyncio.SelectorEventLoop):
             stack = driver.stack
             stats = stack.stats
             with driver.lock:
+                driver.run_deferred()  # what socket finalizers left for the next round
                 received = stats[_RX_COUNTER]
                 now = driver.clock()
                 deadline = driver.deadline = stack.poll(now)

@@ -368,7 +368,7 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
         if not self._conn_lost and getattr(self, "_usock", None) is not None:
             _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
             try:
-                self._usock.close()
+                self._usock._close_from_finalizer()  # no I/O here: the FIN leaves at the next round
             except Exception:  # noqa: BLE001 - nothing may escape a finalizer (the stack may be gone)
                 pass
 

@@ -84,12 +84,13 @@ limit reached is counted):
 from __future__ import annotations
 
 import errno
-import os
 from typing import Protocol
 
-from ustack._fastpath import DELACK_FIELDS, RECEIVER_FIELDS, EstablishedPath, FlowTable, SlotLayout, TxPath
+from ustack._fastpath import (CUBIC_FIELDS, DELACK_FIELDS, NEWRENO_FIELDS, RECEIVER_FIELDS, RTT_FIELDS, EstablishedPath,
+                              FlowTable, SlotLayout, TxPath)
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.congestion import Cubic, NewReno
 from ustack.transport.tcp.connection import Connection
 from ustack.transport.tcp.delack import DelayedAck
 from ustack.transport.tcp.isn import KeyedHash
@@ -99,6 +100,7 @@ from ustack.transport.tcp.output import write_segment
 from ustack.transport.tcp.rack import RackRecovery
 from ustack.transport.tcp.receiver import Receiver
 from ustack.transport.tcp.reuseport import ReuseportGroup
+from ustack.transport.tcp.rtt import RttEstimator
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
 from ustack.transport.tcp.tcb import SYNCHRONIZED, TCB_LAYOUT
@@ -146,11 +148,11 @@ class TcpLayer:
                  "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "tx", "_notify_due",
                  "mem_used", "under_pressure", "rx_hold", "time_wait", "in_round", "_ack_round")
 
-    def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool | None = None):
+    def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool = True):
         self.host = host
-        # Receive header prediction in C for established flows (Connection.segment_arrives);
-        # None: on unless the environment says USTACK_FASTPATH=0 (debugging, the suite's second run).
-        self.fastpath = fastpath if fastpath is not None else os.environ.get("USTACK_FASTPATH", "1") != "0"
+        # Receive header prediction in C for established flows (Connection.segment_arrives); the
+        # adapters that build stacks map USTACK_FASTPATH=0 onto False (ustack.api.environment).
+        self.fastpath = fastpath
         self.config = config if config is not None else TcpConfig()
         self.config.validate()
         self.connections: dict[tuple, Connection] = {}
@@ -158,7 +160,10 @@ class TcpLayer:
         self.established = EstablishedPath(TCB_LAYOUT, SlotLayout(Receiver, RECEIVER_FIELDS),
                                            SlotLayout(DelayedAck, DELACK_FIELDS))
         # the transmit side in C (Sender.tx): full-sized segments of new data from the send ring
-        self.tx = TxPath(TCB_LAYOUT, self.established.receiver_layout, self.established.delack_layout, RackRecovery)
+        # and the congestion window's growth on pure ACKs (RttEstimator's and the algorithms' slots)
+        self.tx = TxPath(TCB_LAYOUT, self.established.receiver_layout, self.established.delack_layout, RackRecovery,
+                         SlotLayout(RttEstimator, RTT_FIELDS), SlotLayout(NewReno, NEWRENO_FIELDS),
+                         SlotLayout(Cubic, CUBIC_FIELDS))
         # The same connections indexed in C, for the stack's fast demux of established flows (IPv4 and IPv6);
         # it hands predicted segments to ``established`` itself.
         self.flows = FlowTable(host.stats.counters, TCB_LAYOUT, self.established)

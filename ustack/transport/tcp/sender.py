@@ -39,6 +39,14 @@ The output loop sends what the windows allow, in this order of rules:
 ``snd_nxt`` is pulled back to SND.UNA by a timeout (go-back-N) and when the
 peer's window closes with data outstanding (then probing, as BSD does);
 ``snd_max`` keeps the highest sequence number sent.
+
+With the fast path on, ``tx`` is the layer's ``_fastpath.TxPath``
+(_fp_tx.pxi): the loop hands it the full-sized segments of new data first
+(it stops at the first segment these rules would treat otherwise), and
+header prediction hands it the pure ACKs of new data (``on_ack`` in C, on
+this object's, the estimator's and the controller's own fields). The
+rules above stay the reference: tests/tcp/test_tcp_fastpath_diff.py holds
+both to the same bytes and state.
 """
 
 from __future__ import annotations

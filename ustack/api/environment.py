@@ -1,0 +1,21 @@
+"""The ``USTACK_*`` variables that set core options, read here on the core's behalf.
+
+The core (``ustack.stack`` and below) reads no environment: its options are
+arguments. The adapters that build stacks (``Session``, ``open_loopback``,
+the ``ustack`` tools, the test suite) ask this module, so one variable
+still reaches every stack a program builds:
+
+- ``USTACK_FASTPATH=0``: ``Stack(fastpath=False)``, TCP receive header
+  prediction in C off (debugging; the suite's second run). Any other value,
+  or none, leaves it on.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+
+def fastpath(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """The ``fastpath`` a stack gets under ``environ`` (default: this process's environment)."""
+    return (os.environ if environ is None else environ).get("USTACK_FASTPATH", "1") != "0"
