@@ -217,15 +217,23 @@ cdef class ChunkQueue:
 
     def append(self, data):
         """In-order bytes: a view into the frame being delivered when the hold takes it, else a copy."""
+        self._append(data)
+
+    cdef int _append(self, data) except -1:
+        """``append`` without a Python call (the fast path's per-segment step)."""
         cdef FrameHold hold = self.hold
         frame = hold._take(self) if hold is not None and hold.current is not None else None
         if frame is None:
-            self.push(memoryview(bytes(data)), None)
+            self._push(memoryview(bytes(data)), None)
         else:
-            self.push(data if type(data) is memoryview else memoryview(data), frame)
+            self._push(data if type(data) is memoryview else memoryview(data), frame)
+        return 0
 
     def push(self, view, frame):
         """Append a chunk: ``view`` a byte memoryview (1-dimensional, contiguous), ``frame`` or None."""
+        self._push(view, frame)
+
+    cdef int _push(self, view, frame) except -1:
         cdef Py_buffer *b
         if not PyMemoryView_Check(view):
             raise TypeError("a chunk is a memoryview")
@@ -233,7 +241,7 @@ cdef class ChunkQueue:
         if b.itemsize != 1 or b.ndim > 1 or (b.ndim == 1 and b.strides != NULL and b.strides[0] != 1):
             raise ValueError("a chunk is a contiguous byte memoryview")
         if b.len == 0:
-            return
+            return 0
         if self._count == self._cap:
             self._grow()
         cdef RxChunk *c = &self._c[(self._head + self._count) % self._cap]
@@ -249,6 +257,7 @@ cdef class ChunkQueue:
             c.frame = <PyObject *>frame
         self._count += 1
         self.nbytes += b.len
+        return 0
 
     cdef Py_ssize_t _copy(self, char *dst, Py_ssize_t n, list freed) except -1:
         """Copy the first ``n`` bytes to ``dst`` (NULL: only forget them); returns the bytes taken."""

@@ -128,7 +128,7 @@ cdef class TcbLayout:
 # access as the TCB's, for the fields named below (``SlotLayout(cls, fields)``
 # with the tuples of this module, built by ``TcpLayer``).
 RECEIVER_FIELDS = ("rcvbuf", "delack", "delack_timer", "rtt", "recv_high", "ack_now", "unacked", "rd_shutdown",
-                   "bytes_received", "high_water", "budget", "wnd_update", "delack_due", "ack_round")
+                   "bytes_received", "high_water", "budget", "wnd_update", "delack_due", "ack_round", "coalesce")
 cdef enum:
     R_RCVBUF = 0
     R_DELACK = 1
@@ -144,6 +144,7 @@ cdef enum:
     R_WND_UPDATE = 11
     R_DELACK_DUE = 12
     R_ACK_ROUND = 13
+    R_COALESCE = 14
 
 DELACK_FIELDS = ("enabled", "ato", "ato_min", "ato_max", "max_quickacks", "quick", "pingpong", "lrcvtime", "pushed",
                  "reader_waiting")

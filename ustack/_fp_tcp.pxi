@@ -175,8 +175,9 @@ cdef class EstablishedPath:
                 sender.on_ack(seg, dlen, now)
             # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
             # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
-            before = (<ChunkQueue>rcvbuf._chunks).nbytes
-            rcvbuf.append(payload)
+            chunks = rcvbuf._chunks
+            before = (<ChunkQueue>chunks).nbytes
+            (<ChunkQueue>chunks)._append(payload)  # ReceiveBuffer.append: its ChunkQueue's, without a Python call
             _in_order(tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen, before, now,
                       flags & TH_PSH)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:

@@ -47,9 +47,9 @@ def _state(h: Harness, conn) -> dict:
     }
 
 
-def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str, family: int = 4):
+def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str, family: int = 4, coalesce: bool = True):
     h = Harness(timestamps=ts, window_scaling=wscale, sack=sack, congestion=cc, family=family,
-                rcvbuf=64000 if not wscale else 200000)
+                rcvbuf=64000 if not wscale else 200000, ack_coalescing=coalesce)
     h.layer.fastpath = fast
     peer = h.peer
     lst = h.layer.listen((h.local, peer.local_port), 5)
@@ -166,10 +166,10 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.booleans(), st.booleans(), st.booleans(), st.sampled_from(["newreno", "cubic"]), st.sampled_from([4, 6]),
-       st.lists(_step, min_size=3, max_size=40))
-def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, family, steps):
-    fast_h, fast_conn = _open(True, ts, wscale, sack, cc, family)
-    slow_h, slow_conn = _open(False, ts, wscale, sack, cc, family)
+       st.lists(_step, min_size=3, max_size=40), st.booleans())
+def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, family, steps, coalesce):
+    fast_h, fast_conn = _open(True, ts, wscale, sack, cc, family, coalesce)
+    slow_h, slow_conn = _open(False, ts, wscale, sack, cc, family, coalesce)
     assert len(fast_conn.local_addr) == len(slow_conn.local_addr) == (4 if family == 4 else 16)
     assert fast_conn._fast is not None and slow_conn._fast is None
     assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn)

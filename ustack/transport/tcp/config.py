@@ -28,6 +28,10 @@ class TcpConfig:
     nodelay: bool = False  # TCP_NODELAY: no Nagle (RFC 896 with Minshall's rule, RFC 1122 4.2.3.4)
     cork: bool = False  # TCP_CORK: hold partial segments until full, uncorked, or CORK_LIMIT (200 ms) passed
     delayed_ack: bool = True  # RFC 1122 4.2.3.2 / RFC 5681 4.2 (heuristics: transport/tcp/delack.py)
+    # In-order bulk data ACKed once per connection per poll round, after the application's read (as a GRO
+    # receiver does); off: every second full segment. A sender that grows cwnd by at most SMSS per ACK in
+    # slow start (RFC 5681 3.1, ustack's own) grows slower against coalesced ACKs on a long path.
+    ack_coalescing: bool = True
     delack_timeout: float = 0.04  # the shortest ACK delay (Linux's ATO minimum); below 0.5 s (RFC 1122)
     delack_max: float = 0.2  # the longest ACK delay the adaptive ATO may reach (Linux TCP_DELACK_MAX)
     max_quickacks: int = 16  # quick ACKs granted at the first data and after idle (Linux TCP_MAX_QUICKACKS); 0: none

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "budget", "dsack", "delack_due", "ack_round", "ooo_acks", "ooo_acks_at")
+                 "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -87,12 +87,14 @@ class Receiver:
         # DelayedAck is what configure() would leave (config.validate: delack_timeout <= delack_max).
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
+        self.coalesce = config.ack_coalescing  # ack_bulk may wait for the round's end
 
     def configure(self, config: TcpConfig) -> None:
         self.rcvbuf.capacity = config.rcvbuf
         self.rcvbuf.max_runs = config.max_ooo_runs
         self.delack.configure(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
+        self.coalesce = config.ack_coalescing
 
     # -- text ------------------------------------------------------------
 
@@ -168,9 +170,10 @@ class Receiver:
 
     def ack_bulk(self) -> None:
         """The in-order policy owes an ACK (every second segment, quick-ACK mode): now, or, during a
-        poll round's delivery (``budget.in_round``), once at the round's end (``ack_round``)."""
+        poll round's delivery (``budget.in_round``), once at the round's end (``ack_round``) unless the
+        connection's ``ack_coalescing`` is off."""
         budget = self.budget
-        if budget is not None and budget.in_round:
+        if self.coalesce and budget is not None and budget.in_round:
             if not self.ack_round:
                 self.ack_round = True
                 budget.ack_at_round_end(self._owner)
