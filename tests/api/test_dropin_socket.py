@@ -321,3 +321,43 @@ def test_a_custom_sslsocket_class_does_not_get_a_readiness_fd(patched):
     kernel = std.socket(std.AF_UNIX, std.SOCK_STREAM)
     with ctx.wrap_socket(kernel, server_side=True) as tls:
         assert isinstance(tls, MySSLSocket)
+
+
+def test_unwrap_leaves_the_clear_text_after_close_notify_in_the_socket(net, certificate):
+    """ENDTLS: the peer's close_notify and its next clear-text bytes arrive together; the TLS side must not
+    swallow the clear text (test_ssl's test_starttls hung on it under load)."""
+    import ssl
+    import threading
+    from ustack.api.tls import TlsSocket
+
+    cert, key = certificate
+    cli, srv = pair(*net, 7413)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname, client_ctx.verify_mode = False, ssl.CERT_NONE
+    result = {}
+
+    def server():
+        try:
+            tls = TlsSocket(srv, server_ctx, server_side=True)
+            assert tls.recv(6) == b"ENDTLS"
+            plain = tls.unwrap()
+            result["clear"] = plain.recv(100)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            result["error"] = e
+    t = threading.Thread(target=server)
+    t.start()
+    try:
+        tls = TlsSocket(cli, client_ctx, server_hostname=A)
+        tls.write(b"ENDTLS")
+        with pytest.raises(ssl.SSLWantReadError):
+            tls._sslobj.shutdown()  # close_notify written; the peer's not read yet
+        cli.sendall(tls._outgoing.read() + b"clear text")  # close_notify and the clear text in one send
+        t.join(10)
+        assert not t.is_alive() and "error" not in result, result
+        assert result["clear"] == b"clear text"
+    finally:
+        cli.close()
+        srv.close()
+        t.join(10)

@@ -24,6 +24,7 @@ import socket as _std
 import ssl
 
 _RECORD = 16 * 1024 + 512  # one TLS record and some
+_HEADER = 5  # a TLS record header: type, legacy version, length (RFC 8446 5.1)
 
 
 def _to_sock(name):
@@ -57,6 +58,8 @@ class TlsSocket(ssl.SSLSocket):
         self.suppress_ragged_eofs = suppress_ragged_eofs
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
+        self._header = b""  # the part of the next record's header read so far
+        self._record_left = 0  # bytes of the current record's body not read yet
         # SSLContext.wrap_bio checks the arguments; the TLS object inside it is what SSLSocket keeps as
         # _sslobj (code such as CPython's ssl tests reads its chains), owned by this socket as there
         self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)._sslobj
@@ -99,15 +102,28 @@ class TlsSocket(ssl.SSLSocket):
         del self._unsent[:sent]
 
     def _fill(self) -> None:
+        """Move received bytes into the incoming BIO, never past the end of the current TLS record (RFC 8446
+        5.1: a 5-byte header whose last two bytes are the length): what follows the record that ends TLS
+        (close_notify, then the clear text of a STARTTLS/ENDTLS protocol) stays in the socket for
+        ``unwrap()``'s caller, as OpenSSL reading from a kernel fd leaves it."""
+        left = self._record_left
+        want = left if left else _HEADER - len(self._header)
         try:
-            data = self._sock.recv(_RECORD)
+            data = self._sock.recv(min(want, _RECORD))
         except BlockingIOError:
             # (errno, text) as _ssl raises it: callers read err.args[1]
             raise ssl.SSLWantReadError(ssl.SSL_ERROR_WANT_READ, "The operation did not complete (read)") from None
-        if data:
-            self._incoming.write(data)
-        else:
+        if not data:
             self._incoming.write_eof()
+            return
+        self._incoming.write(data)
+        if left:
+            self._record_left = left - len(data)
+            return
+        self._header += data
+        if len(self._header) == _HEADER:  # (OpenSSL sees the header before the body is read: a bad one fails now)
+            self._record_left = int.from_bytes(self._header[3:5], "big")
+            self._header = b""
 
     def _run(self, fn, *args):
         while True:
