@@ -343,7 +343,13 @@ def test_unwrap_leaves_the_clear_text_after_close_notify_in_the_socket(net, cert
             tls = TlsSocket(srv, server_ctx, server_side=True)
             assert tls.recv(6) == b"ENDTLS"
             plain = tls.unwrap()
+            assert plain is tls and plain.version() is None  # SSLSocket.unwrap returns itself, clear text now
             result["clear"] = plain.recv(100)
+            plain.sendall(b"clear answer")
+            try:
+                plain.unwrap()
+            except ValueError:
+                result["unwrap again"] = "ValueError"
         except BaseException as e:  # noqa: BLE001 - reported below
             result["error"] = e
     t = threading.Thread(target=server)
@@ -356,7 +362,9 @@ def test_unwrap_leaves_the_clear_text_after_close_notify_in_the_socket(net, cert
         cli.sendall(tls._outgoing.read() + b"clear text")  # close_notify and the clear text in one send
         t.join(10)
         assert not t.is_alive() and "error" not in result, result
-        assert result["clear"] == b"clear text"
+        assert result["clear"] == b"clear text" and result["unwrap again"] == "ValueError"
+        assert tls.unwrap() is tls  # reads the server's records up to its close_notify, and no further
+        assert cli.recv(12, std.MSG_WAITALL) == b"clear answer"
     finally:
         cli.close()
         srv.close()

@@ -158,6 +158,8 @@ class TlsSocket(ssl.SSLSocket):
                                         suppress_ragged_eofs=self.suppress_ragged_eofs), address
 
     def read(self, n=1024, buffer=None):
+        if self._sslobj is None:
+            raise ValueError("Read on closed or unwrapped SSL socket.")
         try:
             if buffer is not None:
                 return self._run(self._sslobj.read, n, buffer)
@@ -168,6 +170,8 @@ class TlsSocket(ssl.SSLSocket):
             raise
 
     def write(self, data) -> int:
+        if self._sslobj is None:
+            raise ValueError("Write on closed or unwrapped SSL socket.")
         if self._unsent:
             self._flush()
             if self._unsent:  # records of an earlier write still wait for room: nothing taken this time
@@ -177,11 +181,15 @@ class TlsSocket(ssl.SSLSocket):
     def recv(self, buflen=1024, flags=0) -> bytes:
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to recv() on {self.__class__}")
+        if self._sslobj is None:  # unwrapped: clear text on the socket underneath, as SSLSocket
+            return self._plain().recv(buflen)
         return self.read(buflen)
 
     def recv_into(self, buffer, nbytes=None, flags=0) -> int:
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to recv_into() on {self.__class__}")
+        if self._sslobj is None:
+            return self._plain().recv_into(buffer, nbytes or 0)
         view = memoryview(buffer).cast("B")
         n = nbytes or len(view)
         if not n:
@@ -191,9 +199,13 @@ class TlsSocket(ssl.SSLSocket):
     def send(self, data, flags=0) -> int:
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to send() on {self.__class__}")
+        if self._sslobj is None:
+            return self._plain().send(data)
         return self.write(data)
 
     def sendall(self, data, flags=0) -> None:
+        if self._sslobj is None and not flags:
+            return self._plain().sendall(data)
         view = memoryview(data).cast("B")
         while len(view):
             view = view[self.send(view, flags):]
@@ -216,30 +228,40 @@ class TlsSocket(ssl.SSLSocket):
                 file.seek(offset + total)
 
     def pending(self) -> int:
-        return self._sslobj.pending()
+        return 0 if self._sslobj is None else self._sslobj.pending()
 
     def unwrap(self):
+        """Close TLS (close_notify both ways) and return this object, now clear text over the same socket,
+        as ``SSLSocket.unwrap`` returns itself; a second unwrap is a ValueError."""
+        if self._sslobj is None:
+            raise ValueError(f"No SSL wrapper around {self}")
         self._run(self._sslobj.shutdown)
-        sock, self._sock = self._sock, None
+        self._sslobj = None
+        return self
+
+    def _plain(self):
+        sock = self._sock
+        if sock is None:
+            raise OSError(9, "Bad file descriptor")
         return sock
 
     def getpeercert(self, binary_form=False):
         return self._sslobj.getpeercert(binary_form)
 
     def cipher(self):
-        return self._sslobj.cipher()
+        return None if self._sslobj is None else self._sslobj.cipher()
 
     def version(self):
-        return self._sslobj.version()
+        return None if self._sslobj is None else self._sslobj.version()
 
     def selected_alpn_protocol(self):
-        return self._sslobj.selected_alpn_protocol()
+        return None if self._sslobj is None else self._sslobj.selected_alpn_protocol()
 
     def shared_ciphers(self):
-        return self._sslobj.shared_ciphers()
+        return None if self._sslobj is None else self._sslobj.shared_ciphers()
 
     def compression(self):
-        return self._sslobj.compression()
+        return None if self._sslobj is None else self._sslobj.compression()
 
     def get_channel_binding(self, cb_type="tls-unique"):
         return self._sslobj.get_channel_binding(cb_type)
