@@ -369,3 +369,39 @@ def test_unwrap_leaves_the_clear_text_after_close_notify_in_the_socket(net, cert
         cli.close()
         srv.close()
         t.join(10)
+
+
+def test_wrap_socket_through_a_forwarding_wrapper_takes_the_socket_itself_over(patched):
+    """asyncio's test servers pass ``wrap_socket`` an object forwarding attributes to the socket: the real
+    socket must be left closed (fd -1) as SSLSocket's detach() leaves it, not the wrapper."""
+    import ssl
+    from ustack.api.tls import TlsSocket
+    da, db, cls = patched
+
+    class Forwarding:
+        def __init__(self, sock):
+            self.__sock = sock
+
+        def __getattr__(self, name):
+            return getattr(self.__sock, name)
+
+    lst = usocket(da)
+    lst.bind((A, 7414))
+    lst.listen(1)
+    lst.settimeout(5)
+    real = std.create_connection((A, 7414), timeout=5)
+    srv, _ = lst.accept()
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        tls = ctx.wrap_socket(Forwarding(real), server_hostname=A, do_handshake_on_connect=False)
+        assert isinstance(tls, TlsSocket)
+        assert real.fileno() == -1
+        real.close()  # the caller's object: closing it must not end the connection the TLS socket holds
+        with pytest.raises(BlockingIOError):
+            srv.recv(1, std.MSG_DONTWAIT)  # no FIN came
+        tls.close()
+        srv.settimeout(5)
+        assert srv.recv(1) == b""  # the TLS socket's close is the one that ends it
+    finally:
+        srv.close()
+        lst.close()

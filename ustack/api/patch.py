@@ -282,6 +282,22 @@ class PatchedSocket(_ORIGINAL):
         except Exception:  # noqa: BLE001 - nothing may escape a finalizer
             pass
 
+    def _tls_take(self):
+        """For ``ustack.api.tls``: hand this socket's state to a new object of the class, as SSLSocket's
+        ``detach()`` does, and leave this one closed (fd -1). Returns (the new object, None) for a ustack
+        socket, (it, False) for one not yet addressed, None for a kernel one (SSLSocket takes that)."""
+        if self._u is not None:
+            inner = type(self)._wrap(self._u)
+            self._u, self._kernel = None, True
+            return inner, None
+        if self._kernel:
+            return None
+        inner = type(self).__new__(type(self))
+        inner.__dict__.update(self.__dict__)
+        inner._io_refs, inner._closed = self._io_refs, self._closed  # (socket.socket's slots)
+        self._u, self._kernel, self._pending, self._early_rfd = None, True, [], None
+        return inner, False
+
     def _sendfile_use_sendfile(self, file, offset=0, count=None):
         """os.sendfile() needs a kernel socket: a ustack one reads the file into its send buffer instead
         (``StreamSocket.sendfile_direct``), with the stdlib's checks and give-ups."""

@@ -347,21 +347,17 @@ class TlsDispatch:
             raise ValueError("session can only be specified in client mode")
         if context is not None and context.check_hostname and not server_hostname:
             raise ValueError("check_hostname requires server_hostname")
-        if getattr(sock, "_u", None) is not None:
-            # as SSLSocket detach()es the socket it wraps: the TLS socket takes the connection over and the
-            # object the caller holds is left closed (fd -1), so closing it later ends nothing
-            inner = type(sock)._wrap(sock._u)
-            sock._u, sock._kernel = None, True
-            sock = inner
-        elif hasattr(sock, "_u") and not sock._kernel:
-            # a patched socket not yet addressed (wrapped before connect): the TLS socket takes it over as
-            # it stands, and its connect() will pick the stack
-            inner = type(sock).__new__(type(sock))
-            inner.__dict__.update(sock.__dict__)
-            inner._io_refs, inner._closed = sock._io_refs, sock._closed  # (socket.socket's slots)
-            sock._u, sock._kernel, sock._pending, sock._early_rfd = None, True, [], None
-            return TlsSocket(inner, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
-                             server_hostname, session, connected=False)
+        # as SSLSocket detach()es the socket it wraps: the TLS socket takes a patched socket's connection
+        # over and the object the caller holds is left closed (fd -1), so closing it later ends nothing.
+        # Asked through the object (a wrapper that forwards attributes, as asyncio's tests use, reaches
+        # the socket itself).
+        take = getattr(sock, "_tls_take", None)
+        taken = take() if callable(take) else None
+        if taken is not None:
+            sock, connected = taken
+            if connected is False:  # not yet addressed (wrapped before connect): its connect() picks the stack
+                return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                                 server_hostname, session, connected=False)
         if getattr(sock, "_u", None) is not None or hasattr(sock, "_h"):
             return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                              server_hostname, session)
