@@ -229,8 +229,13 @@ def test_abort_closes_as_a_kernel_socket_and_close_sends_buffered_data_then_fin(
     payload = os.urandom(MB)
     server = []
 
+    class PausedAtOnce(Recorder):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            transport.pause_reading()  # what the peer sends stays unread in the connection
+
     def factory():
-        p = Recorder()
+        p = PausedAtOnce() if len(server) == 2 else Recorder()
         server.append(p)
         return p
 
@@ -290,7 +295,6 @@ def test_abort_closes_as_a_kernel_socket_and_close_sends_buffered_data_then_fin(
         b = asyncio.ensure_future(pair.b_run(send_then_read(7004)))
         await _until(lambda: len(server) == 3 and server[2].transport is not None)
         tr = server[2].transport
-        tr.pause_reading()  # the peer's bytes stay unread in the connection
         await _until(lambda: len(tr._conn.receiver.rcvbuf) > 0)
         tr.abort()
         got, err = await b

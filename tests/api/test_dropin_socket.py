@@ -405,3 +405,56 @@ def test_wrap_socket_through_a_forwarding_wrapper_takes_the_socket_itself_over(p
     finally:
         srv.close()
         lst.close()
+
+
+def test_a_tls_socket_has_its_tls_object_from_connect_to_close(net, certificate):
+    """As SSLSocket: no TLS object while unconnected (getpeercert ENOTCONN, version None), one once
+    connected, none after close (read and write ValueError); the host name kept IDNA-encoded."""
+    import ssl
+    import threading
+    from ustack.api.tls import TlsSocket
+
+    cert, key = certificate
+    da, db = net
+    lst = usocket(da)
+    lst.bind((A, 7415))
+    lst.listen(1)
+    lst.settimeout(5)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+
+    def server():
+        conn, _ = lst.accept()
+        conn.settimeout(5)
+        try:
+            tls = TlsSocket(conn, server_ctx, server_side=True)
+            tls.sendall(tls.recv(10))
+            tls.close()
+        except OSError:
+            conn.close()
+    t = threading.Thread(target=server)
+    t.start()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    s = usocket(db)
+    s.settimeout(5)
+    tls = TlsSocket(s, ctx, server_hostname="könig.example")
+    try:
+        assert tls._sslobj is None and tls.version() is None and tls.session_reused is None
+        assert tls.server_hostname == "xn--knig-5qa.example"
+        with pytest.raises(OSError) as e:
+            tls.getpeercert()
+        assert e.value.errno == errno.ENOTCONN
+        tls.connect((A, 7415))
+        assert tls._sslobj is not None and tls.version() is not None
+        tls.sendall(b"echo")
+        assert tls.recv(10) == b"echo"
+    finally:
+        tls.close()
+        t.join(10)
+        lst.close()
+    assert tls._sslobj is None
+    with pytest.raises(ValueError):
+        tls.read(10)
+    with pytest.raises(ValueError):
+        tls.write(b"x")

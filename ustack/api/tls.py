@@ -60,10 +60,12 @@ class TlsSocket(ssl.SSLSocket):
         self._outgoing = ssl.MemoryBIO()
         self._header = b""  # the part of the next record's header read so far
         self._record_left = 0  # bytes of the current record's body not read yet
-        # SSLContext.wrap_bio checks the arguments; the TLS object inside it is what SSLSocket keeps as
-        # _sslobj (code such as CPython's ssl tests reads its chains), owned by this socket as there
-        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)._sslobj
-        self._sslobj.owner = self
+        self._server_hostname, self._session = server_hostname, session
+        # SSLContext.wrap_bio checks the arguments (at once, as SSLSocket's wrap does)
+        bio = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)
+        self._server_hostname = bio.server_hostname  # (IDNA-encoded, as SSLSocket keeps it)
+        self._sslobj = None  # made at connect, as SSLSocket: None while unconnected, closed or unwrapped
+        self._over = False  # closed or unwrapped: no TLS object any more
         self._io_refs = 0
         self._closed = False
         self._unsent = bytearray()  # records a non-blocking send could not take yet
@@ -73,6 +75,8 @@ class TlsSocket(ssl.SSLSocket):
                 sock.getpeername()
             except OSError:
                 connected = False
+        if connected:
+            self._adopt_sslobj(bio)
         if connected and do_handshake_on_connect:
             try:
                 self.do_handshake()
@@ -80,6 +84,22 @@ class TlsSocket(ssl.SSLSocket):
                 # as SSLSocket, which owns the fd it detached: a failed handshake closes the connection
                 self.close()
                 raise
+
+    def _adopt_sslobj(self, bio=None) -> None:
+        """The TLS object SSLSocket keeps as _sslobj (code such as CPython's ssl tests reads its chains),
+        owned by this socket as there; made when the socket is connected."""
+        if bio is None:
+            bio = self._context.wrap_bio(self._incoming, self._outgoing, self.server_side, self._server_hostname,
+                                         self._session)
+        self._sslobj = bio._sslobj
+        self._sslobj.owner = self
+
+    def _connected(self) -> bool:
+        try:
+            self._plain().getpeername()
+        except OSError:
+            return False
+        return True
 
     # -- record pump -------------------------------------------------------------
     def _flush(self) -> None:
@@ -138,10 +158,18 @@ class TlsSocket(ssl.SSLSocket):
 
     # -- the SSLSocket calls -----------------------------------------------------------
     def do_handshake(self, block=False) -> None:
+        if self._sslobj is None:
+            if self._over:
+                raise ValueError("handshake on a closed or unwrapped SSL socket")
+            self._plain().getpeername()  # unconnected: ENOTCONN, as SSLSocket
+            self._adopt_sslobj()  # (a non-blocking connect completed since)
         self._run(self._sslobj.do_handshake)
 
     def connect(self, address) -> None:
-        self._sock.connect(address)
+        if self._sslobj is not None:
+            raise ValueError("attempt to connect already-connected SSLSocket!")
+        self._plain().connect(address)
+        self._adopt_sslobj()
         if self.do_handshake_on_connect:
             self.do_handshake()
 
@@ -236,7 +264,7 @@ class TlsSocket(ssl.SSLSocket):
         if self._sslobj is None:
             raise ValueError(f"No SSL wrapper around {self}")
         self._run(self._sslobj.shutdown)
-        self._sslobj = None
+        self._sslobj, self._over = None, True
         return self
 
     def _plain(self):
@@ -246,6 +274,9 @@ class TlsSocket(ssl.SSLSocket):
         return sock
 
     def getpeercert(self, binary_form=False):
+        if self._sslobj is None:
+            self._plain().getpeername()  # unconnected: ENOTCONN, as SSLSocket
+            return None
         return self._sslobj.getpeercert(binary_form)
 
     def cipher(self):
@@ -264,19 +295,25 @@ class TlsSocket(ssl.SSLSocket):
         return None if self._sslobj is None else self._sslobj.compression()
 
     def get_channel_binding(self, cb_type="tls-unique"):
-        return self._sslobj.get_channel_binding(cb_type)
+        return None if self._sslobj is None else self._sslobj.get_channel_binding(cb_type)
 
     @property
     def server_hostname(self):
-        return self._sslobj.server_hostname
+        return self._server_hostname if self._sslobj is None else self._sslobj.server_hostname
 
     @property
     def session(self):
-        return self._sslobj.session
+        return self._session if self._sslobj is None else self._sslobj.session
+
+    @session.setter
+    def session(self, session):
+        self._session = session
+        if self._sslobj is not None:
+            self._sslobj.session = session
 
     @property
     def session_reused(self):
-        return self._sslobj.session_reused
+        return None if self._sslobj is None else self._sslobj.session_reused
 
     # -- files and closing (the stdlib's makefile and its reference counting) ------------
     makefile = _std.socket.makefile
@@ -291,6 +328,7 @@ class TlsSocket(ssl.SSLSocket):
                 except OSError:
                     pass
             self._sock.close()
+            self._sslobj, self._over = None, True  # (as SSLSocket: reads and writes after close are ValueError)
 
     def __enter__(self):
         return self
