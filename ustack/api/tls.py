@@ -22,6 +22,7 @@ from __future__ import annotations
 import _socket
 import socket as _std
 import ssl
+import warnings
 
 _RECORD = 16 * 1024 + 512  # one TLS record and some
 _HEADER = 5  # a TLS record header: type, legacy version, length (RFC 8446 5.1)
@@ -329,6 +330,17 @@ class TlsSocket(ssl.SSLSocket):
                     pass
             self._sock.close()
             self._sslobj, self._over = None, True  # (as SSLSocket: reads and writes after close are ValueError)
+
+    def __del__(self):
+        """Dropped unclosed: the stdlib's ResourceWarning, naming this object (not the socket beneath)."""
+        sock = self.__dict__.get("_sock")
+        if sock is None or getattr(self, "_closed", True):
+            return
+        warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
+        try:
+            sock.close()
+        except Exception:  # noqa: BLE001 - nothing may escape a finalizer
+            pass
 
     def __enter__(self):
         return self
