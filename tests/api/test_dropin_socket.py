@@ -477,3 +477,16 @@ def test_an_unclosed_tls_socket_warns_with_its_own_repr(patched):
         tls = None
         gc.collect()
     assert any(r in str(x.message) for x in w)
+
+
+def test_tls_wrap_refuses_datagrams_and_a_server_side_connect(patched):
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    with std.socket(std.AF_INET, std.SOCK_DGRAM) as u:
+        u.bind(("0.0.0.0", 7416))
+        with pytest.raises(NotImplementedError, match="only stream sockets are supported"):
+            ctx.wrap_socket(u)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with server_ctx.wrap_socket(std.socket(), server_side=True) as s:
+        with pytest.raises(ValueError, match="can't connect in server-side mode"):
+            s.connect((A, 7417))

@@ -167,6 +167,8 @@ class TlsSocket(ssl.SSLSocket):
         self._run(self._sslobj.do_handshake)
 
     def connect(self, address) -> None:
+        if self.server_side:
+            raise ValueError("can't connect in server-side mode")
         if self._sslobj is not None:
             raise ValueError("attempt to connect already-connected SSLSocket!")
         self._plain().connect(address)
@@ -391,7 +393,9 @@ class TlsDispatch:
     @classmethod
     def _create(cls, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
                 server_hostname=None, context=None, session=None):
-        if server_side and server_hostname:  # SSLSocket._create's argument checks, before anything changes
+        if sock.type != _std.SOCK_STREAM:  # SSLSocket._create's checks, before anything changes
+            raise NotImplementedError("only stream sockets are supported")
+        if server_side and server_hostname:
             raise ValueError("server_hostname can only be specified in server mode")
         if server_side and session is not None:
             raise ValueError("session can only be specified in client mode")
