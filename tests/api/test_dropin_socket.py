@@ -317,7 +317,8 @@ def test_a_custom_sslsocket_class_does_not_get_a_readiness_fd(patched):
     from ustack.api.tls import TlsSocket
 
     class MySSLSocket(ssl.SSLSocket):
-        pass
+        def version(self):
+            return ("mine", super().version())
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.sslsocket_class = MySSLSocket
@@ -325,7 +326,8 @@ def test_a_custom_sslsocket_class_does_not_get_a_readiness_fd(patched):
     s.bind(("0.0.0.0", 7411))  # a ustack socket: OpenSSL must not be handed its readiness fd
     s.settimeout(5)  # (were it handed over, the handshake on it would time out rather than hang)
     with ctx.wrap_socket(s, server_side=True) as tls:  # (unconnected: no handshake to wait for)
-        assert isinstance(tls, TlsSocket)
+        assert isinstance(tls, TlsSocket) and isinstance(tls, MySSLSocket)
+        assert tls.version() == ("mine", None)  # its override first, then ustack's TLS socket beneath
     kernel = std.socket(std.AF_UNIX, std.SOCK_STREAM)
     with ctx.wrap_socket(kernel, server_side=True) as tls:
         assert isinstance(tls, MySSLSocket)

@@ -47,7 +47,7 @@ from ustack.transport.ports import check_port
 from ustack.api.readiness import ReadinessFd
 from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as _make_ustack
-from ustack.api.tls import TlsDispatch
+from ustack.api.tls import TlsDispatch, TlsSocket
 
 _ORIGINAL = _std.socket
 _NAME_CALLS = ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo")
@@ -463,14 +463,18 @@ def _wrap_socket(self, sock, server_side=False, do_handshake_on_connect=True, su
                  server_hostname=None, session=None):
     """``SSLContext.wrap_socket`` while patched: a context whose ``sslsocket_class`` is a custom SSLSocket
     subclass would hand a ustack socket's readiness fd to OpenSSL as if it were the connection (and wait
-    on it for ever); a ustack socket gets ustack's TLS socket instead (not an instance of that class)."""
+    on it for ever); a ustack socket gets an instance of a class made of that one over ``TlsSocket``."""
     cls = self.sslsocket_class
+    kw = {}
     if (isinstance(sock, PatchedSocket) and not sock._kernel and cls is not TlsDispatch
-            and isinstance(cls, type) and issubclass(cls, ssl.SSLSocket)):
+            and isinstance(cls, type) and issubclass(cls, ssl.SSLSocket) and not issubclass(cls, TlsSocket)):
+        # the custom class first, ustack's TLS socket under it: its overrides win, super() reaches TlsSocket
+        kw["tls_class"] = type(cls.__name__, (cls, TlsSocket), {"__module__": cls.__module__,
+                                                                "__qualname__": cls.__qualname__})
         cls = TlsDispatch
     return cls._create(sock=sock, server_side=server_side, do_handshake_on_connect=do_handshake_on_connect,
                        suppress_ragged_eofs=suppress_ragged_eofs, server_hostname=server_hostname,
-                       context=self, session=session)
+                       context=self, session=session, **kw)
 
 
 class _PatchScope(type):

@@ -392,7 +392,7 @@ class TlsDispatch:
 
     @classmethod
     def _create(cls, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
-                server_hostname=None, context=None, session=None):
+                server_hostname=None, context=None, session=None, tls_class=None):
         if sock.type != _std.SOCK_STREAM:  # SSLSocket._create's checks, before anything changes
             raise NotImplementedError("only stream sockets are supported")
         if server_side and server_hostname:
@@ -410,10 +410,10 @@ class TlsDispatch:
         if taken is not None:
             sock, connected = taken
             if connected is False:  # not yet addressed (wrapped before connect): its connect() picks the stack
-                return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                return (tls_class or TlsSocket)(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                                  server_hostname, session, connected=False)
         if getattr(sock, "_u", None) is not None or hasattr(sock, "_h"):
-            return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+            return (tls_class or TlsSocket)(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                              server_hostname, session)
         return ssl.SSLSocket._create(sock, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                                      server_hostname, context, session)
