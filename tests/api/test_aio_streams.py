@@ -225,12 +225,17 @@ def test_rst_from_the_peer_is_connection_reset_error_in_connection_lost(pair):
     pair.run(main())
 
 
-def test_abort_resets_the_peer_and_close_sends_buffered_data_then_fin(pair):
+def test_abort_closes_as_a_kernel_socket_and_close_sends_buffered_data_then_fin(pair):
     payload = os.urandom(MB)
     server = []
 
+    class PausedAtOnce(Recorder):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            transport.pause_reading()  # what the peer sends stays unread in the connection
+
     def factory():
-        p = Recorder()
+        p = PausedAtOnce() if len(server) == 2 else Recorder()
         server.append(p)
         return p
 
@@ -250,6 +255,18 @@ def test_abort_resets_the_peer_and_close_sends_buffered_data_then_fin(pair):
         finally:
             s.close()
 
+    async def send_then_read(port):
+        loop = asyncio.get_running_loop()
+        s = pair.b_socket()
+        await loop.sock_connect(s, (A, port))
+        await loop.sock_sendall(s, b"unread by the server")
+        try:
+            return await loop.sock_recv(s, 10), None
+        except OSError as e:
+            return b"", e
+        finally:
+            s.close()
+
     async def main():
         srv = await pair.la.create_server(factory, A, 7004)
         # close(): everything written is delivered, then EOF
@@ -263,7 +280,8 @@ def test_abort_resets_the_peer_and_close_sends_buffered_data_then_fin(pair):
         got, err = await b
         assert err is None and got == payload
         assert await asyncio.wait_for(server[0].lost, 5) is None
-        # abort(): the peer gets a RST, the protocol connection_lost(None)
+        # abort(): the transport's own buffer is dropped, the socket closed as asyncio's selector transport
+        # does: what the send buffer took still goes, then FIN (no RST: nothing unread); connection_lost(None)
         b = asyncio.ensure_future(pair.b_run(read_all(7004)))
         await _until(lambda: len(server) == 2 and server[1].transport is not None)
         tr = server[1].transport
@@ -271,8 +289,16 @@ def test_abort_resets_the_peer_and_close_sends_buffered_data_then_fin(pair):
         await asyncio.sleep(0.05)
         tr.abort()
         got, err = await b
-        assert isinstance(err, ConnectionResetError), (got, err)
+        assert err is None and got == b"x" * 1000, (got, err)
         assert await asyncio.wait_for(server[1].lost, 5) is None
+        # with unread received bytes the close is a RST, as Linux's (RFC 2525 2.17)
+        b = asyncio.ensure_future(pair.b_run(send_then_read(7004)))
+        await _until(lambda: len(server) == 3 and server[2].transport is not None)
+        tr = server[2].transport
+        await _until(lambda: len(tr._conn.receiver.rcvbuf) > 0)
+        tr.abort()
+        got, err = await b
+        assert isinstance(err, ConnectionResetError), (got, err)
         assert pair.sa.stats["tcp.out_rsts"] >= 1
         srv.close()
         await srv.wait_closed()

@@ -47,7 +47,7 @@ from ustack.transport.ports import check_port
 from ustack.api.readiness import ReadinessFd
 from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as _make_ustack
-from ustack.api.tls import TlsDispatch
+from ustack.api.tls import TlsDispatch, TlsSocket
 
 _ORIGINAL = _std.socket
 _NAME_CALLS = ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo")
@@ -282,6 +282,22 @@ class PatchedSocket(_ORIGINAL):
         except Exception:  # noqa: BLE001 - nothing may escape a finalizer
             pass
 
+    def _tls_take(self):
+        """For ``ustack.api.tls``: hand this socket's state to a new object of the class, as SSLSocket's
+        ``detach()`` does, and leave this one closed (fd -1). Returns (the new object, None) for a ustack
+        socket, (it, False) for one not yet addressed, None for a kernel one (SSLSocket takes that)."""
+        if self._u is not None:
+            inner = type(self)._wrap(self._u)
+            self._u, self._kernel = None, True
+            return inner, None
+        if self._kernel:
+            return None
+        inner = type(self).__new__(type(self))
+        inner.__dict__.update(self.__dict__)
+        inner._io_refs, inner._closed = self._io_refs, self._closed  # (socket.socket's slots)
+        self._u, self._kernel, self._pending, self._early_rfd = None, True, [], None
+        return inner, False
+
     def _sendfile_use_sendfile(self, file, offset=0, count=None):
         """os.sendfile() needs a kernel socket: a ustack one reads the file into its send buffer instead
         (``StreamSocket.sendfile_direct``), with the stdlib's checks and give-ups."""
@@ -447,14 +463,18 @@ def _wrap_socket(self, sock, server_side=False, do_handshake_on_connect=True, su
                  server_hostname=None, session=None):
     """``SSLContext.wrap_socket`` while patched: a context whose ``sslsocket_class`` is a custom SSLSocket
     subclass would hand a ustack socket's readiness fd to OpenSSL as if it were the connection (and wait
-    on it for ever); a ustack socket gets ustack's TLS socket instead (not an instance of that class)."""
+    on it for ever); a ustack socket gets an instance of a class made of that one over ``TlsSocket``."""
     cls = self.sslsocket_class
+    kw = {}
     if (isinstance(sock, PatchedSocket) and not sock._kernel and cls is not TlsDispatch
-            and isinstance(cls, type) and issubclass(cls, ssl.SSLSocket)):
+            and isinstance(cls, type) and issubclass(cls, ssl.SSLSocket) and not issubclass(cls, TlsSocket)):
+        # the custom class first, ustack's TLS socket under it: its overrides win, super() reaches TlsSocket
+        kw["tls_class"] = type(cls.__name__, (cls, TlsSocket), {"__module__": cls.__module__,
+                                                                "__qualname__": cls.__qualname__})
         cls = TlsDispatch
     return cls._create(sock=sock, server_side=server_side, do_handshake_on_connect=do_handshake_on_connect,
                        suppress_ragged_eofs=suppress_ragged_eofs, server_hostname=server_hostname,
-                       context=self, session=session)
+                       context=self, session=session, **kw)
 
 
 class _PatchScope(type):

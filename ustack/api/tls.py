@@ -22,8 +22,10 @@ from __future__ import annotations
 import _socket
 import socket as _std
 import ssl
+import warnings
 
 _RECORD = 16 * 1024 + 512  # one TLS record and some
+_HEADER = 5  # a TLS record header: type, legacy version, length (RFC 8446 5.1)
 
 
 def _to_sock(name):
@@ -57,10 +59,14 @@ class TlsSocket(ssl.SSLSocket):
         self.suppress_ragged_eofs = suppress_ragged_eofs
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        # SSLContext.wrap_bio checks the arguments; the TLS object inside it is what SSLSocket keeps as
-        # _sslobj (code such as CPython's ssl tests reads its chains), owned by this socket as there
-        self._sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)._sslobj
-        self._sslobj.owner = self
+        self._header = b""  # the part of the next record's header read so far
+        self._record_left = 0  # bytes of the current record's body not read yet
+        self._server_hostname, self._session = server_hostname, session
+        # SSLContext.wrap_bio checks the arguments (at once, as SSLSocket's wrap does)
+        bio = context.wrap_bio(self._incoming, self._outgoing, server_side, server_hostname, session)
+        self._server_hostname = bio.server_hostname  # (IDNA-encoded, as SSLSocket keeps it)
+        self._sslobj = None  # made at connect, as SSLSocket: None while unconnected, closed or unwrapped
+        self._over = False  # closed or unwrapped: no TLS object any more
         self._io_refs = 0
         self._closed = False
         self._unsent = bytearray()  # records a non-blocking send could not take yet
@@ -70,6 +76,8 @@ class TlsSocket(ssl.SSLSocket):
                 sock.getpeername()
             except OSError:
                 connected = False
+        if connected:
+            self._adopt_sslobj(bio)
         if connected and do_handshake_on_connect:
             try:
                 self.do_handshake()
@@ -77,6 +85,22 @@ class TlsSocket(ssl.SSLSocket):
                 # as SSLSocket, which owns the fd it detached: a failed handshake closes the connection
                 self.close()
                 raise
+
+    def _adopt_sslobj(self, bio=None) -> None:
+        """The TLS object SSLSocket keeps as _sslobj (code such as CPython's ssl tests reads its chains),
+        owned by this socket as there; made when the socket is connected."""
+        if bio is None:
+            bio = self._context.wrap_bio(self._incoming, self._outgoing, self.server_side, self._server_hostname,
+                                         self._session)
+        self._sslobj = bio._sslobj
+        self._sslobj.owner = self
+
+    def _connected(self) -> bool:
+        try:
+            self._plain().getpeername()
+        except OSError:
+            return False
+        return True
 
     # -- record pump -------------------------------------------------------------
     def _flush(self) -> None:
@@ -99,15 +123,28 @@ class TlsSocket(ssl.SSLSocket):
         del self._unsent[:sent]
 
     def _fill(self) -> None:
+        """Move received bytes into the incoming BIO, never past the end of the current TLS record (RFC 8446
+        5.1: a 5-byte header whose last two bytes are the length): what follows the record that ends TLS
+        (close_notify, then the clear text of a STARTTLS/ENDTLS protocol) stays in the socket for
+        ``unwrap()``'s caller, as OpenSSL reading from a kernel fd leaves it."""
+        left = self._record_left
+        want = left if left else _HEADER - len(self._header)
         try:
-            data = self._sock.recv(_RECORD)
+            data = self._sock.recv(min(want, _RECORD))
         except BlockingIOError:
             # (errno, text) as _ssl raises it: callers read err.args[1]
             raise ssl.SSLWantReadError(ssl.SSL_ERROR_WANT_READ, "The operation did not complete (read)") from None
-        if data:
-            self._incoming.write(data)
-        else:
+        if not data:
             self._incoming.write_eof()
+            return
+        self._incoming.write(data)
+        if left:
+            self._record_left = left - len(data)
+            return
+        self._header += data
+        if len(self._header) == _HEADER:  # (OpenSSL sees the header before the body is read: a bad one fails now)
+            self._record_left = int.from_bytes(self._header[3:5], "big")
+            self._header = b""
 
     def _run(self, fn, *args):
         while True:
@@ -122,10 +159,20 @@ class TlsSocket(ssl.SSLSocket):
 
     # -- the SSLSocket calls -----------------------------------------------------------
     def do_handshake(self, block=False) -> None:
+        if self._sslobj is None:
+            if self._over:
+                raise ValueError("handshake on a closed or unwrapped SSL socket")
+            self._plain().getpeername()  # unconnected: ENOTCONN, as SSLSocket
+            self._adopt_sslobj()  # (a non-blocking connect completed since)
         self._run(self._sslobj.do_handshake)
 
     def connect(self, address) -> None:
-        self._sock.connect(address)
+        if self.server_side:
+            raise ValueError("can't connect in server-side mode")
+        if self._sslobj is not None:
+            raise ValueError("attempt to connect already-connected SSLSocket!")
+        self._plain().connect(address)
+        self._adopt_sslobj()
         if self.do_handshake_on_connect:
             self.do_handshake()
 
@@ -142,6 +189,8 @@ class TlsSocket(ssl.SSLSocket):
                                         suppress_ragged_eofs=self.suppress_ragged_eofs), address
 
     def read(self, n=1024, buffer=None):
+        if self._sslobj is None:
+            raise ValueError("Read on closed or unwrapped SSL socket.")
         try:
             if buffer is not None:
                 return self._run(self._sslobj.read, n, buffer)
@@ -152,6 +201,8 @@ class TlsSocket(ssl.SSLSocket):
             raise
 
     def write(self, data) -> int:
+        if self._sslobj is None:
+            raise ValueError("Write on closed or unwrapped SSL socket.")
         if self._unsent:
             self._flush()
             if self._unsent:  # records of an earlier write still wait for room: nothing taken this time
@@ -161,11 +212,15 @@ class TlsSocket(ssl.SSLSocket):
     def recv(self, buflen=1024, flags=0) -> bytes:
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to recv() on {self.__class__}")
+        if self._sslobj is None:  # unwrapped: clear text on the socket underneath, as SSLSocket
+            return self._plain().recv(buflen)
         return self.read(buflen)
 
     def recv_into(self, buffer, nbytes=None, flags=0) -> int:
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to recv_into() on {self.__class__}")
+        if self._sslobj is None:
+            return self._plain().recv_into(buffer, nbytes or 0)
         view = memoryview(buffer).cast("B")
         n = nbytes or len(view)
         if not n:
@@ -175,9 +230,13 @@ class TlsSocket(ssl.SSLSocket):
     def send(self, data, flags=0) -> int:
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to send() on {self.__class__}")
+        if self._sslobj is None:
+            return self._plain().send(data)
         return self.write(data)
 
     def sendall(self, data, flags=0) -> None:
+        if self._sslobj is None and not flags:
+            return self._plain().sendall(data)
         view = memoryview(data).cast("B")
         while len(view):
             view = view[self.send(view, flags):]
@@ -200,45 +259,64 @@ class TlsSocket(ssl.SSLSocket):
                 file.seek(offset + total)
 
     def pending(self) -> int:
-        return self._sslobj.pending()
+        return 0 if self._sslobj is None else self._sslobj.pending()
 
     def unwrap(self):
+        """Close TLS (close_notify both ways) and return this object, now clear text over the same socket,
+        as ``SSLSocket.unwrap`` returns itself; a second unwrap is a ValueError."""
+        if self._sslobj is None:
+            raise ValueError(f"No SSL wrapper around {self}")
         self._run(self._sslobj.shutdown)
-        sock, self._sock = self._sock, None
+        self._sslobj, self._over = None, True
+        return self
+
+    def _plain(self):
+        sock = self._sock
+        if sock is None:
+            raise OSError(9, "Bad file descriptor")
         return sock
 
     def getpeercert(self, binary_form=False):
+        if self._sslobj is None:
+            self._plain().getpeername()  # unconnected: ENOTCONN, as SSLSocket
+            return None
         return self._sslobj.getpeercert(binary_form)
 
     def cipher(self):
-        return self._sslobj.cipher()
+        return None if self._sslobj is None else self._sslobj.cipher()
 
     def version(self):
-        return self._sslobj.version()
+        return None if self._sslobj is None else self._sslobj.version()
 
     def selected_alpn_protocol(self):
-        return self._sslobj.selected_alpn_protocol()
+        return None if self._sslobj is None else self._sslobj.selected_alpn_protocol()
 
     def shared_ciphers(self):
-        return self._sslobj.shared_ciphers()
+        return None if self._sslobj is None else self._sslobj.shared_ciphers()
 
     def compression(self):
-        return self._sslobj.compression()
+        return None if self._sslobj is None else self._sslobj.compression()
 
     def get_channel_binding(self, cb_type="tls-unique"):
-        return self._sslobj.get_channel_binding(cb_type)
+        return None if self._sslobj is None else self._sslobj.get_channel_binding(cb_type)
 
     @property
     def server_hostname(self):
-        return self._sslobj.server_hostname
+        return self._server_hostname if self._sslobj is None else self._sslobj.server_hostname
 
     @property
     def session(self):
-        return self._sslobj.session
+        return self._session if self._sslobj is None else self._sslobj.session
+
+    @session.setter
+    def session(self, session):
+        self._session = session
+        if self._sslobj is not None:
+            self._sslobj.session = session
 
     @property
     def session_reused(self):
-        return self._sslobj.session_reused
+        return None if self._sslobj is None else self._sslobj.session_reused
 
     # -- files and closing (the stdlib's makefile and its reference counting) ------------
     makefile = _std.socket.makefile
@@ -253,6 +331,18 @@ class TlsSocket(ssl.SSLSocket):
                 except OSError:
                     pass
             self._sock.close()
+            self._sslobj, self._over = None, True  # (as SSLSocket: reads and writes after close are ValueError)
+
+    def __del__(self):
+        """Dropped unclosed: the stdlib's ResourceWarning, naming this object (not the socket beneath)."""
+        sock = self.__dict__.get("_sock")
+        if sock is None or getattr(self, "_closed", True):
+            return
+        warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
+        try:
+            sock.close()
+        except Exception:  # noqa: BLE001 - nothing may escape a finalizer
+            pass
 
     def __enter__(self):
         return self
@@ -302,30 +392,28 @@ class TlsDispatch:
 
     @classmethod
     def _create(cls, sock, server_side=False, do_handshake_on_connect=True, suppress_ragged_eofs=True,
-                server_hostname=None, context=None, session=None):
-        if server_side and server_hostname:  # SSLSocket._create's argument checks, before anything changes
+                server_hostname=None, context=None, session=None, tls_class=None):
+        if sock.type != _std.SOCK_STREAM:  # SSLSocket._create's checks, before anything changes
+            raise NotImplementedError("only stream sockets are supported")
+        if server_side and server_hostname:
             raise ValueError("server_hostname can only be specified in server mode")
         if server_side and session is not None:
             raise ValueError("session can only be specified in client mode")
         if context is not None and context.check_hostname and not server_hostname:
             raise ValueError("check_hostname requires server_hostname")
-        if getattr(sock, "_u", None) is not None:
-            # as SSLSocket detach()es the socket it wraps: the TLS socket takes the connection over and the
-            # object the caller holds is left closed (fd -1), so closing it later ends nothing
-            inner = type(sock)._wrap(sock._u)
-            sock._u, sock._kernel = None, True
-            sock = inner
-        elif hasattr(sock, "_u") and not sock._kernel:
-            # a patched socket not yet addressed (wrapped before connect): the TLS socket takes it over as
-            # it stands, and its connect() will pick the stack
-            inner = type(sock).__new__(type(sock))
-            inner.__dict__.update(sock.__dict__)
-            inner._io_refs, inner._closed = sock._io_refs, sock._closed  # (socket.socket's slots)
-            sock._u, sock._kernel, sock._pending, sock._early_rfd = None, True, [], None
-            return TlsSocket(inner, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
-                             server_hostname, session, connected=False)
+        # as SSLSocket detach()es the socket it wraps: the TLS socket takes a patched socket's connection
+        # over and the object the caller holds is left closed (fd -1), so closing it later ends nothing.
+        # Asked through the object (a wrapper that forwards attributes, as asyncio's tests use, reaches
+        # the socket itself).
+        take = getattr(sock, "_tls_take", None)
+        taken = take() if callable(take) else None
+        if taken is not None:
+            sock, connected = taken
+            if connected is False:  # not yet addressed (wrapped before connect): its connect() picks the stack
+                return (tls_class or TlsSocket)(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+                                 server_hostname, session, connected=False)
         if getattr(sock, "_u", None) is not None or hasattr(sock, "_h"):
-            return TlsSocket(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
+            return (tls_class or TlsSocket)(sock, context, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                              server_hostname, session)
         return ssl.SSLSocket._create(sock, server_side, do_handshake_on_connect, suppress_ragged_eofs,
                                      server_hostname, context, session)

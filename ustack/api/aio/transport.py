@@ -341,11 +341,10 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
         self._buffer.clear()
         self._closing = True
         self._conn_lost += 1
-        conn, driver = self._conn, self._driver
-        with driver.lock, driver.stack.tx_batch():
-            now = driver.clock()
-            conn.abort(now)  # RST unless already closed (a reset or a timeout ended it)
-            driver.stack.tcp.flush(now)
+        # asyncio's selector transport closes its socket here: what the send buffer already holds still goes,
+        # then FIN; a RST only for unread received data (RFC 2525 2.17) or SO_LINGER 0, as a kernel close()
+        # (the peer of an aborted handshake sees EOF, as asyncio's test_ssl expects). The close itself is
+        # the socket's, in _call_connection_lost.
         self._loop.call_soon(self._call_connection_lost, exc)
 
     def _call_connection_lost(self, exc):
