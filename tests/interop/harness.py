@@ -39,6 +39,34 @@ def ustack_cli(topo, backend_args, *args, timeout=120):
     return p.returncode, out
 
 
+def serving(backend: str, tmp_path_factory, name: str, serve_args, **kw):
+    """A module fixture's body (``yield from serving(...)``): skip without privileges (fail under
+    USTACK_REQUIRE_PRIVILEGED=1), else a running ``Served``, closed at teardown even after a failure."""
+    from tests.conftest import privilege_problem, require_privileged
+
+    if privilege_problem() is not None:
+        require_privileged()
+    s = Served(backend, tmp_path_factory.mktemp(name), serve_args, **kw)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def peer_tcp6(topo, port: int, timeout: float = 30.0) -> socket.socket:
+    """A kernel TCP socket in the peer namespace, connected to the stack's IPv6 address and ``port``."""
+    from ustack.tools.netns import peer_socket
+
+    s = peer_socket(topo, socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect((topo.stack_addr6, port))
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
 class Served:
     """A running ``ustack serve`` and the topology around it."""
 

@@ -23,8 +23,7 @@ import sys
 
 import pytest
 
-from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import KernelSink, Served, backend_params, echoed_exactly
+from tests.interop.harness import KernelSink, backend_params, echoed_exactly, peer_tcp6, serving
 
 pytestmark = pytest.mark.privileged
 MB100 = 100_000_000
@@ -33,13 +32,9 @@ MB100 = 100_000_000
 @pytest.fixture(scope="module", params=[b for b in backend_params()
                                         if b in ("packet", "tap", "afxdp-native", "afxdp-generic")])
 def served(request, tmp_path_factory):
-    if privilege_problem() is not None:
-        require_privileged()
-    s = Served(request.param, tmp_path_factory.mktemp(request.param),
-               ["--udp-echo", "7", "--tcp-echo", "7", "--tcp-source", "19", "--source-bytes", str(MB100)],
-               ipv6=True)
-    yield s
-    s.close()
+    yield from serving(request.param, tmp_path_factory, request.param,
+                       ["--udp-echo", "7", "--tcp-echo", "7", "--tcp-source", "19", "--source-bytes", str(MB100)],
+                       ipv6=True)
 
 
 def _link_local(served) -> str:
@@ -59,26 +54,17 @@ def test_kernel_pings_global_link_local_and_ipv4_at_once(served):
 
 
 def test_tcp_echo_10mb_exact_both_directions(served):
-    from ustack.tools.netns import peer_socket
-
-    t = served.topo
     data = random.Random(13).randbytes(10_000_000)
-    with peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM) as s:
-        s.settimeout(30)
-        s.connect((t.stack_addr6, 7))
+    with peer_tcp6(served.topo, 7) as s:
         assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) <= 1440
         assert echoed_exactly(s, data)
 
 
 def test_kernel_pulls_100mb_over_ipv6_sha256_exact(served):
-    from ustack.tools.netns import peer_socket
     from ustack.tools.services import pattern_sha256
 
-    t = served.topo
     h, n = hashlib.sha256(), 0
-    with peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM) as s:
-        s.settimeout(30)
-        s.connect((t.stack_addr6, 19))
+    with peer_tcp6(served.topo, 19) as s:
         while chunk := s.recv(1 << 20):
             h.update(chunk)
             n += len(chunk)

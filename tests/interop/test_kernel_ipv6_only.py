@@ -20,19 +20,14 @@ import threading
 
 import pytest
 
-from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import KernelSink, Served, echoed_exactly
+from tests.interop.harness import KernelSink, echoed_exactly, peer_tcp6, serving
 
 pytestmark = pytest.mark.privileged
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    if privilege_problem() is not None:
-        require_privileged()
-    s = Served("packet", tmp_path_factory.mktemp("v6only"), ["--tcp-echo", "7", "--udp-echo", "7"], ipv4=False)
-    yield s
-    s.close()
+    yield from serving("packet", tmp_path_factory, "v6only", ["--tcp-echo", "7", "--udp-echo", "7"], ipv4=False)
 
 
 def test_serve_reports_its_ipv6_address_only(served):
@@ -54,13 +49,8 @@ def test_kernel_pings_the_ipv6_only_stack_and_not_its_ipv4_address(served):
 
 
 def test_tcp_echo_1mb_exact(served):
-    from ustack.tools.netns import peer_socket
-
-    t = served.topo
     data = random.Random(6).randbytes(1_000_000)
-    with peer_socket(t, socket.AF_INET6, socket.SOCK_STREAM) as s:
-        s.settimeout(30)
-        s.connect((t.stack_addr6, 7))
+    with peer_tcp6(served.topo, 7) as s:
         assert echoed_exactly(s, data)
 
 

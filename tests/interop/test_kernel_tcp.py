@@ -23,8 +23,8 @@ import threading
 
 import pytest
 
-from tests.conftest import privilege_problem, require_privileged, require_tool
-from tests.interop.harness import Served, ustack_cli
+from tests.conftest import require_tool
+from tests.interop.harness import serving, ustack_cli
 from ustack.tools.services import PATTERN_BLOCK, pattern_sha256
 
 pytestmark = pytest.mark.privileged
@@ -42,13 +42,9 @@ def tcp_backends():
 
 @pytest.fixture(scope="module", params=tcp_backends())
 def served(request, tmp_path_factory):
-    if privilege_problem() is not None:
-        require_privileged()
-    s = Served(request.param, tmp_path_factory.mktemp("tcp-" + request.param),
-               ["--tcp-echo", "7", "--tcp-discard", "9", "--tcp-source", "19", "--source-bytes", str(MB100),
-                "--pcap-snaplen", "128"])
-    yield s
-    s.close()
+    yield from serving(request.param, tmp_path_factory, "tcp-" + request.param,
+                       ["--tcp-echo", "7", "--tcp-discard", "9", "--tcp-source", "19", "--source-bytes", str(MB100),
+                        "--pcap-snaplen", "128"])
 
 
 def kernel_tcp(served, timeout=30.0):

@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import Served
+from tests.conftest import require_privileged
+from tests.interop.harness import serving
 
 pytestmark = pytest.mark.privileged
 
@@ -50,11 +50,7 @@ def recv_exact(recv, n: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    if privilege_problem() is not None:
-        require_privileged()
-    s = Served("packet", tmp_path_factory.mktemp("tcp-latency"), ["--tcp-echo", "7"])
-    yield s
-    s.close()
+    yield from serving("packet", tmp_path_factory, "tcp-latency", ["--tcp-echo", "7"])
 
 
 def test_kernel_client_gets_ustack_echo_responses_without_delayed_ack_stalls(served):

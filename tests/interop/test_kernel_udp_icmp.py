@@ -26,18 +26,13 @@ import sys
 
 import pytest
 
-from tests.conftest import privilege_problem, require_privileged
-from tests.interop.harness import Served, backend_params
+from tests.interop.harness import backend_params, serving
 
 pytestmark = pytest.mark.privileged
 
 @pytest.fixture(scope="module", params=backend_params())
 def served(request, tmp_path_factory):
-    if privilege_problem() is not None:
-        require_privileged()
-    s = Served(request.param, tmp_path_factory.mktemp(request.param), ["--udp-echo", "7"])
-    yield s
-    s.close()
+    yield from serving(request.param, tmp_path_factory, request.param, ["--udp-echo", "7"])
 
 
 def _udp_exchange(sock, dst, payloads, window=8, timeout=5.0):
