@@ -492,3 +492,29 @@ def test_tls_wrap_refuses_datagrams_and_a_server_side_connect(patched):
     with server_ctx.wrap_socket(std.socket(), server_side=True) as s:
         with pytest.raises(ValueError, match="can't connect in server-side mode"):
             s.connect((A, 7417))
+
+
+def test_a_reset_connection_has_no_peer_and_its_bytes_are_refused_by_tls(net):
+    """Linux answers getpeername() with ENOTCONN once a RST came; bytes that came before it are refused by
+    a TLS wrap (SSLSocket's pre-handshake check), not handed over as if protected."""
+    import ssl
+    import struct
+    from ustack.api.tls import TlsSocket
+
+    cli, srv = pair(*net, 7418)
+    try:
+        srv.sendall(b"HTTP/1.0 307 Temporary Redirect\r\n\r\n")
+        srv.setsockopt(std.SOL_SOCKET, std.SO_LINGER, struct.pack("ii", 1, 0))
+        srv.close()  # RST after the bytes
+        conn = cli._conn
+        net[1].wait_until(lambda: conn.state.name == "CLOSED", 5)
+        with pytest.raises(OSError) as e:
+            cli.getpeername()
+        assert e.value.errno == errno.ENOTCONN
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        with pytest.raises(ssl.SSLError) as e:
+            TlsSocket(cli, ctx, server_hostname="x")
+        assert "before TLS handshake with data" in e.value.reason
+    finally:
+        cli.close()

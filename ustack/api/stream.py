@@ -209,7 +209,7 @@ class StreamSocket(SocketBase):
 
     def getpeername(self) -> tuple[str, int]:
         conn = self._require_conn()
-        if conn.state in (State.SYN_SENT, State.CLOSED) and not conn.connected:
+        if conn.state in (State.SYN_SENT, State.CLOSED):  # as Linux: a reset connection has no peer either
             raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
         return self._peer()
 

@@ -20,6 +20,7 @@ never opened. Not supported: ``sendfile`` zero-copy (a copy loop is used),
 from __future__ import annotations
 
 import _socket
+import errno
 import socket as _std
 import ssl
 import warnings
@@ -76,6 +77,7 @@ class TlsSocket(ssl.SSLSocket):
                 sock.getpeername()
             except OSError:
                 connected = False
+                self._refuse_pre_handshake_data()
         if connected:
             self._adopt_sslobj(bio)
         if connected and do_handshake_on_connect:
@@ -85,6 +87,30 @@ class TlsSocket(ssl.SSLSocket):
                 # as SSLSocket, which owns the fd it detached: a failed handshake closes the connection
                 self.close()
                 raise
+
+    def _refuse_pre_handshake_data(self) -> None:
+        """Wrapping a socket whose connection already ended (a reset leaves no peer): bytes it still holds
+        came before any TLS and must not reach the caller as if protected; SSLSocket's rule and error."""
+        sock = self._sock
+        blocking = sock.getblocking()
+        sock.setblocking(False)
+        try:
+            data = sock.recv(1)
+        except OSError as e:
+            if e.errno not in (errno.ENOTCONN, errno.EINVAL, errno.EAGAIN):
+                raise
+            data = b""
+        finally:
+            sock.setblocking(blocking)
+        if data:
+            reason = "Closed before TLS handshake with data in recv buffer."
+            err = ssl.SSLError(errno.ENOTCONN, reason)
+            err.reason, err.library = reason, None  # (the attributes _ssl sets)
+            try:
+                self.close()
+            except OSError:
+                pass
+            raise err
 
     def _adopt_sslobj(self, bio=None) -> None:
         """The TLS object SSLSocket keeps as _sslobj (code such as CPython's ssl tests reads its chains),
