@@ -1,7 +1,7 @@
 """Bulk TCP under random loss: ustack beside the kernel in the same run (``ustack bench``'s loss row).
 
     python -m ustack.tools.bench_loss [--loss 3] [--bytes 20000000] [--reps 3] [--pipe-only]
-                                      [--backend packet] [--echo BYTES] [--congestion cubic]
+                                      [--backend packet] [--echo BYTES] [--congestion newreno]
 
 Two parts:
 
@@ -371,7 +371,7 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="packet", help="ustack backend on veth (default packet)")
     p.add_argument("--echo", type=int, default=0, help="also echo this many bytes each way through ustack")
     p.add_argument("--pipe-only", action="store_true", help="only the pipe part (no privileges needed)")
-    p.add_argument("--congestion", default=None, help="ustack's congestion control on veth (default: the stack's)")
+    p.add_argument("--congestion", default=None, help="ustack's congestion control on veth: cubic or newreno (default: the stack's, cubic)")
     args = p.parse_args(argv)
     if not 0 <= args.loss < 100 or args.bytes <= 0 or args.reps <= 0:
         p.error("need 0 <= --loss < 100, --bytes > 0, --reps > 0")
