@@ -1,7 +1,7 @@
 """Bulk TCP under random loss: ustack beside the kernel in the same run (``ustack bench``'s loss row).
 
     python -m ustack.tools.bench_loss [--loss 3] [--bytes 20000000] [--reps 3] [--pipe-only]
-                                      [--backend packet] [--echo BYTES] [--congestion cubic]
+                                      [--backend packet] [--echo BYTES] [--congestion newreno,cubic]
 
 Two parts:
 
@@ -34,6 +34,7 @@ import statistics
 import time
 
 from ustack.tools import bench_pipe
+from ustack.transport.tcp.congestion import ALGORITHMS
 
 # Drops on the receiving side only: a kernel sender whose segment its own OUTPUT hook drops is told
 # (NF_DROP -> -EPERM) and simply sends it again on the next ACK, without a loss or a congestion signal
@@ -326,13 +327,22 @@ def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False, 
         u.close()
 
 
-def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, **knobs) -> dict:
-    runs: dict = {"linux": [], "ustack_to_kernel": [], "kernel_to_ustack": []}
+def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, algorithms: tuple = (),
+              **knobs) -> dict:
+    """Rows of medians over ``reps``; with ``algorithms`` (congestion controls) the ustack rows once per
+    algorithm, named ``ustack_to_kernel_<name>`` and ``kernel_to_ustack_<name>``, all interleaved."""
+    runs: dict = {"linux": []}
+    variants = [(f"_{a}", dict(knobs, congestion=a)) for a in algorithms] or [("", knobs)]
+    for suffix, _ in variants:
+        runs["ustack_to_kernel" + suffix] = []
+        runs["kernel_to_ustack" + suffix] = []
     with _Pinned():
         for _ in range(reps):  # interleaved, so that the machine's load falls on every row alike
             runs["linux"].append({"mb_s": linux_to_linux(size, percent)})
-            runs["ustack_to_kernel"].append(ustack_to_kernel(size, percent, backend, **knobs))
-            runs["kernel_to_ustack"].append(kernel_to_ustack(size, percent, backend, **knobs))
+            for suffix, kn in variants:
+                runs["ustack_to_kernel" + suffix].append(ustack_to_kernel(size, percent, backend, **kn))
+                runs["kernel_to_ustack" + suffix].append(kernel_to_ustack(size, percent, backend, **kn))
+        knobs = variants[0][1]
         if echo:
             runs["echo"] = [kernel_to_ustack(echo, percent, backend, echo=True, **knobs)]
     out = {}
@@ -371,13 +381,19 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="packet", help="ustack backend on veth (default packet)")
     p.add_argument("--echo", type=int, default=0, help="also echo this many bytes each way through ustack")
     p.add_argument("--pipe-only", action="store_true", help="only the pipe part (no privileges needed)")
-    p.add_argument("--congestion", default=None, help="ustack's congestion control on veth (default: the stack's)")
+    p.add_argument("--congestion", default=None,
+                   help="ustack's congestion control on veth: cubic or newreno (default: the stack's, cubic); "
+                        "a comma-separated list (newreno,cubic) runs ustack's rows once per algorithm, interleaved")
     args = p.parse_args(argv)
     if not 0 <= args.loss < 100 or args.bytes <= 0 or args.reps <= 0:
         p.error("need 0 <= --loss < 100, --bytes > 0, --reps > 0")
     pipe = pipe_rows(min(args.bytes, 5_000_000))
-    knobs = {"congestion": args.congestion} if args.congestion else {}
-    veth = None if args.pipe_only else veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo, **knobs)
+    algorithms = tuple(a.strip() for a in args.congestion.split(",")) if args.congestion else ()
+    unknown = [a for a in algorithms if a.lower() not in ALGORITHMS]
+    if unknown:
+        p.error(f"unknown congestion control {', '.join(unknown)} (known: {', '.join(ALGORITHMS)})")
+    veth = None if args.pipe_only else veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo,
+                                                 algorithms)
     print("\n".join(format_lines(pipe, veth, args.loss)))
     return 0
 

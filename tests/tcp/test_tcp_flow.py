@@ -270,7 +270,7 @@ def test_info_snapshot():
     assert info.state == "ESTABLISHED" and info.remote == (h.peer.addr, h.peer.port)
     assert info.bytes_in_flight == 4380 and info.send_queue == 20000 and info.unsent == 20000 - 4380
     assert info.cwnd == 4380 and info.srtt == pytest.approx(0.1) and info.rto == pytest.approx(0.3)
-    assert info.snd_wnd == 65535 and info.rcv_wnd == 64000 and info.congestion == "newreno"
+    assert info.snd_wnd == 65535 and info.rcv_wnd == 64000 and info.congestion == "cubic"
     h.peer.send(flags="PA", payload=b"in")
     info = conn.info()
     assert info.recv_queue == 2 and info.bytes_received == 2 and info.segs_in == 2

@@ -98,6 +98,34 @@ def test_bench_loss_veth_lines_give_rtos_per_10_mb():
                         "ustack retransmitted 400, RTOs 3 (1.5 per 10 MB), TLPs 40; runs 50.0, 50.0, 50.0")
 
 
+def test_bench_loss_compares_congestion_controls_interleaved_in_one_run(monkeypatch):
+    """``--congestion newreno,cubic``: ustack's veth rows once per algorithm, each run with its knob,
+    the algorithms alternating within every repetition (the machine's load falls on both alike)."""
+    from ustack.tools import bench_loss
+
+    calls = []
+
+    def fake(kind):
+        def run(size, percent, backend, **knobs):
+            calls.append((kind, knobs.get("congestion")))
+            return {"mb_s": 10.0 if knobs.get("congestion") == "newreno" else 12.0, "bytes": size,
+                    "retransmits": 1, "timeouts": 0, "tlps": 0}
+        return run
+
+    monkeypatch.setattr(bench_loss, "linux_to_linux", lambda size, percent: calls.append(("linux", None)) or 20.0)
+    monkeypatch.setattr(bench_loss, "ustack_to_kernel", fake("u2k"))
+    monkeypatch.setattr(bench_loss, "kernel_to_ustack", fake("k2u"))
+    veth = bench_loss.veth_rows(1000, 3, 2, "packet", algorithms=("newreno", "cubic"))
+    one = [("linux", None), ("u2k", "newreno"), ("k2u", "newreno"), ("u2k", "cubic"), ("k2u", "cubic")]
+    assert calls == one * 2
+    assert list(veth) == ["linux", "ustack_to_kernel_newreno", "kernel_to_ustack_newreno",
+                          "ustack_to_kernel_cubic", "kernel_to_ustack_cubic"]
+    lines = bench_loss.format_lines([], veth, 3)
+    assert lines[3].startswith("bulk under loss, veth 3% each way, ustack to kernel cubic: 12.0 MB/s (0.60x")
+    with pytest.raises(SystemExit):
+        bench_loss.main(["--congestion", "newreno,bbr9"])  # refused before anything runs
+
+
 def test_rx_loss_drops_only_tcp_frames_and_releases_them():
     """bench_loss.RxLoss, in front of ustack's device: loses TCP frames (seeded) before the stack sees
     them and hands them straight back to the device; ARP and UDP pass."""

@@ -9,6 +9,8 @@ import pytest
 
 from tests.tcp.harness import LOCAL, PEER, SECRET, Harness
 from ustack.transport.tcp import State
+from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.congestion import Cubic, NewReno
 from ustack.transport.tcp.isn import initial_sequence_number
 
 
@@ -108,7 +110,8 @@ def test_timeout_goes_back_n_in_slow_start():
     h.fire_next()
     again = h.peer.expect(flags="A", seq=first.seq, payload=first.payload)  # one segment: cwnd = 1 MSS
     h.peer.expect_nothing()
-    assert conn.sender.cc.window == 1000 and conn.sender.cc.ssthresh == 2000
+    # RFC 9438 4.6 / 4.8 (CUBIC, the default): ssthresh = 0.7 FlightSize (3 segments), cwnd = the loss window
+    assert conn.sender.cc.window == 1000 and conn.sender.cc.ssthresh == 3000 * 7 // 10
     h.peer.ack(ack=again.seq + 1000)
     h.peer.expect(flags="A", seq=second.seq, payload=second.payload)
     h.peer.expect(flags="PA", seq=third.seq, payload=third.payload)
@@ -144,8 +147,12 @@ def test_pure_ack_after_a_timeout_carries_snd_max():
     h.peer.expect_nothing()
 
 
-def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
-    h, conn = established(rtt=0.1)
+@pytest.mark.parametrize("congestion,ssthresh", [("newreno", 4000), ("cubic", 5600)])
+def test_fast_retransmit_on_third_duplicate_ack_and_recovery(congestion, ssthresh):
+    """RFC 5681 3.2 / RFC 6582 (no SACK): ssthresh from FlightSize (8 segments) by the algorithm's
+    decrease (NewReno halves, RFC 5681 (4); CUBIC keeps 0.7, RFC 9438 4.6), cwnd = ssthresh + 3 SMSS,
+    each further duplicate inflates it by one SMSS, the full ACK deflates it (RFC 6582 3.2 step 3)."""
+    h, conn = established(rtt=0.1, congestion=congestion)
     grow_cwnd(h, conn, 8)
     cwnd = conn.sender.cc.window
     conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
@@ -159,13 +166,14 @@ def test_fast_retransmit_on_third_duplicate_ack_and_recovery():
     h.peer.expect(flags="A", seq=una, payload=segs[0].payload)
     info = conn.info()
     assert info.fast_retransmits == 1 and info.in_recovery and info.dup_acks == 3
-    assert conn.sender.cc.ssthresh == 4000 and info.cwnd == 4000 + 3000
+    assert info.congestion == congestion
+    assert conn.sender.cc.ssthresh == ssthresh and info.cwnd == ssthresh + 3000
     assert cwnd >= 8000
     h.peer.ack(ack=una)  # more duplicates inflate the window
-    assert conn.info().cwnd == 8000
+    assert conn.info().cwnd == ssthresh + 4000
     h.peer.ack(ack=segs[-1].seq + 1000)  # full ACK: recovery ends, window deflates
     info = conn.info()
-    assert not info.in_recovery and info.cwnd == conn.sender.cc.window == min(4000, 1000 + 1000)
+    assert not info.in_recovery and info.cwnd == conn.sender.cc.window == min(ssthresh, 1000 + 1000)
 
 
 @pytest.mark.parametrize("sack", [False, True])
@@ -225,8 +233,30 @@ def test_duplicate_acks_need_no_data_and_same_window():
     assert conn.info().dup_acks == 2
 
 
+@pytest.mark.parametrize("layer,conn_opts,cls,ssthresh", [
+    ({}, {}, Cubic, 2800),  # the default, as Linux's: RFC 9438 4.6, 0.7 of the 4 segments in flight
+    ({"congestion": "newreno"}, {}, NewReno, 2000),  # layer-wide: RFC 5681 (4), half of them
+    ({}, {"congestion": "newreno"}, NewReno, 2000),  # per connection, as setsockopt(TCP_CONGESTION)
+])
+def test_default_congestion_control_is_cubic_and_newreno_stays_selectable(layer, conn_opts, cls, ssthresh):
+    assert TcpConfig().congestion == "cubic"
+    h = Harness(delayed_ack=False, **layer)
+    conn = h.layer.connect(None, (h.peer.addr, h.peer.port), h.now, **conn_opts)
+    h.peer.local_port = conn.local_port
+    syn = h.peer.expect(flags="S")
+    h.advance(0.1)
+    h.peer.send(flags="SA", ack=syn.seq + 1, mss=1000)
+    h.peer.expect(flags="A")
+    assert type(conn.sender.cc) is cls and conn.info().congestion == cls.name
+    conn.send(b"".join(bytes([65 + i]) * 1000 for i in range(4)), now=h.now)
+    first = h.drain()[0]  # IW: 4 segments of 1000 bytes, none acknowledged
+    h.fire_next()  # RTO: the algorithm's decrease from FlightSize, cwnd = the loss window
+    h.peer.expect(flags="A", seq=first.seq, payload=first.payload)
+    assert (conn.sender.cc.ssthresh, conn.sender.cc.window) == (ssthresh, 1000)
+
+
 def test_switching_congestion_control_on_a_live_connection_keeps_window_and_recovery():
-    h, conn = established(rtt=0.1)
+    h, conn = established(rtt=0.1, congestion="newreno")  # explicitly NewReno: the switch is to CUBIC
     grow_cwnd(h, conn, 8)
     conn.send(b"".join(bytes([97 + i]) * 1000 for i in range(8)), now=h.now)
     segs = h.drain()

@@ -144,7 +144,7 @@ def test_text_shows_the_connection_udp_counters_and_drops(published, capsys):
     row = next(i for i, line in enumerate(lines) if line.startswith("ESTAB"))
     assert lines[row].split() == ["ESTAB", "0", "0", f"{A_IP}:{lport}", f"{B_IP}:{TCP_PORT}"]
     detail = lines[row + 1]
-    assert detail.startswith("\t ts sack newreno wscale:")
+    assert detail.startswith("\t ts sack cubic wscale:")  # CUBIC, the default (as Linux)
     info = pair.conn.info()
     for item in (f"mss:{info.snd_mss}", "bytes_acked:3000", "bytes_received:0", "inflight:0",
                  f"peer_wnd:{info.snd_wnd}", f"cwnd:{info.cwnd // info.snd_mss}", "retrans:0/0",

@@ -51,7 +51,7 @@ class TcpConfig:
     window_scaling: bool = True  # RFC 7323
     timestamps: bool = True  # RFC 7323
     sack: bool = True  # RFC 2018: offer SACK-permitted; send SACK blocks when both agree
-    congestion: str = "newreno"
+    congestion: str = "cubic"  # "cubic" (RFC 9438, Linux's default) or "newreno" (RFC 5681/6582); see congestion.py
     loss_recovery: str = "rack"  # with SACK: "rack" (RFC 8985), "rfc6675" or "newreno"; set at the handshake
     mss: int = 0  # TCP_MAXSEG clamp; 0 = from the route MTU (MTU - 40)
     challenge_ack_interval: float = 0.5  # RFC 5961 7: at most one challenge ACK per interval per connection

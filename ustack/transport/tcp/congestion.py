@@ -30,7 +30,8 @@ not here: see ``ustack.transport.tcp.recovery``, which calls
 ``on_congestion`` and ``on_recovery_end``. ``make(name, mss, cwnd=None,
 ssthresh=None)`` builds a controller by name ("newreno", "reno", "cubic")
 from public values only, which is also how a live connection switches
-algorithm.
+algorithm. CUBIC is the default (``TcpConfig.congestion``), as in Linux;
+the C pure-ACK path (``_fp_tx.pxi``) mirrors both algorithms' growth.
 """
 
 from __future__ import annotations
