@@ -512,11 +512,13 @@ cdef int _rtt_sample(object rtt, Py_ssize_t *eo, double r) except -1:
 
 cdef int _cc_on_ack(object cc, int kind, Py_ssize_t *co, int64_t acked, object rtt_o, object now) except -1:
     """``cc.on_ack(acked, rtt, now)`` for ``NewReno`` (kind 1) and ``Cubic`` (kind 2), on their slots."""
-    cdef int64_t mss = _iget(cc, co[C_MSS]), cwnd = _iget(cc, co[C_CWND]), ba, grown
+    cdef int64_t mss = _iget(cc, co[C_MSS]), cwnd = _iget(cc, co[C_CWND]), ba, grown, ssthresh
     cdef double cw, w_max, k, t, target, segs, w_est, new, c = _CUBIC_C, rtt
-    if cwnd < _iget(cc, co[C_SSTHRESH]):
-        # slow start: RFC 5681 equation (2), at most SMSS per ACK (ABC, RFC 3465 L = 1); RFC 9438 4.10
-        _fset(cc, co[C_CWND], PyLong_FromLongLong(cwnd + (acked if acked < mss else mss)))
+    ssthresh = _iget(cc, co[C_SSTHRESH])
+    if cwnd < ssthresh:
+        # slow start (congestion.slow_start): every byte acknowledged counts, up to ssthresh; RFC 9438 4.10
+        grown = cwnd + acked
+        _fset(cc, co[C_CWND], PyLong_FromLongLong(grown if grown < ssthresh else ssthresh))
         return 0
     if kind == 1:
         # congestion avoidance, RFC 5681 3.1: +SMSS once per cwnd of bytes acknowledged

@@ -67,7 +67,7 @@ def test_one_ack_per_round_of_in_order_data(fastpath):
     assert (segs_fast > 150) == fastpath
     busy = [(rx, tx) for rx, tx in rounds if rx]
     bulk = [(rx, tx) for rx, tx in busy if rx >= 4]  # (past the handshake and the first flights)
-    assert len(bulk) > 10 and all(tx == 1 for rx, tx in bulk), [r for r in bulk if r[1] != 1]
+    assert len(bulk) > 5 and all(tx == 1 for rx, tx in bulk), [r for r in bulk if r[1] != 1]
     data_segments = -(-300 * 1024 // SEGMENT)
     acks = sum(tx for _, tx in busy)
     assert acks < data_segments // 4  # every second segment would be over 100

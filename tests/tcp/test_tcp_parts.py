@@ -216,10 +216,13 @@ def test_newreno_slow_start_and_avoidance():
     cc = NewReno(1000)
     assert cc.window == 4000
     cc.on_ack(1000, None, 0.0)
-    assert cc.window == 5000  # slow start: +min(acked, SMSS)
+    assert cc.window == 5000  # slow start: + the bytes acknowledged
     cc.on_ack(4000, None, 0.0)
-    assert cc.window == 6000  # at most one SMSS per ACK
-    cc.ssthresh = 6000
+    assert cc.window == 9000  # a stretch ACK counts every byte it covers (Linux's tcp_slow_start)
+    cc.ssthresh = 10000
+    cc.on_ack(4000, None, 0.0)
+    assert cc.window == 10000  # ... up to ssthresh
+    cc.cwnd = cc.ssthresh = 6000
     for i in range(5):
         cc.on_ack(1000, None, 0.0)
     assert cc.window == 6000

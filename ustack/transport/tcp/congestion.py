@@ -42,6 +42,20 @@ from typing import Protocol
 INFINITE_SSTHRESH = 1 << 30
 
 
+def slow_start(cwnd: int, acked: int, ssthresh: int) -> int:
+    """The window after an ACK of ``acked`` new bytes in slow start: every byte counts, up to ssthresh.
+
+    RFC 5681 equation (2) caps the growth at SMSS per ACK, RFC 3465 (ABC) at
+    L = 2 SMSS; Linux (tcp_slow_start) counts every segment acknowledged, so
+    a stretch ACK (one ACK for a receiver's whole poll round, as ustack's own
+    receive ACK coalescing sends, or for a GRO'd aggregate) grows the window
+    as the per-segment ACKs it replaces would have. Growth stops at ssthresh,
+    where congestion avoidance takes over.
+    """
+    grown = cwnd + acked
+    return grown if grown < ssthresh else max(ssthresh, cwnd)
+
+
 def initial_window(mss: int) -> int:
     """RFC 5681 3.1 equation (3): IW by segment size."""
     if mss > 2190:
@@ -153,8 +167,7 @@ class NewReno(Window):
     def on_ack(self, acked: int, rtt: float | None, now: float) -> None:
         mss = self.mss
         if self.cwnd < self.ssthresh:
-            # slow start, RFC 5681 equation (2) (bytes counted, at most SMSS per ACK)
-            self.cwnd += min(acked, mss)
+            self.cwnd = slow_start(self.cwnd, acked, self.ssthresh)
             return
         # congestion avoidance, RFC 5681 3.1: +SMSS once per cwnd of bytes acknowledged
         self.bytes_acked += acked
@@ -216,7 +229,7 @@ class Cubic(Window):
     def on_ack(self, acked: int, rtt: float | None, now: float) -> None:
         mss = self.mss
         if self.cwnd < self.ssthresh:
-            self.cwnd += min(acked, mss)  # 4.10: slow start
+            self.cwnd = slow_start(self.cwnd, acked, self.ssthresh)  # 4.10: Reno's slow start
             return
         cw = self.cwnd / mss
         if self.epoch is None:  # 4.2: a new congestion avoidance epoch
