@@ -19,8 +19,11 @@ A client that cannot go on raises ``ClientError``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
+import sys
 import time
 
 from ustack.tools.bench_config import MESSAGE
@@ -335,3 +338,47 @@ def widen_port_range(topo) -> None:
             f.write("10000 65000")
         with open("/proc/sys/net/ipv4/tcp_tw_reuse", "w") as f:
             f.write("1")
+
+
+def peer_echo_server(topo) -> subprocess.Popen:
+    """``bench_servers.kernel_serve`` (the kernel echo server) in the peer namespace, started and ready."""
+    code = ("import sys; from ustack.tools.bench_servers import kernel_serve; "
+            "kernel_serve(sys.argv[1], 0)")
+    proc = topo.peer_popen([sys.executable, "-c", code, topo.peer_addr], stdout=subprocess.PIPE, text=True)
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError("the kernel echo server did not start")
+    return proc
+
+
+@contextlib.contextmanager
+def stack_side_sockets(topo, kind: str, backend: str, thread: bool = True):
+    """A maker of the stack side's TCP sockets for a socket-layer benchmark: ``kind`` "kernel" gives
+    kernel sockets in the stack's namespace (its address added), "ustack" the sockets of a Driver over
+    ``backend`` (its background thread started when ``thread``), closed with its device afterwards."""
+    from pyroute2 import IPRoute
+
+    from ustack.api import environment
+    from ustack.api.driver import Driver
+    from ustack.stack import Stack
+
+    if kind == "kernel":
+        with topo.in_stack_ns(), IPRoute() as ipr:
+            index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
+            ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
+
+        def make_socket():
+            with topo.in_stack_ns():  # a kernel socket lives in the namespace it was made in
+                return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+
+        yield make_socket
+        return
+    stack = Stack(topo.open_device(backend), f"{topo.stack_addr}/{topo.prefixlen}", fastpath=environment.fastpath())
+    driver = Driver(stack)
+    try:
+        if thread:
+            driver.start()
+        yield driver.socket
+    finally:
+        driver.close()
+        stack.device.close()

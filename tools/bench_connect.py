@@ -30,7 +30,6 @@ import argparse
 import json
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -123,71 +122,39 @@ def _result(times: list, failed: int, elapsed: float, cpu: float) -> dict:
             "cpu_per_conn": cpu / len(times) * 1e6, "failed": failed}
 
 
-def _kernel_server(topo):
-    code = ("import sys; from ustack.tools.bench_servers import kernel_serve; "
-            "kernel_serve(sys.argv[1], 0)")
-    proc = topo.peer_popen([sys.executable, "-c", code, topo.peer_addr], stdout=subprocess.PIPE, text=True)
-    if proc.stdout.readline().strip() != "ready":
-        proc.kill()
-        raise RuntimeError("the kernel echo server did not start")
-    return proc
-
-
 def run_row(kind: str, backend: str, sides: list, seconds: float, reps: int, thread: bool = True) -> dict:
     """One row (``kind`` "kernel" or "ustack") on a topology of its own: {side: medians}.
 
     ``thread``: ustack's Driver runs its background thread (else the calling threads alone poll).
     """
-    from pyroute2 import IPRoute
-
-    from ustack.api.driver import Driver
-    from ustack.stack import Stack
-    from ustack.tools.bench_clients import widen_port_range
+    from ustack.tools.bench_clients import peer_echo_server, stack_side_sockets, widen_port_range
     from ustack.tools.netns import Topology
 
     with Topology.veth(tag="bc") as topo:
         widen_port_range(topo)
-        server = _kernel_server(topo) if "connect" in sides else None
-        driver = None
+        server = peer_echo_server(topo) if "connect" in sides else None
         try:
-            if kind == "kernel":
-                with topo.in_stack_ns(), IPRoute() as ipr:
-                    index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
-                    ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
-
-                def make_socket():
-                    with topo.in_stack_ns():  # a kernel socket lives in the namespace it was made in
-                        return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            else:
-                stack = Stack(topo.open_device(backend), f"{topo.stack_addr}/{topo.prefixlen}")
-                driver = Driver(stack)
-                if thread:
-                    driver.start()
-
-                def make_socket():
-                    return driver.socket()
-            row = {}
-            for side in sides:
-                runs = []
-                for _ in range(reps):
-                    if side == "connect":
-                        runs.append(connect_side(make_socket, topo.peer_addr, seconds))
-                    else:
-                        lst = make_socket()
-                        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                        lst.bind((topo.stack_addr, 0))
-                        lst.listen(128)
-                        try:
-                            runs.append(accept_side(topo, lst, seconds))
-                        finally:
-                            lst.close()
-                row[side] = {k: statistics.median(r[k] for r in runs) for k in ("rate", "connect_p50", "cpu_per_conn")}
-                row[side]["runs"] = [round(r["rate"]) for r in runs]
-            return row
+            with stack_side_sockets(topo, kind, backend, thread) as make_socket:
+                row = {}
+                for side in sides:
+                    runs = []
+                    for _ in range(reps):
+                        if side == "connect":
+                            runs.append(connect_side(make_socket, topo.peer_addr, seconds))
+                        else:
+                            lst = make_socket()
+                            lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                            lst.bind((topo.stack_addr, 0))
+                            lst.listen(128)
+                            try:
+                                runs.append(accept_side(topo, lst, seconds))
+                            finally:
+                                lst.close()
+                    row[side] = {k: statistics.median(r[k] for r in runs)
+                                 for k in ("rate", "connect_p50", "cpu_per_conn")}
+                    row[side]["runs"] = [round(r["rate"]) for r in runs]
+                return row
         finally:
-            if driver is not None:
-                driver.close()
-                driver.stack.device.close()
             if server is not None:
                 server.terminate()
                 server.wait(10)

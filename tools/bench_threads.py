@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -85,54 +84,21 @@ def measure(make_socket, host: str, threads: int, seconds: float) -> dict:
     return {"rate": len(rtts) / elapsed, "p50": percentile(rtts, 50), "p99": percentile(rtts, 99)}
 
 
-def _echo_server(topo):
-    code = ("import sys; from ustack.tools.bench_servers import kernel_serve; "
-            "kernel_serve(sys.argv[1], 0)")
-    proc = topo.peer_popen([sys.executable, "-c", code, topo.peer_addr], stdout=subprocess.PIPE, text=True)
-    if proc.stdout.readline().strip() != "ready":
-        proc.kill()
-        raise RuntimeError("the kernel echo server did not start")
-    return proc
-
-
 def run_row(kind: str, backend: str, counts: list, seconds: float, reps: int) -> dict:
     """One row (``kind`` "kernel" or "ustack") on a topology of its own: {threads: medians}."""
-    from pyroute2 import IPRoute
-
-    from ustack.api.driver import Driver
-    from ustack.api import environment
-    from ustack.stack import Stack
+    from ustack.tools.bench_clients import peer_echo_server, stack_side_sockets
     from ustack.tools.netns import Topology
 
     with Topology.veth(tag="bt") as topo:
-        server = _echo_server(topo)
-        driver = None
+        server = peer_echo_server(topo)
         try:
-            if kind == "kernel":
-                with topo.in_stack_ns(), IPRoute() as ipr:
-                    index = ipr.link_lookup(ifname=topo.stack_ifname)[0]
-                    ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
-
-                def make_socket():
-                    with topo.in_stack_ns():  # a kernel socket lives in the namespace it was made in
-                        return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            else:
-                stack = Stack(topo.open_device(backend), f"{topo.stack_addr}/{topo.prefixlen}",
-                              fastpath=environment.fastpath())
-                driver = Driver(stack)
-                driver.start()
-
-                def make_socket():
-                    return driver.socket()
-            row = {}
-            for n in counts:
-                runs = [measure(make_socket, topo.peer_addr, n, seconds) for _ in range(reps)]
-                row[n] = {k: statistics.median(r[k] for r in runs) for k in ("rate", "p50", "p99")}
-            return row
+            with stack_side_sockets(topo, kind, backend) as make_socket:
+                row = {}
+                for n in counts:
+                    runs = [measure(make_socket, topo.peer_addr, n, seconds) for _ in range(reps)]
+                    row[n] = {k: statistics.median(r[k] for r in runs) for k in ("rate", "p50", "p99")}
+                return row
         finally:
-            if driver is not None:
-                driver.close()
-                driver.stack.device.close()
             server.terminate()
             server.wait(10)
 
