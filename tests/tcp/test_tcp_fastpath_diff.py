@@ -47,10 +47,14 @@ def _state(h: Harness, conn) -> dict:
     }
 
 
-def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str, family: int = 4, coalesce: bool = True):
+def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str, family: int = 4, coalesce: bool = True,
+          prepare=None):
+    """An established connection on a scripted harness; ``prepare(h)`` runs before the handshake."""
     h = Harness(timestamps=ts, window_scaling=wscale, sack=sack, congestion=cc, family=family,
                 rcvbuf=64000 if not wscale else 200000, ack_coalescing=coalesce)
     h.layer.fastpath = fast
+    if prepare is not None:
+        prepare(h)
     peer = h.peer
     lst = h.layer.listen((h.local, peer.local_port), 5)
     peer.snd_nxt = 1000

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from tests.tcp.harness import Harness
 from tests.tcp.test_tcp_fastpath_diff import _apply, _state, _step
+from tests.tcp.test_tcp_fastpath_diff import _open as _open_conn
 from ustack import _fastpath
 
 MAC_A, MAC_B = b"\x02\x00\x00\x00\x00\x01", b"\x02\x00\x00\x00\x00\x02"
@@ -69,25 +70,11 @@ def _with_templates(h: Harness) -> Counter:
 
 
 def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str, family: int):
-    h = Harness(timestamps=ts, window_scaling=wscale, sack=sack, congestion=cc, family=family,
-                rcvbuf=64000 if not wscale else 200000)
-    h.layer.fastpath = fast
-    counters = _with_templates(h) if fast else None
-    peer = h.peer
-    lst = h.layer.listen((h.local, peer.local_port), 5)
-    peer.snd_nxt = 1000
-    opts = {}
-    if ts:
-        opts["ts"] = (peer.ts_clock, 0)
-    if wscale:
-        opts["wscale"] = 2
-    peer.send(flags="S", win=65535, mss=1460, sack_perm=sack, **opts)
-    synack = peer.expect(flags="SA", ack=1001)
-    peer.use_ts = ts
-    peer.send(flags="A", ack=synack.seq + 1, win=65535)
-    conn = lst.accept()
-    assert conn is not None
-    return h, conn, counters
+    """``test_tcp_fastpath_diff._open`` with real frame templates on the fast side: (h, conn, counters)."""
+    counters = []
+    h, conn = _open_conn(fast, ts, wscale, sack, cc, family,
+                         prepare=(lambda h: counters.append(_with_templates(h))) if fast else None)
+    return h, conn, counters[0] if counters else None
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
