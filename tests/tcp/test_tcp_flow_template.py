@@ -11,7 +11,6 @@ ARP expiry (the template lapses with the entry).
 
 from __future__ import annotations
 
-import pytest
 
 from ustack import _fastpath
 from ustack.transport.tcp.ip_host import TcpOverIp
@@ -21,50 +20,70 @@ PORT = 5001
 OTHER_MAC = b"\x02\x00\x00\x00\x00\x99"
 
 
+def record_transfer(net, server_addr, on_progress=None):
+    """A 300 kB transfer A -> B (listening on ``server_addr``) with every frame on the link recorded.
+
+    ``on_progress(got, marks, frames, client, push)`` runs after each read (``got`` the bytes B has,
+    ``push()`` sends A's next chunk), to change the path mid-flow and mark where. Returns (frames on the
+    wire, marks, B's flow emitter or None, A's); the data must arrive exactly.
+    """
+    frames = []
+    carry = net.link._carry
+
+    def record(sender, frame):
+        frames.append((sender.name, bytes(frame)))
+        carry(sender, frame)
+
+    net.link._carry = record
+    lst = net.b.tcp.listen((server_addr, PORT), 5)
+    client = net.a.tcp.connect(None, (server_addr, PORT), net.clock.now)
+    assert net.run(lambda: client.tcb.state.name == "ESTABLISHED", 5)
+    server = lst.accept()
+    data = bytes(range(256)) * 1200
+    got = bytearray()
+    sent = 0
+    marks = {}
+
+    def push():
+        nonlocal sent
+        if sent < len(data):
+            sent += client.send(data[sent:sent + 20000], net.clock.now)
+
+    while len(got) < len(data):
+        push()
+        net.run(lambda: False, 0.002)
+        got += server.recv(1 << 20, net.clock.now)
+        if on_progress is not None:
+            on_progress(len(got), marks, frames, client, push)
+    assert bytes(got) == data
+    return frames, marks, server.out.fast, client.out.fast
+
+
 def _run(monkeypatch, templates: bool, *, change_mac=False, frag_needed=False, arp_ttl=None):
-    """A 300 kB transfer A -> B; returns (frames on the wire, B's flow emitter or None, A's, data received)."""
+    """A 300 kB transfer A -> B; returns (frames on the wire, marks, B's flow emitter or None, A's)."""
     with monkeypatch.context() as m:
         if not templates:
             m.delattr(TcpOverIp, "tcp_emitter")
         kw = {"arp_ttl": arp_ttl} if arp_ttl else {}
         # Fixed secrets: both runs pick the same ISNs, ports and IP IDs.
         net = Net(seed=3, a_kw={"isn_secret": b"a" * 16, **kw}, b_kw={"isn_secret": b"b" * 16, **kw})
-        frames = []
-        carry = net.link._carry
+        a_ip = net.a.ipv4.iface.addr
 
-        def record(sender, frame):
-            frames.append((sender.name, bytes(frame)))
-            carry(sender, frame)
+        def on_progress(got, marks, frames, client, push):
+            if change_mac and "mac" not in marks and got > 60000:
+                marks["mac"] = len(frames)
+                net.b.arp.learn(a_ip, OTHER_MAC, net.clock.now)  # B's ACKs go astray ...
+                push()
+                net.run(lambda: False, 0.5)  # (A retransmits; B ACKs to the wrong MAC)
+                marks["back"] = len(frames)
+                net.b.arp.learn(a_ip, net.a.link.mac, net.clock.now)  # ... until it learns A again
+            if frag_needed and "pmtu" not in marks and got > 60000:
+                marks["pmtu"] = len(frames)
+                net.a.tcp.icmp_error(client.local_addr, client.local_port, client.remote_addr, PORT, 3, 4, 1000,
+                                     net.clock.now)
 
-        net.link._carry = record
         try:
-            a_ip, b_ip = net.a.ipv4.iface.addr, net.b.ipv4.iface.addr
-            lst = net.b.tcp.listen((b_ip, PORT), 5)
-            client = net.a.tcp.connect(None, (b_ip, PORT), net.clock.now)
-            assert net.run(lambda: client.tcb.state.name == "ESTABLISHED", 5)
-            server = lst.accept()
-            data = bytes(range(256)) * 1200
-            got = bytearray()
-            sent = 0
-            marks = {}
-            while len(got) < len(data):
-                if sent < len(data):
-                    sent += client.send(data[sent:sent + 20000], net.clock.now)
-                net.run(lambda: False, 0.002)
-                got += server.recv(1 << 20, net.clock.now)
-                if change_mac and "mac" not in marks and len(got) > 60000:
-                    marks["mac"] = len(frames)
-                    net.b.arp.learn(a_ip, OTHER_MAC, net.clock.now)  # B's ACKs go astray ...
-                    sent += client.send(data[sent:sent + 20000], net.clock.now)
-                    net.run(lambda: False, 0.5)  # (A retransmits; B ACKs to the wrong MAC)
-                    marks["back"] = len(frames)
-                    net.b.arp.learn(a_ip, net.a.link.mac, net.clock.now)  # ... until it learns A again
-                if frag_needed and "pmtu" not in marks and len(got) > 60000:
-                    marks["pmtu"] = len(frames)
-                    net.a.tcp.icmp_error(client.local_addr, client.local_port, client.remote_addr, PORT, 3, 4, 1000,
-                                         net.clock.now)
-            assert bytes(got) == data
-            return frames, marks, server.out.fast, client.out.fast
+            return record_transfer(net, net.b.ipv4.iface.addr, on_progress)
         finally:
             net.close()
 

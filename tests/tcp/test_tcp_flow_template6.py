@@ -26,8 +26,8 @@ from ustack.transport.tcp.ip_host import TcpOverIp
 from ustack.transport.tcp.output import syn_options, syn_segment
 from ustack.wire.tcp import ACK, SYN
 from tests.stack.netsim import Net
+from tests.tcp.test_tcp_flow_template import PORT, _differ, record_transfer
 
-PORT = 5001
 A6, B6 = ip_addr("fd00::1"), ip_addr("fd00::2")
 OTHER_MAC = b"\x02\x00\x00\x00\x00\x99"
 
@@ -48,48 +48,22 @@ def _run(monkeypatch, templates: bool, *, change_mac=False, too_big=False, reach
             m.delattr(TcpOverIp, "tcp_emitter")
             m.setattr(Ipv6Layer, "emit_tcp_options", lambda self, *a: False)
         net = _net(reachable_time)
-        frames = []
-        carry = net.link._carry
 
-        def record(sender, frame):
-            frames.append((sender.name, bytes(frame)))
-            carry(sender, frame)
+        def on_progress(got, marks, frames, client, push):
+            if change_mac and "mac" not in marks and got > 60000:
+                marks["mac"] = len(frames)
+                # An override NA-like change: B now believes A is elsewhere (STALE with the new MAC).
+                net.b.ndp._learn_stale(A6, OTHER_MAC, net.clock.now)
+            if too_big and "pmtu" not in marks and got > 60000:
+                marks["pmtu"] = len(frames)
+                assert net.a.ipv6.pmtu_update(B6, 1300, net.clock.now)
+                net.a.tcp.icmp_error(client.local_addr, client.local_port, client.remote_addr, PORT, 3, 4,
+                                     net.a.ipv6.mtu(B6), net.clock.now)
 
-        net.link._carry = record
         try:
-            lst = net.b.tcp.listen((B6, PORT), 5)
-            client = net.a.tcp.connect(None, (B6, PORT), net.clock.now)
-            assert net.run(lambda: client.tcb.state.name == "ESTABLISHED", 5)
-            server = lst.accept()
-            data = bytes(range(256)) * 1200
-            got = bytearray()
-            sent = 0
-            marks = {}
-            while len(got) < len(data):
-                if sent < len(data):
-                    sent += client.send(data[sent:sent + 20000], net.clock.now)
-                net.run(lambda: False, 0.002)
-                got += server.recv(1 << 20, net.clock.now)
-                if change_mac and "mac" not in marks and len(got) > 60000:
-                    marks["mac"] = len(frames)
-                    # An override NA-like change: B now believes A is elsewhere (STALE with the new MAC).
-                    net.b.ndp._learn_stale(A6, OTHER_MAC, net.clock.now)
-                if too_big and "pmtu" not in marks and len(got) > 60000:
-                    marks["pmtu"] = len(frames)
-                    assert net.a.ipv6.pmtu_update(B6, 1300, net.clock.now)
-                    net.a.tcp.icmp_error(client.local_addr, client.local_port, client.remote_addr, PORT, 3, 4,
-                                         net.a.ipv6.mtu(B6), net.clock.now)
-            assert bytes(got) == data
-            return frames, marks, server.out.fast, client.out.fast
+            return record_transfer(net, B6, on_progress)
         finally:
             net.close()
-
-
-def _differ(a, b):
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return f"frame {i} differs: {x[0]} {x[1][:80].hex()} vs {y[0]} {y[1][:80].hex()}"
-    return f"{len(a)} frames vs {len(b)}"
 
 
 def _tcp6(frames, who):
