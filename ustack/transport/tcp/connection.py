@@ -534,8 +534,6 @@ class Connection(UserCalls):
             self.sender.output(now)
             if self.receiver.ack_now:
                 self.out.send_ack(now)
-            elif self.receiver.ack_round:
-                self._mark_dirty(None)  # compressed SACKs: one ACK when the round ends (TcpLayer.flush)
 
     def _process_ack(self, seg, dlen: int, now: float) -> bool:
         """Fifth step for synchronized states; False when the segment is to be dropped."""
@@ -730,7 +728,7 @@ class Connection(UserCalls):
             return
         self.sender.output(now)
         receiver = self.receiver
-        if (receiver.wnd_update or receiver.ack_now or receiver.ack_round) and tcb.state in SYNCHRONIZED:
+        if (receiver.wnd_update or receiver.ack_now) and tcb.state in SYNCHRONIZED:
             self.out.send_ack(now)
 
     # -- ICMP ------------------------------------------------------------

@@ -446,7 +446,7 @@ class TcpLayer:
         self._notify_due.append(conn)
 
     def ack_at_round_end(self, conn: Connection) -> None:
-        """``conn`` owes an in-order ACK at the end of this poll round (``Receiver.ack_bulk``): ``flush``."""
+        """``conn`` owes an ACK at the end of this poll round (coalesced in-order data, compressed SACKs): ``flush``."""
         self._ack_round.append(conn)
 
     def mark_dirty(self, conn: Connection) -> None:

@@ -128,12 +128,12 @@ class Receiver:
         if self.ooo_acks_at != tcb.rcv_nxt:
             self.ooo_acks_at = tcb.rcv_nxt
             self.ooo_acks = 0
-        if self.ooo_acks < DUP_THRESH or not tcb.sack_ok:
+        if self.ooo_acks < DUP_THRESH or not tcb.sack_ok or self.budget is None:
             self.ooo_acks += 1
             self.ack_now = True
         else:
-            self.ack_round = True
             self.stats.inc("tcp.sack_compressed")
+            self._ack_at_round_end(self.budget)
 
     def in_order(self, adv: int, dlen: int, had_gap: bool, before: int, now: float, push: bool) -> None:
         """``adv`` new in-order bytes (from a segment of ``dlen`` bytes) are in the buffer, which held
@@ -174,11 +174,15 @@ class Receiver:
         connection's ``ack_coalescing`` is off."""
         budget = self.budget
         if self.coalesce and budget is not None and budget.in_round:
-            if not self.ack_round:
-                self.ack_round = True
-                budget.ack_at_round_end(self._owner)
+            self._ack_at_round_end(budget)
         else:
             self.ack_now = True
+
+    def _ack_at_round_end(self, budget) -> None:
+        """Owe one ACK, sent by the layer's flush at the end of this poll round (``TcpLayer.ack_at_round_end``)."""
+        if not self.ack_round:
+            self.ack_round = True
+            budget.ack_at_round_end(self._owner)
 
     def receive_fin(self) -> None:
         """The peer's FIN is in sequence: RCV.NXT moves past it, and it is acknowledged at once."""
