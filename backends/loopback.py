@@ -68,5 +68,5 @@ class LoopbackDevice(MemoryDevice):
             if frames:
                 self._signal()
 
-    def poll_at(self) -> Optional[float]:
+    def poll_at(self, now: float) -> Optional[float]:
         return None  # frames are deliverable at once; the fd says when

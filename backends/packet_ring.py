@@ -87,6 +87,7 @@ TPV2_RX_MAC_OFFSET = 66
 RX_NOMINAL_FRAME = 2048  # V3 RX frames are variable-sized; the kernel only checks this divides blocks
 DEFAULT_RETIRE_TOV_MS = 1
 DEFAULT_RX_VERSION = 2
+TX_RETRY_INTERVAL = 0.001  # a kick the kernel refused (send buffer full, ENOBUFS) is retried this soon
 
 
 def _ifreq(name: str) -> bytes:
@@ -476,9 +477,15 @@ class PacketRingDevice:
         if self._tx_pending:
             self.stats.inc("packet_ring.tx_kick_incomplete")
 
-    def poll_at(self) -> None:
-        """Frames arrive only from the kernel: nothing is due on a timer."""
-        return None
+    def poll_at(self, now: float) -> Optional[float]:
+        """Frames arrive only from the kernel; but slots a refused kick left posted are kicked again
+        here, at the end of each poll round, and while the kernel still holds them back the stack
+        polls again after ``TX_RETRY_INTERVAL`` (an idle stack would otherwise strand its last
+        reply until the next frame arrives)."""
+        if not self._tx_pending or self._closed:
+            return None
+        self._kick()
+        return now + TX_RETRY_INTERVAL if self._tx_pending else None
 
     def fileno(self) -> int:
         return -1 if self._closed else self._sock.fileno()

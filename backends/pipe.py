@@ -10,7 +10,7 @@ frames), corruption (one byte flipped) — all drawn from one
 A pipe end's ``fileno()`` is the read end of an os.pipe that becomes readable
 when a frame is committed toward it, so blocking waits and selectors work
 (``ustack.backends.memory``, shared with the loopback device);
-``poll_at()`` tells when the next delayed frame becomes deliverable.
+``poll_at(now)`` tells when the next delayed frame becomes deliverable.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class PipeEnd(MemoryDevice):
             self.link._carry(self, frame)
         self.counters["tx"] += len(lengths)
 
-    def poll_at(self) -> Optional[float]:
+    def poll_at(self, now: float) -> Optional[float]:
         """When the next queued frame becomes deliverable (None if none queued)."""
         return self._arrivals[0][0] if self._arrivals else None
 

@@ -241,7 +241,7 @@ class TapDevice:
         if errors:
             self.stats.drop("tap.tx_error", errors)
 
-    def poll_at(self) -> None:
+    def poll_at(self, now: float) -> None:
         """Frames arrive only from the kernel: nothing is due on a timer."""
         return None
 

@@ -69,7 +69,7 @@ class PipePair:
             deadlines = [a.poll(now), b.poll(now)]
             if step(now):
                 continue
-            deadlines += (end_a.poll_at(), end_b.poll_at())
+            deadlines += (end_a.poll_at(now), end_b.poll_at(now))
             nxt = min((d for d in deadlines if d is not None), default=now)
             clock.set(nxt if nxt > now else now + 1e-6)
         return True

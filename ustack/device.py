@@ -15,9 +15,10 @@ A device lends memory, the stack never owns I/O buffers:
   that were not committed are returned to the device.
 - ``fileno()`` is a file descriptor that becomes readable when frames are
   waiting (epoll/select on it), or -1 when the device cannot be waited on.
-- ``poll_at()`` is the time (on the stack's clock) at which the device will
-  have something to deliver without a new frame arriving (a simulated
-  link's delayed frame), or None: the stack folds it into its deadline.
+- ``poll_at(now)`` is the time (on the stack's clock, ``now`` being the
+  present) at which the device needs a poll round without a new frame
+  arriving (a simulated link's delayed frame; a transmit kick the kernel
+  refused, retried then), or None: the stack folds it into its deadline.
 - ``capabilities`` describes the link (MTU, MAC, burst size, offloads, mode).
 
 Decorators (pcap capture, fault injection) wrap a device and implement the
@@ -65,7 +66,7 @@ class Device(Protocol):
 
     def fileno(self) -> int: ...
 
-    def poll_at(self) -> Optional[float]: ...
+    def poll_at(self, now: float) -> Optional[float]: ...
 
     def close(self) -> None: ...
 
@@ -92,8 +93,8 @@ class DeviceWrapper:
     def fileno(self) -> int:
         return self.inner.fileno()
 
-    def poll_at(self) -> Optional[float]:
-        return self.inner.poll_at()
+    def poll_at(self, now: float) -> Optional[float]:
+        return self.inner.poll_at(now)
 
     def close(self) -> None:
         self.inner.close()

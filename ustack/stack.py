@@ -277,7 +277,7 @@ class Stack:
         finally:
             if opened:
                 link.end_round()
-        t = self.device.poll_at()
+        t = self.device.poll_at(now)
         if t is not None and (deadline is None or t < deadline):
             deadline = t
         if frames and len(frames) >= link.burst:

@@ -31,7 +31,7 @@ import signal
 import threading
 import time
 import weakref
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ustack._fastpath import XskDataPath
 from ustack.device import Capabilities, DeviceError
@@ -48,6 +48,8 @@ from .errors import (
 from .link import Link, LinkError
 from .program import XdpProgram
 from .xsk import XDP_COPY, XDP_OPTIONS_ZEROCOPY, XDP_USE_NEED_WAKEUP, XDP_USE_SG, XDP_ZEROCOPY, XskSocket
+
+TX_RETRY_INTERVAL = 0.001  # descriptors a refused kick left in the TX ring are kicked again this soon
 
 XDP_PACKET_HEADROOM = 256  # the kernel receives at frame + 256 (FACTS.md)
 ETH_HLEN = 14
@@ -375,9 +377,16 @@ class AfXdpDevice:
             raise DeviceError(errno.EBADF, f"AF_XDP device on {self.ifname} is closed")
         path.tx_commit(lengths)
 
-    def poll_at(self) -> None:
-        """Frames arrive only from the kernel: nothing is due on a timer."""
-        return None
+    def poll_at(self, now: float) -> Optional[float]:
+        """Frames arrive only from the kernel; but descriptors a refused kick left in the TX ring
+        are kicked again here, at the end of each poll round, and while the kernel still has not
+        taken them the stack polls again after ``TX_RETRY_INTERVAL`` (an idle stack would
+        otherwise strand its last reply until the next frame arrives)."""
+        path = self._path
+        if path is None or not path.tx_pending():
+            return None
+        path.flush()
+        return now + TX_RETRY_INTERVAL if path.tx_pending() else None
 
     def fileno(self) -> int:
         return self._xsk.fileno() if self._xsk is not None and not self._closed else -1

@@ -275,6 +275,21 @@ def test_slots_left_behind_by_a_kick_go_out_on_the_next_poll(plink):
     assert dev.stats["packet_ring.tx_kick_incomplete"] == 1
 
 
+def test_an_idle_stack_retries_a_refused_kick_from_poll_at(plink):
+    """No frame will arrive to trigger the next round (the last reply of an exchange): the end of
+    the round (poll_at) kicks again, and asks for another round soon while the kernel refuses."""
+    dev = plink.device
+    peer = plink.peer_udp(9106)
+    dev._tx_sock = StallingSocket(dev._tx_sock, stalls=2)
+    frame = ipv4_udp_frame(plink.stack_mac, plink.peer_mac, plink.stack_ip, plink.peer_ip, 5601, 9106, b"last")
+    assert transmit(dev, [frame]) == 1
+    assert dev.poll_at(7.0) == pytest.approx(7.001)  # the second kick is refused too
+    assert dev.stats["packet_ring.tx_kick_incomplete"] == 2
+    assert dev.poll_at(7.001) is None  # the third goes
+    assert [data for data, _ in drain_udp(peer, 1)] == [b"last"]
+    assert dev.poll_at(7.002) is None
+
+
 def readable_now(dev) -> bool:
     return bool(select.select([dev.fileno()], [], [], 0)[0])
 

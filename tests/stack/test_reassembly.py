@@ -152,7 +152,7 @@ def test_a_datagram_of_tiny_fragments_in_random_order_reassembles_exactly():
     random.Random(5).shuffle(frags)
     for f in frags:
         inject(net, f)
-    while net.link.a.poll_at() is not None:  # 64 frames per round: poll until the link is drained
+    while net.link.a.poll_at(net.clock.now) is not None:  # 64 frames per round: poll until the link is drained
         net.a.poll(net.clock.now)
     assert [p for p, _, _ in ep.queue] == [payload]
     assert net.a.ipv4.reassembler.held == 0
