@@ -94,7 +94,13 @@ def test_we_connect_to_a_kernel_echo_server(world):
     lsock.close()
     assert not errors and bytes(got) == data
     assert conn.state == State.TIME_WAIT and conn.error is None
-    assert not {k: v for k, v in layer.host.stats.drops().items() if k.startswith("tcp.")}
+    stats = layer.host.stats
+    drops = {k: v for k, v in stats.drops().items() if k.startswith("tcp.")}
+    # On a loaded machine the kernel's RTO may fire before our ACK leaves: its spurious
+    # retransmission arrives entirely old, is D-SACKed (RFC 2883) and counted unacceptable.
+    # That is the peer's timing, not ours; every other drop is a defect.
+    unacceptable = drops.pop("tcp.unacceptable", 0)
+    assert not drops and unacceptable <= stats["tcp.dsack_sent"], (unacceptable, drops, stats.snapshot())
 
 
 def test_kernel_connects_to_our_listener(world):
