@@ -116,14 +116,16 @@ FAMILY_METRICS = (("udp_rtt_p50_us", "UDP p50"), ("tcp_rtt_p50_us", "TCP p50"), 
 def format_families(result: dict) -> list[str]:
     """Each IPv6 row beside the same stack's IPv4 row: the ratio IPv6 / IPv4 of RTT, MB/s and conn/s."""
     v4 = {r["name"]: r for r in result["rows"] if r["status"] == "ok" and r.get("family", 4) == 4}
-    pairs = [(r, v4.get(r["name"][:-3])) for r in result["rows"]
+    # An IPv6 row carries its own IPv4 measurement (same server, interleaved: ``paired_v4``);
+    # older JSON without it falls back to the IPv4 row of the same stack.
+    pairs = [(r, r.get("paired_v4") or v4.get(r["name"][:-3])) for r in result["rows"]
              if r["status"] == "ok" and r.get("family") == 6]
     pairs = [(six, four) for six, four in pairs if four is not None]
     if not pairs:
         return []
     width = max(len(six["name"]) for six, _ in pairs)
-    out = ["", "IPv6 beside IPv4 (ratio IPv6 / IPv4 of the same stack, one run; RTT above 1: slower, "
-               "MB/s and conn/s below 1: slower):",
+    out = ["", "IPv6 beside IPv4 (ratio IPv6 / IPv4 of the same server, the families measured in turn "
+               "repetition by repetition; RTT above 1: slower, MB/s and conn/s below 1: slower):",
            f"{'row':{width}}  " + "  ".join(f"{h:>8}" for _, h in FAMILY_METRICS)]
     for six, four in pairs:
         cells = []

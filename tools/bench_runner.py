@@ -153,6 +153,37 @@ def server_cpu_metrics(samples: dict) -> dict:
     }
 
 
+def _service_rep(topo, host: str, cfg: BenchConfig, server_pid: Optional[int]) -> dict:
+    """One repetition of every service metric against ``host``."""
+    return {
+        "udp_rtt": udp_rtts(topo, host, UDP_ECHO, cfg.rtt_count, cfg.rtt_warmup),
+        "tcp_rtt": tcp_rtts(topo, host, TCP_ECHO, cfg.rtt_count, cfg.rtt_warmup),
+        "push": _with_server_cpu(server_pid, push, topo, host, TCP_DISCARD, cfg.bulk_bytes, cfg.bulk_seconds),
+        "pull": _with_server_cpu(server_pid, pull, topo, host, TCP_SOURCE, cfg.bulk_bytes, cfg.bulk_seconds),
+        "cps": _with_server_cpu(server_pid, connections_per_second, topo, host, TCP_ECHO, cfg.cps_seconds),
+    }
+
+
+def _log_rep(log: Callable[[str], None], label: str, last: dict) -> None:
+    log(f"    {label}: udp p50 {last['udp_rtt']['p50']:.0f} µs, "
+        f"tcp p50 {last['tcp_rtt']['p50']:.0f} µs, push {last['push']['mbps']:.1f} MB/s, "
+        f"pull {last['pull']['mbps']:.1f} MB/s, {last['cps']['rate']:.0f} conn/s")
+
+
+def _service_metrics(samples: dict) -> dict:
+    s = samples
+    return {
+        "udp_rtt_p50_us": median_or_none(x["p50"] for x in s["udp_rtt"]),
+        "udp_rtt_p99_us": median_or_none(x["p99"] for x in s["udp_rtt"]),
+        "tcp_rtt_p50_us": median_or_none(x["p50"] for x in s["tcp_rtt"]),
+        "tcp_rtt_p99_us": median_or_none(x["p99"] for x in s["tcp_rtt"]),
+        "push_mbps": median_or_none(x["mbps"] for x in s["push"]),
+        "pull_mbps": median_or_none(x["mbps"] for x in s["pull"]),
+        "conn_per_s": median_or_none(x["rate"] for x in s["cps"]),
+        **server_cpu_metrics(samples),
+    }
+
+
 def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], None],
                      server_pid: Optional[int] = None) -> tuple[dict, dict]:
     """Every service metric against a ready server; returns (medians, per-repetition samples).
@@ -161,29 +192,33 @@ def measure_services(topo, host: str, cfg: BenchConfig, log: Callable[[str], Non
     """
     samples: dict = {"udp_rtt": [], "tcp_rtt": [], "push": [], "pull": [], "cps": []}
     for rep in range(cfg.reps):
-        samples["udp_rtt"].append(udp_rtts(topo, host, UDP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
-        samples["tcp_rtt"].append(tcp_rtts(topo, host, TCP_ECHO, cfg.rtt_count, cfg.rtt_warmup))
-        samples["push"].append(_with_server_cpu(server_pid, push, topo, host, TCP_DISCARD, cfg.bulk_bytes,
-                                                cfg.bulk_seconds))
-        samples["pull"].append(_with_server_cpu(server_pid, pull, topo, host, TCP_SOURCE, cfg.bulk_bytes,
-                                                cfg.bulk_seconds))
-        samples["cps"].append(_with_server_cpu(server_pid, connections_per_second, topo, host, TCP_ECHO,
-                                               cfg.cps_seconds))
-        last = {k: v[-1] for k, v in samples.items()}
-        log(f"    rep {rep + 1}/{cfg.reps}: udp p50 {last['udp_rtt']['p50']:.0f} µs, "
-            f"tcp p50 {last['tcp_rtt']['p50']:.0f} µs, push {last['push']['mbps']:.1f} MB/s, "
-            f"pull {last['pull']['mbps']:.1f} MB/s, {last['cps']['rate']:.0f} conn/s")
-    metrics = {
-        "udp_rtt_p50_us": median_or_none(s["p50"] for s in samples["udp_rtt"]),
-        "udp_rtt_p99_us": median_or_none(s["p99"] for s in samples["udp_rtt"]),
-        "tcp_rtt_p50_us": median_or_none(s["p50"] for s in samples["tcp_rtt"]),
-        "tcp_rtt_p99_us": median_or_none(s["p99"] for s in samples["tcp_rtt"]),
-        "push_mbps": median_or_none(s["mbps"] for s in samples["push"]),
-        "pull_mbps": median_or_none(s["mbps"] for s in samples["pull"]),
-        "conn_per_s": median_or_none(s["rate"] for s in samples["cps"]),
-        **server_cpu_metrics(samples),
-    }
-    return metrics, samples
+        last = _service_rep(topo, host, cfg, server_pid)
+        for k, v in last.items():
+            samples[k].append(v)
+        _log_rep(log, f"rep {rep + 1}/{cfg.reps}", last)
+    return _service_metrics(samples), samples
+
+
+def measure_families(topo, hosts: dict, cfg: BenchConfig, log: Callable[[str], None],
+                     server_pid: Optional[int] = None) -> dict:
+    """The service metrics for each address of one server, interleaved repetition by repetition.
+
+    ``hosts`` maps a label ("4", "6") to the address to reach. Each repetition
+    measures every address in turn, in an order that rotates from one repetition
+    to the next, so the machine's drift (a shared, noisy box) falls on each
+    family alike and the IPv6 / IPv4 ratio compares the same server at the same
+    time. Returns {label: (medians, per-repetition samples)}.
+    """
+    labels = list(hosts)
+    samples = {label: {"udp_rtt": [], "tcp_rtt": [], "push": [], "pull": [], "cps": []} for label in labels}
+    for rep in range(cfg.reps):
+        shift = rep % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            last = _service_rep(topo, hosts[label], cfg, server_pid)
+            for k, v in last.items():
+                samples[label][k].append(v)
+            _log_rep(log, f"rep {rep + 1}/{cfg.reps} IPv{label}", last)
+    return {label: (_service_metrics(samples[label]), samples[label]) for label in labels}
 
 
 def measure_latency(topo, host: str, cfg: BenchConfig, log: Callable[[str], None]) -> tuple[dict, list]:
@@ -263,8 +298,15 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
                 else:
                     server, mode = ustack_server(topo, kind, cfg.bulk_bytes, xdp_mode)
                 cpus = server.cpus
-                host = topo.stack_addr6 if ipv6 else topo.stack_addr
-                metrics, samples = measure_services(topo, host, cfg, log, server.proc.pid)
+                if ipv6:
+                    # Both families against this one server, interleaved: the ratio is the same
+                    # server at the same time, not two rows minutes apart on a noisy machine.
+                    both = measure_families(topo, {"4": topo.stack_addr, "6": topo.stack_addr6}, cfg, log,
+                                            server.proc.pid)
+                    metrics, samples = both["6"]
+                    paired_v4 = {"metrics": both["4"][0], "samples": both["4"][1]}
+                else:
+                    metrics, samples = measure_services(topo, topo.stack_addr, cfg, log, server.proc.pid)
                 latency = None
                 if cfg.latency and not ipv6:
                     latency, samples["latency"] = measure_latency(topo, topo.stack_addr, cfg, log)
@@ -276,6 +318,8 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
             note = "" if rc in (0, None) else f"server exited with status {rc}"
             if latency is not None:
                 extra["latency"] = latency
+            if ipv6:
+                extra["paired_v4"] = paired_v4
             return row_result(name, stack, topo_kind, mode=mode, metrics=metrics, samples=samples,
                               server_cpus=cpus, seconds=round(time.monotonic() - t0, 1), note=note,
                               family=6 if ipv6 else 4, **extra)

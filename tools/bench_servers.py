@@ -306,7 +306,7 @@ def ustack_drops(lines: list[str]) -> dict:
 
 
 def kernel_server(topo, source_bytes: int) -> Server:
-    """The kernel's own sockets in the stack namespace; on an IPv6 topology they serve ``stack_addr6``."""
+    """The kernel's own sockets in the stack namespace; on an IPv6 topology they serve both families."""
     from pyroute2 import IPRoute
 
     from ustack.tools.netns import IFA_F_NODAD, _sysctl_ipv6_on
@@ -319,7 +319,9 @@ def kernel_server(topo, source_bytes: int) -> Server:
             _sysctl_ipv6_on(topo.stack_ifname)
             ipr.addr("add", index=index, address=topo.stack_addr6, prefixlen=topo.prefixlen6, flags=IFA_F_NODAD)
     code = "import sys; from ustack.tools.bench_servers import kernel_serve; kernel_serve(sys.argv[1], int(sys.argv[2]))"
-    server = Server(topo, [sys.executable, "-c", code, topo.stack_addr6 if ipv6 else topo.stack_addr,
+    # On an IPv6 topology one dual-stack socket per service (``::``, IPV6_V6ONLY off as Linux's
+    # default) serves both families, as ustack's server does: the IPv6 row measures both, interleaved.
+    server = Server(topo, [sys.executable, "-c", code, "::" if ipv6 else topo.stack_addr,
                            str(source_bytes)])
     server.wait_ready()
     return server

@@ -184,3 +184,19 @@ def test_ipv6_rows_are_set_beside_their_ipv4_rows_as_ratios():
     assert lines[-1].split() == ["ustack/packet", "v6", "1.10", "1.10", "0.90", "0.90", "1.00"]
     assert not any(line.startswith("kernel v6") for line in lines)
     assert format_families({"rows": [row("ustack/packet", 4, 50.0, 20.0)]}) == []
+
+
+def test_an_ipv6_row_is_compared_with_its_own_interleaved_ipv4_measurement():
+    from ustack.tools.bench_report import format_families
+
+    def metrics(rtt, mbps):
+        m = {k: None for k, _, _ in bench_config.METRICS}
+        m.update(udp_rtt_p50_us=rtt, tcp_rtt_p50_us=rtt, push_mbps=mbps, pull_mbps=mbps, conn_per_s=100.0)
+        return m
+
+    # The separate IPv4 row ran minutes earlier (a quieter machine: 40 µs); the IPv6 row's own
+    # IPv4 repetitions, interleaved with its IPv6 ones, saw 60 µs: the ratio uses those.
+    six = row_result("kernel v6", "kernel", "veth", metrics=metrics(66.0, 90.0), family=6,
+                     paired_v4={"metrics": metrics(60.0, 100.0), "samples": {}})
+    result = {"rows": [row_result("kernel", "kernel", "veth", metrics=metrics(40.0, 200.0), family=4), six]}
+    assert format_families(result)[-1].split() == ["kernel", "v6", "1.10", "1.10", "0.90", "0.90", "1.00"]
