@@ -202,6 +202,7 @@ class Stack:
         else:
             for prefix in prefixes:
                 ip6.ndp.add_static(prefix)
+            ip6.ndp.progress = self._tcp_progress6  # TCP confirms next hops (RFC 4861 7.3.1)
         self.ndp = ip6.ndp
         self.icmpv6 = icmp6 = Icmpv6Layer(ip6, self.protocols, self.stats, **icmpv6)
         # RFC 3810: the groups the interface joins (solicited-node ones) reported to routers and snooping switches
@@ -216,6 +217,19 @@ class Stack:
         self._tcp_host.ip6 = ip6
         self._handlers.update({K_UDP6: udp.input6, K_TCP6: self._tcp_input6, K_ICMP6: icmp6.input,
                                K_IP6: ip6.input_ext})
+
+    def _tcp_progress6(self, hop: bytes, now: float) -> dict:
+        """The forward progress (SND.UNA) of the TCP connections whose IPv6 next hop is ``hop``."""
+        iface6 = self.iface6
+
+        def through(raddr: bytes) -> bool:
+            if len(raddr) != 16:
+                return False
+            try:
+                return iface6.next_hop(raddr, now) == hop
+            except OSError:
+                return False
+        return self.tcp.forward_progress(through)
 
     # -- the poll loop ------------------------------------------------------
     def start(self, now: float) -> None:

@@ -329,3 +329,66 @@ def test_icmpv6_errors_have_a_host_wide_budget_as_well_as_one_per_destination():
         assert len(budget) == 10
     finally:
         one.close()
+
+
+def _tcp6_pair(net):
+    """A TCP connection fd00::1 -> fd00::2 on ``net`` (two IPv6 stacks), established."""
+    a6, b6 = ip_addr("fd00::1"), ip_addr("fd00::2")
+    assert net.run(lambda: a6 in net.a.iface6.preferred() and b6 in net.b.iface6.preferred(), 5)
+    lst = net.b.tcp.listen((b6, 7000), 5)
+    client = net.a.tcp.connect(None, (b6, 7000), net.clock.now)
+    assert net.run(lambda: client.tcb.state.name == "ESTABLISHED", 5)
+    return client, lst.accept(), b6
+
+
+def test_tcp_forward_progress_keeps_the_next_hop_reachable_without_probes_rfc4861_7_3_1():
+    """A connection whose data is ACKed keeps confirming its next hop: past every reachable time the entry
+    stays (or, from DELAY, comes back to) REACHABLE with no unicast Neighbor Solicitation; a UDP flow to
+    the same neighbour alone (no upper-layer confirmation) gets the DELAY -> PROBE -> NS of 7.3.3."""
+    with Net(a_addr="fd00::1/64", b_addr="fd00::2/64") as net:
+        client, server, b6 = _tcp6_pair(net)
+        ndp = net.a.ndp
+        entry = ndp.cache[b6]
+        sent = net.a.stats["ndp.solicitations_sent"]
+        states = set()
+        got = bytearray()
+        for i in range(100):  # 100 s of a chunk a second: three reachable times and more
+            assert client.send(bytes([i]) * 1000, net.clock.now) == 1000
+            net.run(lambda: False, 1.0)
+            got += server.recv(1 << 16, net.clock.now)
+            states.add(entry.state)
+        assert bytes(got) == b"".join(bytes([i]) * 1000 for i in range(100))
+        assert PROBE not in states
+        assert net.a.stats["ndp.solicitations_sent"] == sent  # not one probe of B
+        assert net.a.stats["ndp.upper_confirmed"] >= 3
+        # Without progress (the connection idle, a datagram now and then) the entry is probed as before
+        # (within two reachable times: progress seen at a lapse counts for the next reachable time).
+        ep = net.a.udp.endpoint()
+        for _ in range(70):
+            ep.sendto(b"x", b6, 9, net.clock.now)
+            net.run(lambda: False, 1.0)
+        assert net.a.stats["ndp.solicitations_sent"] > sent
+
+
+def test_progress_during_delay_makes_the_entry_reachable_at_the_delay_end():
+    """RFC 4861 7.3.3 / appendix C: DELAY, then an upper-layer confirmation, is REACHABLE when the delay ends,
+    instead of PROBE; without it the entry goes to PROBE and sends a unicast NS."""
+    with Net(a_addr="fd00::1/64", b_addr="fd00::2/64") as net:
+        client, server, b6 = _tcp6_pair(net)
+        ndp, now = net.a.ndp, net.clock.now
+        entry = ndp.cache[b6]
+        entry.reachable_until = now  # its reachable time is up
+        entry.mark = None
+        assert net.a.ipv6._resolved(b6, now) is not None and entry.state == DELAY
+        client.send(b"progress", now)
+        assert net.run(lambda: client.tcb.snd_una == client.tcb.snd_nxt, 1)  # ACKed: forward progress
+        assert server.recv(100, net.clock.now) == b"progress"
+        sent = net.a.stats["ndp.solicitations_sent"]
+        net.run(lambda: entry.state != DELAY, ndp.delay_first_probe + 1)
+        assert entry.state == REACHABLE and net.a.stats["ndp.solicitations_sent"] == sent
+        assert entry.reachable_until > net.clock.now
+        # Again, this time with nothing sent: PROBE, and a probe goes out.
+        entry.reachable_until = net.clock.now
+        assert net.a.ipv6._resolved(b6, net.clock.now) is not None and entry.state == DELAY
+        net.run(lambda: entry.state != DELAY, ndp.delay_first_probe + 1)
+        assert entry.state == PROBE and net.a.stats["ndp.solicitations_sent"] == sent + 1

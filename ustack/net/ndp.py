@@ -8,6 +8,21 @@ seconds for an upper layer to confirm) or PROBE (unicast NS every
 ``retrans_timer``, at most ``max_unicast_solicit``, then the entry is
 deleted). REACHABLE turns STALE lazily when looked up after its time.
 
+Reachability confirmation by upper layers (RFC 4861 7.3.1, as Linux's
+``dst_confirm``): ``progress(neighbour, now)``, when the stack sets it, gives a
+mark of the forward progress of the transport connections that go through
+that neighbour (each TCP connection's SND.UNA). A REACHABLE entry whose time
+is up, or a DELAY entry whose delay is up, is REACHABLE again for
+``reachable_time`` when the mark moved since it was last taken (an ACK of new
+data came back: our packets reach the neighbour), without a probe
+(``ndp.upper_confirmed``); a PROBE entry too, at its next probe. Coarser
+than Linux's confirmation timestamp: progress seen at one lapse may be up to
+one reachable time old, so an entry stays REACHABLE at most two reachable
+times after the last ACK of new data. Marks are
+taken only then and when an entry enters DELAY, never per segment, so an
+idle neighbour costs nothing and a busy connection keeps its next hop
+REACHABLE without a Neighbor Solicitation.
+
 Caps, each reached one counted: at most ``max_entries`` entries (default
 1024; the oldest STALE entry is evicted first, ``ndp.evicted``), at most
 ``max_pending`` INCOMPLETE at once (``ndp.pending_full``), packets queued
@@ -113,7 +128,7 @@ def stable_iid(prefix: bytes, mac: bytes, dad_counter: int, secret: bytes) -> by
 
 
 class Neighbor:
-    __slots__ = ("state", "mac", "reachable_until", "probes", "timer", "queue", "router")
+    __slots__ = ("state", "mac", "reachable_until", "probes", "timer", "queue", "router", "mark")
 
     def __init__(self, state: str):
         self.state = state
@@ -123,6 +138,7 @@ class Neighbor:
         self.timer = None
         self.queue: deque = deque()
         self.router = False
+        self.mark: Optional[dict] = None  # upper-layer progress when last looked at (RFC 4861 7.3.1)
 
 
 class NdpLayer:
@@ -164,6 +180,8 @@ class NdpLayer:
         self.max_rtr_solicitations = max_rtr_solicitations
         self.rtr_solicitation_interval = rtr_solicitation_interval
         self.cur_hop_limit: Optional[int] = None  # from RAs
+        # upper-layer forward progress through a neighbour (RFC 4861 7.3.1): fn(ip, now) -> {flow: mark}
+        self.progress: Optional[Callable[[bytes, float], dict]] = None
         self.cache: dict[bytes, Neighbor] = {}
         self.pending = 0
         self.queued = 0
@@ -280,12 +298,41 @@ class NdpLayer:
         if n.state == REACHABLE:
             if now < n.reachable_until:
                 return n.mac
+            if self._confirmed(ip, n, now):
+                n.reachable_until = now + self.reachable_time
+                return n.mac
             n.state = STALE
         if n.state == STALE:
             n.state = DELAY
             n.timer.arm(now + self.delay_first_probe)
+            if n.mark is None and self.progress is not None:
+                n.mark = self.progress(ip, now)  # what an upper layer must move during the delay
             self.iface.gen.bump()  # DELAY and PROBE entries are used as is: frame templates may copy them now
         return n.mac
+
+    def _confirmed(self, ip: bytes, n: Neighbor, now: float) -> bool:
+        """RFC 4861 7.3.1: has an upper layer made forward progress through ``ip`` since ``n.mark``?
+        Takes the new mark either way; counted ``ndp.upper_confirmed`` when it has."""
+        progress = self.progress
+        if progress is None:
+            return False
+        old, n.mark = n.mark, progress(ip, now)
+        if old is None:
+            return False
+        new = n.mark
+        # a flow present both times whose mark moved (flows that opened or closed meanwhile prove nothing)
+        if any(k in new and new[k] != v for k, v in old.items()):
+            self.stats.inc("ndp.upper_confirmed")
+            return True
+        return False
+
+    def _upper_reachable(self, n: Neighbor, now: float) -> None:
+        """DELAY or PROBE -> REACHABLE on an upper layer's confirmation (RFC 4861 7.3.3, appendix C)."""
+        n.state = REACHABLE
+        n.probes = 0
+        n.reachable_until = now + self.reachable_time
+        n.timer.cancel()
+        self.iface.gen.bump()  # frame templates bound their life by the reachable time again
 
     def resolve_then(self, ip: bytes, send: Callable[[bytes], None], now: float) -> None:
         """Call ``send(mac)`` once ``ip`` resolves; queued meanwhile (bounded)."""
@@ -367,10 +414,16 @@ class NdpLayer:
                 return
             self._solicit(ip, n, now)
         elif n.state == DELAY:
+            if self._confirmed(ip, n, now):
+                self._upper_reachable(n, now)
+                return
             n.state = PROBE
             n.probes = 0
             self._solicit(ip, n, now)
         elif n.state == PROBE:
+            if self._confirmed(ip, n, now):
+                self._upper_reachable(n, now)
+                return
             if n.probes >= self.max_unicast_solicit:
                 self.stats.inc("ndp.unreachable")
                 self._delete(ip)
@@ -382,6 +435,7 @@ class NdpLayer:
         self.iface.gen.bump()  # a new MAC or state: frame templates are rebuilt (_fp_tmpl.pxi)
         n.mac = bytes(mac)
         n.state = state
+        n.mark = None  # a confirmation by ND itself: upper-layer progress is looked at afresh
         if state == REACHABLE:
             n.reachable_until = now + self.reachable_time
         if n.timer is not None:

@@ -84,7 +84,7 @@ limit reached is counted):
 from __future__ import annotations
 
 import errno
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ustack._fastpath import (CUBIC_FIELDS, DELACK_FIELDS, NEWRENO_FIELDS, RECEIVER_FIELDS, RTT_FIELDS, EstablishedPath,
                               FlowTable, SlotLayout, TxPath)
@@ -405,6 +405,16 @@ class TcpLayer:
         elif type(entry) is TimeWait and entry.owner() is conn:
             entry.close()
         conn.receiver.rcvbuf.copy_out()  # bytes still to read stay, their RX frames go back
+
+    def forward_progress(self, through: Callable[[bytes], bool]) -> dict:
+        """SND.UNA of each connection whose remote address ``through(addr)`` accepts: the mark of
+        forward progress the neighbour cache compares to confirm a next hop (RFC 4861 7.3.1: an ACK
+        of new data shows our packets reach it). TIME-WAIT records send nothing and are left out."""
+        marks = {}
+        for key, conn in self.connections.items():
+            if type(conn) is Connection and through(key[2]):
+                marks[key] = conn.tcb.snd_una
+        return marks
 
     def enter_time_wait(self, conn: Connection, window: int, now: float) -> None:
         """``conn`` entered TIME-WAIT: a light record (``timewait.TimeWait``) takes its place, out of the
