@@ -231,7 +231,7 @@ def test_wrap_socket_detaches_the_socket_it_wraps(session, tls_contexts):
         tls.close()
 
 
-def test_wildcard_loopback_puts_unaddressed_servers_on_the_loopback_stack():
+def test_wildcard_loopback_is_still_accepted_and_a_wildcard_server_is_on_both_stacks():
     s = Session("pipe", "198.18.0.2/24", loopback=True)
     s.driver.start()
     from ustack.api.patch import patch, unpatch
@@ -241,7 +241,7 @@ def test_wildcard_loopback_puts_unaddressed_servers_on_the_loopback_stack():
         with socket.create_server(("", 0)) as srv:  # ftplib's active-mode data listener
             with socket.create_connection(("127.0.0.1", srv.getsockname()[1]), timeout=5):
                 srv.accept()[0].close()
-            assert srv._u._driver is s.loopback
+            assert srv._u._driver is s.driver and srv._u._twin._driver is s.loopback  # (ustack.api.wildcard)
     finally:
         unpatch()
         s.close()
