@@ -12,6 +12,10 @@ makes. Each instance decides where it lives at its first addressing call:
   or, when patched with ``loopback=`` a driver (``ustack run --loopback``),
   ustack on that driver's loopback stack (``ustack.api.loopback``), so both
   ends of a loopback connection are ustack sockets;
+- ``bind`` to 0.0.0.0 or :: (or ``listen`` unbound) with a loopback driver:
+  ustack on both stacks, one socket each on the same port
+  (``ustack.api.wildcard``), until a first ``connect`` keeps the one
+  whose stack owns the destination;
 - any other address, or a call that needs a decision first (``listen``,
   ``fileno``, ``send``...): ustack, on the patched driver.
 
@@ -89,7 +93,7 @@ class PatchedSocket(_ORIGINAL):
     _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
     _early_rfd = None  # a readiness fd handed out before the decision (loopback mode)
     _fds = None  # set by patch(): an _FdTable
-    _wildcard_loopback = False  # loopback mode: a socket decided without an address goes to the loopback stack
+    _wildcard_loopback = False  # loopback mode: a socket decided with no address at all goes to the loopback stack
 
     _explicit = None  # (family, type, proto) a socket made from a ustack fd shows (the caller's, as the stdlib)
 
@@ -540,10 +544,10 @@ def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     ``ustack.api.resolver.Resolver`` on ``driver`` with the system's
     /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
     ``loopback``: the driver of a loopback stack (``ustack.api.loopback``)
-    that gets the sockets addressed to 127/8, ::1 and "localhost";
-    ``wildcard`` ("main" or "loopback") is where a socket goes that is
-    decided without an address (a server bound to 0.0.0.0 or ::, or not
-    bound at all, at its ``listen``): one stack, since they are two.
+    that gets the sockets addressed to 127/8, ::1 and "localhost"; a
+    socket bound to 0.0.0.0 or ::, or listening unbound, is on both
+    stacks (``ustack.api.wildcard``); ``wildcard`` ("main" or "loopback")
+    is where a socket goes that is decided with no address at all.
     """
     if wildcard not in ("main", "loopback"):
         raise ValueError(f"wildcard must be 'main' or 'loopback', not {wildcard!r}")

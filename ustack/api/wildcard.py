@@ -68,9 +68,11 @@ class _Twinned:
     def _forward_twin_events(self, obj, attr: str, readable) -> None:
         """The twin's ``obj.attr`` events reach this socket: its readiness fd (``readable()``: either
         side has something) and the main driver's waiters, through the main driver's next round."""
-        driver, h = self._driver, self._h
+        driver, h, twin = self._driver, self._h, self._twin
 
         def update():
+            if h.__dict__.get("_twin") is not twin:
+                return  # the twin was dropped (a connect): its late events say nothing about this socket
             rfd = h.rfd
             if rfd is not None:
                 rfd.set(readable(), rfd.writable)
@@ -82,8 +84,9 @@ class _Twinned:
         """Forget the twin and return it (its caller closes it): this socket is one stack's from now on."""
         twin, self._twin = self._twin, None
         if twin is not None:
-            self._watch()  # (the callbacks that looked at both sides look at this one only)
-            self._refresh()
+            with self._driver.lock:
+                self._watch()  # (the callbacks that looked at both sides look at this one only)
+                self._refresh()
         return twin
 
     def hand_over(self):
@@ -199,7 +202,8 @@ class WildcardStream(_Twinned, StreamSocket):
             if conn is None:
                 with tdriver.lock:
                     conn, driver = tl.accept(), tdriver
-            self._refresh()
+            with self._driver.lock:  # (every update of this socket's readiness fd runs under its stack's lock)
+                self._refresh()
             if conn is not None:
                 break
             if lst.closed:
@@ -250,7 +254,8 @@ class WildcardDatagram(_Twinned, DatagramSocket):
         if udp_readiness(self._ep)[0]:
             return super()._take(flags | MSG_DONTWAIT)
         item = twin._take(flags | MSG_DONTWAIT)
-        self._refresh()
+        with self._driver.lock:
+            self._refresh()
         return item
 
     def _send(self, data, addr: bytes, port: int) -> int:
