@@ -234,3 +234,34 @@ def test_asyncio_stock_loop_dual_stack_server_on_host_none(session):
         loop.run_until_complete(server.wait_closed())
     finally:
         loop.close()
+
+
+def test_so_reuseport_wildcard_listeners_share_the_port_on_both_stacks(session):
+    with socket.socket() as a, socket.socket() as b, selectors.DefaultSelector() as sel:
+        for s in (a, b):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        a.bind(("", 0))
+        port = a.getsockname()[1]
+        b.bind(("", port))
+        for s in (a, b):
+            s.listen()
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        assert b.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(4)]
+        clients += [_peer_connect(session, port) for _ in range(4)]
+        accepted = []
+        while len(accepted) < 8:
+            ready = sel.select(5)
+            assert ready, f"only {len(accepted)} of 8 connections accepted"
+            for key, _ in ready:
+                try:
+                    accepted.append(key.fileobj.accept()[0])
+                except BlockingIOError:
+                    pass
+        assert {c._u._driver for c in accepted} == {session.driver, session.loopback}
+        with socket.socket() as c, pytest.raises(OSError) as e:
+            c.bind(("", port))  # without SO_REUSEPORT: in use
+        assert e.value.errno == errno.EADDRINUSE
+        for s in accepted + clients:
+            s.close()
