@@ -393,3 +393,22 @@ def test_a_tls_handshake_failure_sends_its_alert_before_raising(session, tls_con
                 client_ctx.wrap_socket(raw, server_hostname="ustack.test")
         t.join(5)
         assert e.value.reason == "TLSV1_ALERT_ACCESS_DENIED" and failures
+
+
+def test_connect_ex_raises_a_name_that_does_not_resolve(session, tls_contexts, monkeypatch):
+    # the stdlib's connect_ex returns connect(2)'s errno but raises gaierror (test_ssl's transient_internet
+    # turns that into a skip; a returned -3 failed test_timeout_connect_ex instead)
+    def no_such_name(*args, **kw):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket.socket._resolver, "getaddrinfo", no_such_name)
+    _, client_ctx = tls_contexts
+    with socket.socket() as plain, client_ctx.wrap_socket(socket.socket(), do_handshake_on_connect=False) as tls:
+        for s in (plain, tls):
+            with pytest.raises(socket.gaierror):
+                s.connect_ex(("no.such.name.invalid", 443))
+    from ustack.api.socket import socket as ustack_socket
+
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with ustack_socket(session.driver, socket.AF_INET, kind) as s, pytest.raises(socket.gaierror):
+            s.connect_ex(("no.such.name.invalid", 443))

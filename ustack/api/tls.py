@@ -214,6 +214,8 @@ class TlsSocket(ssl.SSLSocket):
         try:
             self.connect(address)
             return 0
+        except _std.gaierror:
+            raise  # a name that does not resolve is raised, as the stdlib's connect_ex (only connect's errno returns)
         except OSError as e:
             return e.errno or 0
 
