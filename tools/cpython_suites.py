@@ -5,9 +5,8 @@
 Each test module runs twice in a subprocess of its own, ``python -m test
 -u network --junit-xml ...``: once as is (the kernel's loopback), once as
 ``python -m ustack run --backend pipe --addr 198.18.0.2/24 --loopback
---wildcard loopback -m test ...`` (127.0.0.1 and ::1 on ustack's
-in-process loopback interface; the suites' wildcard servers are there for
-loopback clients).
+-m test ...`` (127/8 and ::1 on ustack's in-process loopback interface;
+the suites' wildcard servers are on both stacks, ``ustack.api.wildcard``).
 Each test has a deadline (``--test-timeout``, regrtest's ``--timeout``:
 faulthandler dumps the stacks and ends the process); the test that ran
 past it is read from the verbose log, reported as hung, and the run is
@@ -60,7 +59,7 @@ SOCKET_CLASSES = (
     "SendfileUsingSendTest", "SendfileUsingSendfileTest", "CreateServerTest", "CreateServerFunctionalTest")
 # modules run one regrtest process per class
 SPLIT = {"test_socket": SOCKET_CLASSES}
-USTACK_ARGS = ("--backend", "pipe", "--addr", "198.18.0.2/24", "--loopback", "--wildcard", "loopback")
+USTACK_ARGS = ("--backend", "pipe", "--addr", "198.18.0.2/24", "--loopback")
 DEFAULT_TIMEOUT = 900.0
 DEFAULT_TEST_TIMEOUT = 120.0
 MAX_RERUNS = 4

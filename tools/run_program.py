@@ -21,13 +21,13 @@ finishes them after a process exits; ``finish_connections``), the patch
 removed and the stack closed.
 
 ``--loopback`` gives the program an in-process loopback interface
-(``ustack.api.loopback``): a second stack owning 127.0.0.1/8 and ::1 whose
+(``ustack.api.loopback``): a second stack owning 127.0.0.0/8 and ::1 whose
 device delivers its TX to its own RX, so sockets addressed to 127/8, ::1 or
 "localhost" are ustack sockets too and no kernel socket carries loopback
 traffic (without it, loopback stays on the kernel). A socket bound to
-the wildcard (or not at all) picks its stack by the first address it uses;
-a server that never uses one goes to the main stack, or with ``--wildcard
-loopback`` to the loopback one (the two stacks cannot share a listener).
+the wildcard, or listening unbound, is on both stacks
+(``ustack.api.wildcard``) as on Linux; ``--wildcard`` only picks the stack
+of a socket decided with no address at all (an unbound UDP ``recv``).
 
 ``--backend pipe`` needs no privileges: a peer stack on the other end of the
 in-memory link (the next address, as ``ustack serve --backend pipe`` makes
@@ -64,8 +64,8 @@ def add_parser(subparsers):
     p.add_argument("--loopback", action="store_true",
                    help="127.0.0.0/8 and ::1 on an in-process ustack loopback interface instead of the kernel's")
     p.add_argument("--wildcard", choices=("main", "loopback"), default="main",
-                   help="with --loopback: the stack of a server bound to the wildcard (0.0.0.0, ::) or not bound; "
-                        "ustack's two stacks cannot share one listener as Linux's interfaces do (default: main)")
+                   help="with --loopback: the stack of a socket decided with no address at all (default: main); "
+                        "wildcard binds and unbound listens are on both stacks")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                    help="run library module MODULE as a script; everything after it is its arguments")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",

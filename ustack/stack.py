@@ -145,6 +145,8 @@ class Stack:
             self.arp = ArpLayer(link, iface, timers, stats, **{"ttl": arp_ttl, **(arp or {})})
         self.ipv4 = ip = Ipv4Layer(link, iface, self.arp, timers, stats, **{"id_secret": secret, **(ipv4 or {})})
         ip.loopback = loopback
+        if loopback and addr is not None:
+            iface.own_prefix()  # Linux's lo: the whole 127.0.0.0/8 is local (ustack.net.route)
         self.protocols = ProtocolTable()
         self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats, **(icmp or {}))
         self.udp = UdpLayer(ip, iface, stats, secret,
@@ -353,7 +355,7 @@ class Stack:
         if self._tcp_flows is not None and self._tcp_flows(pkt, frame, now):
             return  # an ESTABLISHED connection's segment, demuxed in C (its local address is ours)
         iface = self.iface
-        if pkt.dst != iface.addr:
+        if pkt.dst != iface.addr and not iface.owns(pkt.dst):
             self.stats.drop("ipv4.not_for_us" if not iface.is_local_dest(pkt.dst) else "tcp.broadcast")
             return
         # classify verified the checksum and parsed the header and options: the record is the header
@@ -386,7 +388,7 @@ class Stack:
 
     def _other_input(self, frame: memoryview, pkt, now: float) -> None:
         self.stats.drop("ipv4.unknown_protocol")
-        if pkt.dst == self.iface.addr:
+        if self.iface.owns(pkt.dst):
             l3 = pkt.l3
             self.icmp.send_error(DEST_UNREACHABLE, PROTOCOL_UNREACHABLE, frame[l3:l3 + pkt.total_len], pkt.src, now)
 

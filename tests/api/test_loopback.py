@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import http.server
 import socket
 import ssl
@@ -230,7 +231,7 @@ def test_wrap_socket_detaches_the_socket_it_wraps(session, tls_contexts):
         tls.close()
 
 
-def test_wildcard_loopback_puts_unaddressed_servers_on_the_loopback_stack():
+def test_wildcard_loopback_is_still_accepted_and_a_wildcard_server_is_on_both_stacks():
     s = Session("pipe", "198.18.0.2/24", loopback=True)
     s.driver.start()
     from ustack.api.patch import patch, unpatch
@@ -240,7 +241,7 @@ def test_wildcard_loopback_puts_unaddressed_servers_on_the_loopback_stack():
         with socket.create_server(("", 0)) as srv:  # ftplib's active-mode data listener
             with socket.create_connection(("127.0.0.1", srv.getsockname()[1]), timeout=5):
                 srv.accept()[0].close()
-            assert srv._u._driver is s.loopback
+            assert srv._u._driver is s.driver and srv._u._twin._driver is s.loopback  # (ustack.api.wildcard)
     finally:
         unpatch()
         s.close()
@@ -307,3 +308,107 @@ def test_tls_nonblocking_send_raises_want_write_when_full_and_loses_nothing(sess
         tls.close()
         t.join(10)
         assert len(got[0]) == sent and got[0] == b"".join(bytes([i * 8192 % 251]) * 8192 for i in range(sent // 8192))
+
+
+def test_the_loopback_stack_owns_all_of_127_slash_8_for_tcp(session):
+    # Linux's lo: any 127.x.y.z is bindable and connectable; an unbound client's source is 127.0.0.1 (the
+    # local route's src), the accepted socket's local address the one the client asked for
+    with socket.socket() as srv, socket.socket() as cli, socket.socket() as bound_cli:
+        srv.bind(("127.3.4.5", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        assert srv.getsockname() == ("127.3.4.5", port)
+        cli.settimeout(5)
+        cli.connect(("127.3.4.5", port))
+        conn, peer = srv.accept()
+        with conn:
+            assert cli.getsockname() == peer and peer[0] == "127.0.0.1"
+            assert conn.getsockname() == ("127.3.4.5", port) == cli.getpeername()
+            conn.sendall(b"from 127.3.4.5")
+            assert cli.recv(100) == b"from 127.3.4.5"
+        bound_cli.bind(("127.0.0.2", 0))
+        bound_cli.settimeout(5)
+        bound_cli.connect(("127.3.4.5", port))
+        conn, peer = srv.accept()
+        with conn:
+            assert peer == bound_cli.getsockname() and peer[0] == "127.0.0.2"
+        with socket.socket() as nobody:
+            nobody.settimeout(5)
+            with pytest.raises(ConnectionRefusedError):
+                nobody.connect(("127.200.0.1", port))  # local, no listener there: RST from 127.200.0.1
+    assert _on_loopback(session, srv) and not session.stack.tcp.connections
+
+
+def test_the_loopback_stack_owns_all_of_127_slash_8_for_udp(session):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
+        a.bind(("127.0.0.2", 0))
+        b.bind(("127.8.0.1", 0))
+        a.settimeout(5)
+        b.settimeout(5)
+        a.sendto(b"to 127.8.0.1", b.getsockname())
+        assert b.recvfrom(100) == (b"to 127.8.0.1", a.getsockname())
+        b.sendto(b"to 127.0.0.2", a.getsockname())
+        assert a.recvfrom(100) == (b"to 127.0.0.2", b.getsockname())
+        c.connect(b.getsockname())  # unbound, connected: the source is 127.0.0.1, as Linux's getsockname says
+        assert c.getsockname() == ("127.0.0.1", c.getsockname()[1])
+        c.send(b"connected")
+        assert b.recvfrom(100) == (b"connected", c.getsockname())
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as d:
+            d.settimeout(5)
+            d.connect(("127.66.0.1", 9))
+            d.send(b"nobody")
+            with pytest.raises(ConnectionRefusedError):  # port unreachable from 127.66.0.1
+                d.recv(10)
+        with pytest.raises(OSError) as e:
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM).bind(("198.18.0.77", 0))
+        assert e.value.errno == errno.EADDRNOTAVAIL  # (the main stack's own subnet is not all ours)
+
+
+def test_a_tls_handshake_failure_sends_its_alert_before_raising(session, tls_contexts):
+    # test_ssl's SNI-callback cases: the server's failed handshake must put its alert on the wire, so the
+    # client reads the reason (a kernel SSLSocket's OpenSSL has written it to the fd before raising)
+    server_ctx, client_ctx = tls_contexts
+    server_ctx.sni_callback = lambda sslobj, name, ctx: ssl.ALERT_DESCRIPTION_ACCESS_DENIED
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        failures = []
+
+        def serve():
+            conn, _ = srv.accept()
+            conn.settimeout(5)
+            try:
+                server_ctx.wrap_socket(conn, server_side=True)
+            except ssl.SSLError as e:
+                failures.append(e.reason)
+            finally:
+                conn.close()
+
+        t = threading.Thread(target=serve)
+        t.start()
+        with socket.create_connection(srv.getsockname(), timeout=5) as raw:
+            with pytest.raises(ssl.SSLError) as e:
+                client_ctx.wrap_socket(raw, server_hostname="ustack.test")
+        t.join(5)
+        assert e.value.reason == "TLSV1_ALERT_ACCESS_DENIED" and failures
+
+
+def test_connect_ex_raises_a_name_that_does_not_resolve(session, tls_contexts, monkeypatch):
+    # the stdlib's connect_ex returns connect(2)'s errno but raises gaierror (test_ssl's transient_internet
+    # turns that into a skip; a returned -3 failed test_timeout_connect_ex instead)
+    def no_such_name(*args, **kw):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket.socket._resolver, "getaddrinfo", no_such_name)
+    _, client_ctx = tls_contexts
+    with socket.socket() as plain, client_ctx.wrap_socket(socket.socket(), do_handshake_on_connect=False) as tls:
+        for s in (plain, tls):
+            with pytest.raises(socket.gaierror):
+                s.connect_ex(("no.such.name.invalid", 443))
+    from ustack.api.socket import socket as ustack_socket
+
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with ustack_socket(session.driver, socket.AF_INET, kind) as s, pytest.raises(socket.gaierror):
+            s.connect_ex(("no.such.name.invalid", 443))

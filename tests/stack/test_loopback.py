@@ -223,3 +223,38 @@ def test_device_overflow_is_counted_and_fd_follows_the_queue():
     dev.rx_release(frames)
     assert select.select([dev.fileno()], [], [], 0)[0] == []
     dev.close()
+
+
+def test_the_whole_127_slash_8_is_ours_and_replies_come_from_the_address_asked(lo):
+    iface = lo.stack.iface
+    assert iface.owns(b"\x7f\x03\x04\x05") and iface.is_ours(b"\x7f\0\0\2") and iface.is_local_dest(b"\x7f\1\1\1")
+    assert not iface.owns(b"\x7f\xff\xff\xff") and iface.is_broadcast(b"\x7f\xff\xff\xff")  # the /8's broadcast
+    plain = Stack(LoopbackDevice(), "198.18.0.1/24")
+    assert not plain.iface.owns(b"\xc6\x12\0\2") and not plain.iface.is_ours(b"\xc6\x12\0\2")  # one address only
+    plain.device.close()
+    srv, cli, conn, peer = _connected(lo, std.AF_INET, "127.3.4.5")
+    assert peer[0] == "127.0.0.1" and conn.getsockname() == srv.getsockname() == cli.getpeername()
+    ends = {(bytes(Ipv4Header.parse(f[14:]).src), bytes(Ipv4Header.parse(f[14:]).dst)) for f in lo.dev.sent}
+    assert ends == {(b"\x7f\0\0\1", b"\x7f\3\4\5"), (b"\x7f\3\4\5", b"\x7f\0\0\1")}
+    lo.dev.sent.clear()
+    # a closed port on another address of the /8: the RST comes from that address
+    other = usocket(lo.driver)
+    other.setblocking(False)
+    assert other.connect_ex(("127.9.9.9", 9)) == errno.EINPROGRESS
+    assert lo.run(lambda: other.getsockopt(std.SOL_SOCKET, std.SO_ERROR) == errno.ECONNREFUSED)
+    rst = [f for f in lo.dev.sent if Ipv4Header.parse(f[14:]).src == b"\x7f\x09\x09\x09"]
+    assert len(rst) == 1
+    # UDP from a socket bound to 127.0.0.2 to one on 127.8.0.1: the frame carries exactly those addresses
+    a = usocket(lo.driver, std.AF_INET, std.SOCK_DGRAM)
+    b = usocket(lo.driver, std.AF_INET, std.SOCK_DGRAM)
+    a.bind(("127.0.0.2", 0))
+    b.bind(("127.8.0.1", 0))
+    b.setblocking(False)
+    lo.dev.sent.clear()
+    a.sendto(b"x", b.getsockname())
+    assert lo.run(lambda: bool(b._ep.queue))
+    assert b.recvfrom(10) == (b"x", a.getsockname())
+    ip = Ipv4Header.parse(lo.dev.sent[0][14:])
+    assert (bytes(ip.src), bytes(ip.dst)) == (b"\x7f\0\0\2", b"\x7f\x08\0\1")
+    for s in (srv, cli, conn, other, a, b):
+        s.close()

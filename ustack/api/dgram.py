@@ -78,6 +78,8 @@ class DatagramSocket(SocketBase):
         try:
             self.connect(address)
             return 0
+        except _std.gaierror:
+            raise  # a name that does not resolve is raised, as the stdlib's connect_ex (only connect's errno returns)
         except OSError as e:
             return e.errno or errno.EINVAL
 
@@ -86,6 +88,8 @@ class DatagramSocket(SocketBase):
         ep = self._ep
         if not ep.bound and self._family == AF_INET6:
             return self._format(ANY6, 0)
+        if ep.ckey is not None and ep.local_addr in (ANY4, ANY6):
+            return self._format(ep.ckey[0], ep.local_port)  # connected: the source the route chose, as Linux
         return self._format(ep.local_addr, ep.local_port)
 
     def getpeername(self) -> tuple[str, int]:

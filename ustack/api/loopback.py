@@ -1,4 +1,4 @@
-"""The in-process loopback interface for applications: a second Stack that owns 127.0.0.1/8 and ::1.
+"""The in-process loopback interface for applications: a second Stack that owns 127.0.0.0/8 and ::1.
 
 ``open_loopback(clock)`` builds a ``Stack(loopback=True)`` over a
 ``LoopbackDevice`` (a link whose TX is its own RX) and its Driver.
@@ -10,9 +10,10 @@ ICMP port unreachable); no kernel socket carries loopback traffic.
 
 It is a stack of its own beside the main one (the house's Stack has one
 interface): a socket lives on one of them, chosen by the address of its
-first bind/connect/sendto. A wildcard bind (0.0.0.0, ::) goes to the main
-stack, so a server bound to the wildcard is not reachable over 127.0.0.1,
-unlike Linux where the wildcard spans every interface.
+first bind/connect/sendto; the stack owns the whole 127/8 as Linux's
+``lo`` does (``Interface.own_prefix``). A socket bound to the wildcard
+(0.0.0.0, ::) is on both, as Linux's wildcard spans every interface
+(``ustack.api.wildcard``).
 """
 
 from __future__ import annotations

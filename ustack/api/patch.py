@@ -12,6 +12,10 @@ makes. Each instance decides where it lives at its first addressing call:
   or, when patched with ``loopback=`` a driver (``ustack run --loopback``),
   ustack on that driver's loopback stack (``ustack.api.loopback``), so both
   ends of a loopback connection are ustack sockets;
+- ``bind`` to 0.0.0.0 or :: (or ``listen`` unbound) with a loopback driver:
+  ustack on both stacks, one socket each on the same port
+  (``ustack.api.wildcard``), until a first ``connect`` keeps the one
+  whose stack owns the destination;
 - any other address, or a call that needs a decision first (``listen``,
   ``fileno``, ``send``...): ustack, on the patched driver.
 
@@ -48,6 +52,7 @@ from ustack.api.readiness import ReadinessFd
 from ustack.api.resolver import Resolver
 from ustack.api.socket import socket as _make_ustack
 from ustack.api.tls import TlsDispatch, TlsSocket
+from ustack.api.wildcard import WildcardDatagram, WildcardStream, bind_pair
 
 _ORIGINAL = _std.socket
 _NAME_CALLS = ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo")
@@ -88,7 +93,7 @@ class PatchedSocket(_ORIGINAL):
     _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
     _early_rfd = None  # a readiness fd handed out before the decision (loopback mode)
     _fds = None  # set by patch(): an _FdTable
-    _wildcard_loopback = False  # loopback mode: a socket decided without an address goes to the loopback stack
+    _wildcard_loopback = False  # loopback mode: a socket decided with no address at all goes to the loopback stack
 
     _explicit = None  # (family, type, proto) a socket made from a ustack fd shows (the caller's, as the stdlib)
 
@@ -174,8 +179,10 @@ class PatchedSocket(_ORIGINAL):
             getattr(_ORIGINAL, name)(self, *args)
         self._pending = []
 
-    def _become_ustack(self, driver=None):
-        u = self._u = _make_ustack(driver or self._driver, *self._args)
+    def _become_ustack(self, driver=None, made=None):
+        """Decide for ustack: a socket on ``driver`` (default: the main one), or ``made``, a socket already
+        made with the options recorded so far (``_bind_wildcard``)."""
+        u = self._u = made if made is not None else _make_ustack(driver or self._driver, *self._args)
         early = getattr(self, "_early_rfd", None)
         if early is not None:  # the fd handed out before the decision becomes this socket's readiness fd
             self._early_rfd = None
@@ -186,9 +193,43 @@ class PatchedSocket(_ORIGINAL):
             u._driver.ensure_running()
         pending, self._pending = self._pending, []
         for name, args in pending:
-            getattr(u, name)(*args)
+            if made is None or name != "setsockopt":
+                getattr(u, name)(*args)
         u._sync_blocking()  # (the early fd's O_NONBLOCK)
         return u
+
+    def _bind_wildcard(self, address) -> None:
+        """Bind to 0.0.0.0 or :: with a loopback stack: a socket on each stack, same port (``ustack.api.wildcard``),
+        as Linux's wildcard spans every interface. An AF_INET6 socket on a main stack without IPv6 lives on
+        the loopback stack alone."""
+        family, kind = self._args[0], self._args[1] & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)
+        if family == _std.AF_INET6 and getattr(self._driver.stack, "ipv6", None) is None:
+            self._become_ustack(self._loopback).bind(address)
+            return
+        cls = WildcardStream if kind == _std.SOCK_STREAM else WildcardDatagram
+        options = [args for name, args in self._pending if name == "setsockopt"]
+
+        def make():
+            main = cls(self._driver, *self._args, _make_ustack(self._loopback, *self._args))
+            for args in options:
+                main.setsockopt(*args)  # (on the twin too)
+            return main
+
+        self._become_ustack(made=bind_pair(make, address))
+
+    def _settle(self, u, address):
+        """The first connect of a socket bound to the wildcard on both stacks: the socket of the stack that
+        owns ``address`` stays (taking over the readiness fd), the other closes."""
+        twin = getattr(u, "_twin", None)
+        if twin is None:
+            return u
+        if not _is_loopback(address):
+            u.drop_twin().close()
+            return u
+        self._u = twin = u.hand_over()
+        if self._fds is not None and twin._h.rfd is not None:
+            self._remember_fd(twin, twin._h.rfd.fileno())
+        return twin
 
     def _impl(self, address=None):
         """The ustack socket, or None for the kernel; decides (by ``address``) when undecided."""
@@ -309,6 +350,7 @@ class PatchedSocket(_ORIGINAL):
     # -- the calls -------------------------------------------------------------------
     def sendto(self, data, *args):
         u = self._impl(args[-1] if args else None)
+        # (a socket on both stacks sends through the one that owns the destination: WildcardDatagram._send)
         if u is None:
             return _ORIGINAL.sendto(self, data, *args)
         return u.sendto(data, *args[:-1], _numeric(self, u, args[-1])) if args else u.sendto(data)
@@ -350,14 +392,14 @@ def _deciding(name):
 
     def call(self, address, *rest):
         if (name == "bind" and self._loopback is not None and self._u is None and not self._kernel
-                and _is_wildcard(address)):
-            # a wildcard spans every interface; with two stacks, the first address used picks one
-            # (connect/sendto to 127/8: the loopback stack; anything else, or listen: the main one)
-            self._pending.append((name, (address, *rest)))
-            return None
+                and _is_wildcard(address) and not rest):
+            # a wildcard spans every interface: with two stacks, a socket on each (ustack.api.wildcard)
+            return self._bind_wildcard(address)
         u = self._impl(address)
         if u is None:
             return kernel(self, address, *rest)
+        if name != "bind":
+            u = self._settle(u, address)
         return getattr(u, name)(_numeric(self, u, address), *rest)
 
     call.__name__ = name
@@ -414,6 +456,10 @@ def _delegated(name):
                 return scratch.getsockopt(*args, **kw)
             finally:
                 scratch.close()
+        if name == "listen" and self._u is None and not self._kernel and self._loopback is not None and (
+                self._args[1] & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)) == _std.SOCK_STREAM:
+            # listen() before bind: Linux binds the wildcard and an ephemeral port, every interface's
+            self._bind_wildcard(("::" if self._args[0] == _std.AF_INET6 else "0.0.0.0", 0))
         if name == "close" and self._u is None and not self._kernel:
             early, self._early_rfd = self._early_rfd, None
             if early is not None:
@@ -498,14 +544,14 @@ def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     ``ustack.api.resolver.Resolver`` on ``driver`` with the system's
     /etc/hosts and /etc/resolv.conf), kept as the class's ``_resolver``.
     ``loopback``: the driver of a loopback stack (``ustack.api.loopback``)
-    that gets the sockets addressed to 127/8, ::1 and "localhost";
-    ``wildcard`` ("main" or "loopback") is where a socket goes that is
-    decided without an address (a server bound to 0.0.0.0 or ::, or not
-    bound at all, at its ``listen``): one stack, since they are two.
+    that gets the sockets addressed to 127/8, ::1 and "localhost"; a
+    socket bound to 0.0.0.0 or ::, or listening unbound, is on both
+    stacks (``ustack.api.wildcard``); ``wildcard`` ("main" or "loopback")
+    is where a socket goes that is decided with no address at all.
     """
     if wildcard not in ("main", "loopback"):
         raise ValueError(f"wildcard must be 'main' or 'loopback', not {wildcard!r}")
-    resolver = Resolver(driver, kernel_socket=_ORIGINAL) if resolver is None else resolver
+    resolver = Resolver(driver, kernel_socket=_ORIGINAL, loopback=loopback) if resolver is None else resolver
     cls = _PatchScope("socket", (PatchedSocket,), {"_driver": driver, "_resolver": resolver, "_loopback": loopback,
                                                      "_pid": os.getpid(), "_fds": _FdTable(),
                                                      "_wildcard_loopback": wildcard == "loopback",

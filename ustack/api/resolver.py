@@ -157,12 +157,13 @@ class Resolver:
     """getaddrinfo and friends for a patched program, over ``driver``'s stack (see the module docstring)."""
 
     def __init__(self, driver, *, hosts_path=None, resolv_conf=None,
-                 kernel_socket=_KERNEL_SOCKET, cache_size=256, clock=time.monotonic, port=DNS_PORT):
+                 kernel_socket=_KERNEL_SOCKET, cache_size=256, clock=time.monotonic, port=DNS_PORT, loopback=None):
         if hosts_path is None:
             hosts_path = os.environ.get(ENV_HOSTS) or "/etc/hosts"
         if resolv_conf is None:
             resolv_conf = os.environ.get(ENV_RESOLV_CONF) or "/etc/resolv.conf"
         self._driver = driver
+        self._loopback = loopback  # the loopback stack's driver (``ustack run --loopback``), or None
         self._port = port  # the nameservers' port (resolv.conf has none; tests use another)
         self._hosts = _FileCache(hosts_path, parse_hosts, {})
         self._conf = _FileCache(resolv_conf, Config.parse, Config())
@@ -182,8 +183,9 @@ class Resolver:
     def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
         if isinstance(host, bytes):
             host = host.decode("idna")
-        if host is None:  # the wildcard or loopback: IPv4 only on a stack without IPv6 (asyncio's servers)
-            return _NUMERIC_GAI(None, port, family or (0 if self.ipv6 else _std.AF_INET), type, proto, flags)
+        if host is None:  # the wildcard or loopback: IPv4 only without IPv6 on either stack (asyncio's servers)
+            six = self.ipv6 or getattr(getattr(self._loopback, "stack", None), "ipv6", None) is not None
+            return _NUMERIC_GAI(None, port, family or (0 if six else _std.AF_INET), type, proto, flags)
         if flags & _std.AI_NUMERICHOST or self._numeric(host):
             return _NUMERIC_GAI(host, port, family, type, proto, flags)
         if family not in (_std.AF_UNSPEC, _std.AF_INET, _std.AF_INET6):

@@ -332,6 +332,8 @@ class StreamSocket(SocketBase):
         try:
             self.connect(address)
             return 0
+        except _std.gaierror:
+            raise  # a name that does not resolve is raised, as the stdlib's connect_ex (only connect's errno returns)
         except BlockingIOError as e:
             return e.errno
         except TimeoutError as e:

@@ -180,6 +180,14 @@ class TlsSocket(ssl.SSLSocket):
                 self._flush()
                 self._fill()
                 continue
+            except ssl.SSLError:
+                # a failed handshake or read leaves its alert in the outgoing BIO: send it before raising,
+                # as OpenSSL writing to a kernel fd has by then (RFC 8446 6: the peer learns why)
+                try:
+                    self._flush()
+                except OSError:
+                    pass
+                raise
             self._flush()
             return result
 
@@ -206,6 +214,8 @@ class TlsSocket(ssl.SSLSocket):
         try:
             self.connect(address)
             return 0
+        except _std.gaierror:
+            raise  # a name that does not resolve is raised, as the stdlib's connect_ex (only connect's errno returns)
         except OSError as e:
             return e.errno or 0
 

@@ -70,11 +70,13 @@ class IcmpLayer(IcmpBase):
         itype = msg.type
         src = pkt.src
         if itype == ECHO_REQUEST:
-            if pkt.dst != self.iface.addr and not self.answer_broadcast_echo:
+            ours = self.iface.owns(pkt.dst)
+            if not ours and not self.answer_broadcast_echo:
                 stats.drop("icmp.broadcast_echo_ignored")
                 return
             stats.inc("icmp.echo_requests_received")
-            self._answer_echo(msg, self.iface.addr, src, now)
+            # RFC 1122 3.2.2.6: the reply's source is the request's destination when that was ours
+            self._answer_echo(msg, bytes(pkt.dst) if ours else self.iface.addr, src, now)
         elif itype == ECHO_REPLY:
             self._echo_reply_in(msg, msg.payload, src, now, pkt.ttl)
         elif itype in (DEST_UNREACHABLE, TIME_EXCEEDED):
@@ -94,7 +96,7 @@ class IcmpLayer(IcmpBase):
             stats.drop("icmp.bad_quote")
             return
         qsrc = bytes(quoted[12:16])
-        if qsrc != self.iface.addr:
+        if not self.iface.owns(qsrc):
             stats.drop("icmp.error_not_ours")
             return
         self._to_transport(quoted[9], qsrc, bytes(quoted[16:20]), bytes(quoted[qihl:qihl + 8]),
@@ -125,7 +127,9 @@ class IcmpLayer(IcmpBase):
                 raise
             stats.drop("icmp.error_no_route")
             return False
-        return self._send_error(self.iface.addr, dst, IcmpMessage.error(itype, code, original, rest), itype, code, now)
+        # from the address the datagram was sent to when it is ours (a loopback interface owns many)
+        source = qdst if iface.owns(qdst) else iface.addr
+        return self._send_error(source, dst, IcmpMessage.error(itype, code, original, rest), itype, code, now)
 
     def ping(self, dst: bytes, ident: int, seq: int, now: float, payload: bytes = b"",
              ttl: Optional[int] = None) -> None:

@@ -203,7 +203,9 @@ class UdpLayer:
         if not iface.is_local_dest(dst):
             self.stats.drop("ipv4.not_for_us")
             return
-        ep = self.connected.get((iface.addr, dport, src, sport))
+        ep = self.connected.get((dst, dport, src, sport))
+        if ep is None and dst != iface.addr:
+            ep = self.connected.get((iface.addr, dport, src, sport))  # (a broadcast to a connected socket)
         if ep is None:
             bound = self.bound
             ep = bound.get((dst, dport)) or bound.get((ANY4, dport))
@@ -217,7 +219,7 @@ class UdpLayer:
                 ep = None  # a connected socket only hears its peer
         if ep is None:
             self.stats.drop("udp.no_socket")
-            if dst == iface.addr:
+            if iface.owns(dst):
                 # RFC 1122 4.1.3.1: port unreachable (rate-limited, never for broadcasts)
                 self.unreachable(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now)
             return

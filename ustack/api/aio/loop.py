@@ -53,9 +53,9 @@ from asyncio import constants, sslproto
 
 from ustack.api.aio.transport import DatagramTransport, StreamTransport, hook, unhook
 from ustack.api.base import MSG_DONTWAIT, SocketBase
-from ustack.api.dgram import DatagramSocket, udp_readiness
+from ustack.api.dgram import DatagramSocket
 from ustack.api.patch import PatchedSocket
-from ustack.api.stream import StreamSocket, tcp_readiness
+from ustack.api.stream import StreamSocket
 from ustack.transport.tcp.tcb import State
 
 _RX_COUNTER = "eth.frames_received"  # the Stack counts every received frame here (as the Driver reads it)
@@ -250,13 +250,17 @@ class EventLoop(asyncio.SelectorEventLoop):
         if u is None:
             return super()._start_serving(protocol_factory, sock, sslcontext, server, backlog,
                                           ssl_handshake_timeout, ssl_shutdown_timeout)
-        lst = u._listener
-        accept = functools.partial(self._accept_ready, protocol_factory, sock, u, lst, sslcontext, server, backlog,
-                                   ssl_handshake_timeout, ssl_shutdown_timeout)
-        kick = functools.partial(self.call_soon, accept)  # accepting calls into the stack: not inside its round
-        hook(self, lst, "on_event").subs.append(kick)
-        self._serving_hooks[id(sock)] = (lst, kick)
-        self.call_soon(accept)  # connections that arrived before
+        entries = []
+        twin = getattr(u, "_twin", None)  # a wildcard server on both stacks (ustack.api.wildcard)
+        for side in (u, twin) if twin is not None and twin._listener is not None else (u,):
+            lst = side._listener
+            accept = functools.partial(self._accept_ready, protocol_factory, sock, side, lst, sslcontext, server,
+                                       backlog, ssl_handshake_timeout, ssl_shutdown_timeout)
+            kick = functools.partial(self.call_soon, accept)  # accepting calls into the stack: not inside its round
+            hook(self, lst, "on_event").subs.append(kick)
+            entries.append((lst, kick))
+            self.call_soon(accept)  # connections that arrived before
+        self._serving_hooks[id(sock)] = entries
 
     def _accept_ready(self, protocol_factory, sock, u, lst, sslcontext, server, backlog,
                       ssl_handshake_timeout, ssl_shutdown_timeout):
@@ -278,30 +282,35 @@ class EventLoop(asyncio.SelectorEventLoop):
         entry = self._serving_hooks.pop(id(sock), None)
         if entry is None:
             return super()._stop_serving(sock)
-        lst, kick = entry
-        unhook(lst, "on_event", kick)
+        for lst, kick in entry:
+            unhook(lst, "on_event", kick)
         sock.close()
 
     # -- sock_* on ustack sockets --------------------------------------------------------
-    def _event(self, obj, attr: str = "on_event"):
-        """A future done at ``obj``'s next event (a segment, a state change, a datagram)."""
+    def _event(self, obj, attr: str = "on_event", *more):
+        """A future done at ``obj``'s next event (a segment, a state change, a datagram), or at the next
+        event of any of ``more`` (more (obj, attr) pairs)."""
         fut = self.create_future()
-        hook(self, obj, attr).once.append(functools.partial(_done, fut))
+        done = functools.partial(_done, fut)
+        for o, a in ((obj, attr), *more):
+            hook(self, o, a).once.append(done)
         return fut
 
     async def _until(self, u, readable: bool):
-        """Wait until ``u`` is readable (or writable), as select() would report it for a kernel socket."""
+        """Wait until ``u`` is readable (or writable), as select() would report it for a kernel socket
+        (a wildcard socket on both stacks: either side, ``ustack.api.wildcard``)."""
         while True:
+            twin = getattr(u, "_twin", None)
             if isinstance(u, DatagramSocket):
-                if udp_readiness(u._ep)[0 if readable else 1]:
+                if u._readiness()[0 if readable else 1]:
                     return
-                await self._event(u._ep, "on_readable")
+                await self._event(u._ep, "on_readable", *(((twin._ep, "on_readable"),) if twin else ()))
                 continue
-            state = tcp_readiness(u._conn, u._listener)
-            if state[0 if readable else 1]:
+            if u._readiness()[0 if readable else 1]:
                 return
             obj = u._conn if u._conn is not None else u._listener
-            await self._event(obj)
+            more = ((twin._listener, "on_event"),) if twin is not None and twin._listener is not None else ()
+            await self._event(obj, "on_event", *more)
 
     async def sock_recv(self, sock, n):
         u = ustack_socket(sock)

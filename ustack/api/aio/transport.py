@@ -391,7 +391,11 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
         self._closing = False
         self._conn_lost = 0
         self._scheduled = False
-        hook(loop, ep, "on_readable").subs.append(self._kick)
+        # (endpoint, its stack's lock): one, or two for a wildcard socket on both stacks (ustack.api.wildcard)
+        twin = getattr(usock, "_twin", None)
+        self._sides = ((ep, self._driver.lock),) + (((twin._ep, twin._driver.lock),) if twin is not None else ())
+        for side_ep, _ in self._sides:
+            hook(loop, side_ep, "on_readable").subs.append(self._kick)
         loop.call_soon(protocol.connection_made, self)
         loop.call_soon(self._kick)
         if waiter is not None:
@@ -419,20 +423,20 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
 
     def _process(self):
         self._scheduled = False
-        ep, lock = self._ep, self._driver.lock
-        while not self._conn_lost:
-            with lock:
-                if ep.queue:
-                    item, err = ep.pop(), None
+        for ep, lock in self._sides:
+            while not self._conn_lost:
+                with lock:
+                    if ep.queue:
+                        item, err = ep.pop(), None
+                    else:
+                        item, err = None, ep.take_error()
+                if item is not None:
+                    payload, src, sport = item
+                    self._protocol.datagram_received(payload, self._usock._format(src, sport))
+                elif err is not None:
+                    self._protocol.error_received(err)
                 else:
-                    item, err = None, ep.take_error()
-            if item is not None:
-                payload, src, sport = item
-                self._protocol.datagram_received(payload, self._usock._format(src, sport))
-            elif err is not None:
-                self._protocol.error_received(err)
-            else:
-                return
+                    break
 
     def sendto(self, data, addr=None):
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -483,7 +487,8 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
         try:
             self._protocol.connection_lost(exc)
         finally:
-            unhook(self._ep, "on_readable", self._kick)
+            for ep, _ in self._sides:
+                unhook(ep, "on_readable", self._kick)
             self._usock.close()
             self._sock = self._usock = None
             self._protocol = None
