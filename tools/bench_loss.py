@@ -22,6 +22,15 @@ Two parts:
   ustack's retransmissions and RTOs; with ``--echo`` also an echo through
   ustack of that many bytes each way (checked exact). Ratios to Linux ->
   Linux are printed.
+
+  The kernel's congestion control is its default (``net.ipv4.
+  tcp_congestion_control``: BBR on some machines, which does not slow down
+  for random loss); when that is not ustack's algorithm, Linux -> Linux runs
+  a second time with the kernel sender on ustack's algorithm
+  (``TCP_CONGESTION``: CUBIC, or Reno for NewReno), row ``linux_<name>``,
+  and ustack -> kernel is compared with that row as well: the same loss
+  and the same congestion control. Kernel -> ustack has the kernel's
+  default sender, as the ``linux`` row.
 """
 
 from __future__ import annotations
@@ -44,6 +53,17 @@ NFT_RULES = """table inet ustack_loss {{
 }}
 """
 PORT = 7100
+# ustack's congestion controls by the name Linux gives the same algorithm (TCP_CONGESTION)
+LINUX_NAMES = {"cubic": "cubic", "newreno": "reno", "reno": "reno"}
+
+
+def kernel_congestion() -> str:
+    """The kernel's default congestion control (a new namespace starts with the initial one's)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            return f.read().strip()
+    except OSError:
+        return "cubic"
 
 
 def pipe_rows(size: int, losses=(0.01, 0.03)) -> list[dict]:
@@ -116,7 +136,10 @@ print(json.dumps({"bytes": n, "start": start, "end": time.monotonic()}), flush=T
 SOURCE = """
 import json, socket, sys, threading, time
 size, echo = int(sys.argv[3]), sys.argv[4] == "echo"
-c = socket.create_connection((sys.argv[1], int(sys.argv[2]))); start = time.monotonic()
+c = socket.socket()
+if len(sys.argv) > 5 and sys.argv[5]:
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, sys.argv[5].encode())
+c.connect((sys.argv[1], int(sys.argv[2]))); start = time.monotonic()
 if not echo:
     c.sendall(bytes(size)); c.shutdown(socket.SHUT_WR); c.recv(1)
     print(json.dumps({"bytes": size, "start": start, "end": time.monotonic()}), flush=True)
@@ -133,6 +156,26 @@ r.join()
 ok = len(back) == reps * len(data) and all(back[i:i + len(data)] == data for i in range(0, len(back), len(data)))
 print(json.dumps({"bytes": len(back), "exact": ok, "start": start, "end": time.monotonic()}), flush=True)
 """
+
+
+class _Answered:
+    """Has the kernel end printed its line? Asked once per poll round, answered by a select(2) at most
+    every ``every`` seconds: a system call in every round of the stack's busy poll took a quarter of
+    its time (py-spy), which the kernel ends do not pay. When the line came is never a measurement."""
+
+    def __init__(self, proc, every: float = 0.002):
+        self.fd = proc.stdout
+        self.every = every
+        self.next = 0.0
+
+    def __call__(self) -> bool:
+        import select
+
+        now = time.monotonic()
+        if now < self.next:
+            return False
+        self.next = now + self.every
+        return bool(select.select([self.fd], [], [], 0)[0])
 
 
 def _json_line(proc, timeout: float) -> dict:
@@ -185,8 +228,9 @@ class _Pinned:
         os.sched_setaffinity(0, self.home)
 
 
-def linux_to_linux(size: int, percent: int) -> float:
-    """A kernel sender in the peer namespace to a kernel sink in the stack namespace: MB/s."""
+def linux_to_linux(size: int, percent: int, congestion: str | None = None) -> float:
+    """A kernel sender in the peer namespace to a kernel sink in the stack namespace: MB/s.
+    ``congestion``: the sender's congestion control by its Linux name (None: the kernel's default)."""
     from pyroute2 import IPRoute
 
     from ustack.tools.netns import Topology
@@ -199,7 +243,7 @@ def linux_to_linux(size: int, percent: int) -> float:
         _drop(topo, percent, stack_side=True)
         sink = _spawn(topo.stack_popen, SINK, topo.stack_addr, PORT, stack_side=True)
         _json_line(sink, 10)
-        src = _spawn(topo.peer_popen, SOURCE, topo.stack_addr, PORT, size, "bulk")
+        src = _spawn(topo.peer_popen, SOURCE, topo.stack_addr, PORT, size, "bulk", congestion or "")
         sent = _json_line(src, 600)
         got = _json_line(sink, 60)
         if got["bytes"] != size:
@@ -251,14 +295,13 @@ class _Ustack:
 
 
 def ustack_to_kernel(size: int, percent: int, backend: str, **knobs) -> dict:
-    import select
-
     from ustack.transport.tcp import State
 
     u = _Ustack(backend, percent)
     try:
         sink = _spawn(u.topo.peer_popen, SINK, u.topo.peer_addr, PORT)
         _json_line(sink, 10)
+        answered = _Answered(sink)
         start = time.monotonic()
         conn = u.layer.connect(None, (socket.inet_aton(u.topo.peer_addr), PORT), u.driver.clock(), **knobs)
         u.wait(lambda: conn.state == State.ESTABLISHED, 10.0)
@@ -274,7 +317,7 @@ def ustack_to_kernel(size: int, percent: int, backend: str, **knobs) -> dict:
                 sent += n
             if sent == size and not conn.tcb.fin_queued:
                 conn.shutdown(socket.SHUT_WR)
-            return bool(select.select([sink.stdout], [], [], 0)[0])
+            return answered()
 
         u.wait(pump, 600.0)
         got = _json_line(sink, 10)
@@ -288,12 +331,11 @@ def ustack_to_kernel(size: int, percent: int, backend: str, **knobs) -> dict:
 
 
 def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False, **knobs) -> dict:
-    import select
-
     u = _Ustack(backend, percent)
     try:
         lst = u.layer.listen((bytes(4), PORT), 4, **knobs)
         src = _spawn(u.topo.peer_popen, SOURCE, u.topo.stack_addr, PORT, size, "echo" if echo else "bulk")
+        answered = _Answered(src)
         state = {"conn": None, "got": 0, "pending": bytearray(), "end": None}
 
         def pump():
@@ -312,7 +354,7 @@ def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False, 
             if not echo and state["got"] >= size and state["end"] is None:
                 state["end"] = time.monotonic()
                 conn.close()
-            return bool(select.select([src.stdout], [], [], 0)[0])
+            return answered()
 
         u.wait(pump, 1800.0)
         res = _json_line(src, 10)
@@ -328,10 +370,19 @@ def kernel_to_ustack(size: int, percent: int, backend: str, echo: bool = False, 
 
 
 def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, algorithms: tuple = (),
-              **knobs) -> dict:
+              kernel_default: str | None = None, **knobs) -> dict:
     """Rows of medians over ``reps``; with ``algorithms`` (congestion controls) the ustack rows once per
-    algorithm, named ``ustack_to_kernel_<name>`` and ``kernel_to_ustack_<name>``, all interleaved."""
+    algorithm, named ``ustack_to_kernel_<name>`` and ``kernel_to_ustack_<name>``, all interleaved.
+    Linux -> Linux runs with the kernel's default (``kernel_default``, read from the kernel when
+    None), and again, as ``linux_<name>``, with each of ustack's algorithms the default is not."""
+    from ustack.transport.tcp.config import TcpConfig
+
+    default = kernel_default or kernel_congestion()
     runs: dict = {"linux": []}
+    linux_as = [a for a in dict.fromkeys(algorithms or (TcpConfig().congestion,))
+                if LINUX_NAMES.get(a.lower()) not in (None, default)]
+    for a in linux_as:
+        runs["linux_" + a] = []
     variants = [(f"_{a}", dict(knobs, congestion=a)) for a in algorithms] or [("", knobs)]
     for suffix, _ in variants:
         runs["ustack_to_kernel" + suffix] = []
@@ -339,6 +390,8 @@ def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, a
     with _Pinned():
         for _ in range(reps):  # interleaved, so that the machine's load falls on every row alike
             runs["linux"].append({"mb_s": linux_to_linux(size, percent)})
+            for a in linux_as:
+                runs["linux_" + a].append({"mb_s": linux_to_linux(size, percent, LINUX_NAMES[a.lower()])})
             for suffix, kn in variants:
                 runs["ustack_to_kernel" + suffix].append(ustack_to_kernel(size, percent, backend, **kn))
                 runs["kernel_to_ustack" + suffix].append(kernel_to_ustack(size, percent, backend, **kn))
@@ -348,6 +401,7 @@ def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, a
     out = {}
     for name, rs in runs.items():
         out[name] = {"mb_s": statistics.median(r["mb_s"] for r in rs), "runs": rs}
+    out["linux"]["congestion"] = default
     return out
 
 
@@ -357,9 +411,17 @@ def format_lines(pipe: list, veth: dict | None, percent: int) -> list[str]:
     if not veth:
         return lines
     base = veth["linux"]["mb_s"]
+    default = veth["linux"].get("congestion")
+    from ustack.transport.tcp.config import TcpConfig
+
+    ustack_default = TcpConfig().congestion
     for name, row in veth.items():
         extra = ""
-        if name != "linux":
+        # ustack -> kernel beside Linux -> Linux on the same congestion control, when that row ran
+        alg = name[len("ustack_to_kernel_"):] if name.startswith("ustack_to_kernel_") else ustack_default
+        same = veth.get("linux_" + alg) if name.startswith("ustack_to_kernel") else None
+        also = f"; {row['mb_s'] / same['mb_s']:.2f}x Linux -> Linux {alg}" if same else ""
+        if not name.startswith("linux"):
             rto = statistics.median(r["timeouts"] for r in row["runs"])
             rtx = statistics.median(r["retransmits"] for r in row["runs"])
             per10 = statistics.median(r["timeouts"] / r["bytes"] * 10e6 for r in row["runs"])
@@ -368,8 +430,9 @@ def format_lines(pipe: list, veth: dict | None, percent: int) -> list[str]:
             if name == "echo":
                 extra += f", exact {row['runs'][0]['exact']}"
         runs = ", ".join(f"{r['mb_s']:.1f}" for r in row["runs"])
-        lines.append(f"bulk under loss, veth {percent}% each way, {name.replace('_', ' ')}: {row['mb_s']:.1f} MB/s "
-                     f"({row['mb_s'] / base:.2f}x Linux -> Linux){extra}; runs {runs}")
+        label = name.replace('_', ' ') + (f" ({default})" if name == "linux" and default else "")
+        lines.append(f"bulk under loss, veth {percent}% each way, {label}: {row['mb_s']:.1f} MB/s "
+                     f"({row['mb_s'] / base:.2f}x Linux -> Linux{also}){extra}; runs {runs}")
     return lines
 
 

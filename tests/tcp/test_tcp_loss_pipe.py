@@ -112,16 +112,32 @@ def test_bench_loss_compares_congestion_controls_interleaved_in_one_run(monkeypa
                     "retransmits": 1, "timeouts": 0, "tlps": 0}
         return run
 
-    monkeypatch.setattr(bench_loss, "linux_to_linux", lambda size, percent: calls.append(("linux", None)) or 20.0)
+    def linux(size, percent, congestion=None):
+        calls.append(("linux", congestion))
+        return {None: 20.0, "reno": 8.0, "cubic": 10.0}[congestion]
+
+    monkeypatch.setattr(bench_loss, "linux_to_linux", linux)
     monkeypatch.setattr(bench_loss, "ustack_to_kernel", fake("u2k"))
     monkeypatch.setattr(bench_loss, "kernel_to_ustack", fake("k2u"))
-    veth = bench_loss.veth_rows(1000, 3, 2, "packet", algorithms=("newreno", "cubic"))
-    one = [("linux", None), ("u2k", "newreno"), ("k2u", "newreno"), ("u2k", "cubic"), ("k2u", "cubic")]
+    # The kernel's default is BBR: Linux -> Linux runs again on each of ustack's algorithms (Linux's
+    # names for them), interleaved too.
+    veth = bench_loss.veth_rows(1000, 3, 2, "packet", algorithms=("newreno", "cubic"), kernel_default="bbr")
+    one = [("linux", None), ("linux", "reno"), ("linux", "cubic"), ("u2k", "newreno"), ("k2u", "newreno"),
+           ("u2k", "cubic"), ("k2u", "cubic")]
     assert calls == one * 2
-    assert list(veth) == ["linux", "ustack_to_kernel_newreno", "kernel_to_ustack_newreno",
-                          "ustack_to_kernel_cubic", "kernel_to_ustack_cubic"]
+    assert list(veth) == ["linux", "linux_newreno", "linux_cubic", "ustack_to_kernel_newreno",
+                          "kernel_to_ustack_newreno", "ustack_to_kernel_cubic", "kernel_to_ustack_cubic"]
     lines = bench_loss.format_lines([], veth, 3)
-    assert lines[3].startswith("bulk under loss, veth 3% each way, ustack to kernel cubic: 12.0 MB/s (0.60x")
+    assert lines[0].startswith("bulk under loss, veth 3% each way, linux (bbr): 20.0 MB/s (1.00x Linux -> Linux)")
+    assert lines[2].startswith("bulk under loss, veth 3% each way, linux cubic: 10.0 MB/s (0.50x Linux -> Linux)")
+    # ustack -> kernel beside Linux -> Linux on the same algorithm as well
+    assert lines[5].startswith("bulk under loss, veth 3% each way, ustack to kernel cubic: 12.0 MB/s "
+                               "(0.60x Linux -> Linux; 1.20x Linux -> Linux cubic)")
+    assert "(0.50x Linux -> Linux; 1.25x Linux -> Linux newreno)" in lines[3]
+    assert "Linux -> Linux cubic" not in lines[6]  # kernel -> ustack: the kernel's default sender
+    calls.clear()
+    veth = bench_loss.veth_rows(1000, 3, 1, "packet", kernel_default="cubic")  # the default is ustack's
+    assert calls == [("linux", None), ("u2k", None), ("k2u", None)] and "linux_cubic" not in veth
     with pytest.raises(SystemExit):
         bench_loss.main(["--congestion", "newreno,bbr9"])  # refused before anything runs
 

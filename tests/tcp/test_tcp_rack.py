@@ -394,6 +394,83 @@ def test_out_of_order_acks_beyond_dupthresh_are_compressed_to_one_per_round():
     h.peer.expect(flags="A", ack=base + 700, sack_blocks=((base + 800, base + 900),))
 
 
+def test_sack_blocks_repeat_the_most_recently_changed_runs():
+    """RFC 2018 4: the block of the segment that triggered the ACK first, then the most recently
+    reported ones. With five runs above a hole the ACK for the fifth reports the fifth, fourth, third
+    and second, latest first (in sequence order after the first, as before, it reported the lowest
+    runs again and again and never the fourth: the sender's RACK took its segments for lost); a run
+    that changes again moves to the front."""
+    h = Harness(delayed_ack=False, sack=True)
+    h.open_active(peer_options={"sack_perm": True})
+    base = h.peer.snd_nxt
+    for k in range(1, 6):  # runs at 200, 400, ..., 1000 above the lost segment at 0
+        h.peer.send(flags="A", seq=base + 200 * k, payload=b"x" * 100, advance=False)
+        h.peer.expect(flags="A", ack=base)
+    h.peer.send(flags="A", seq=base + 1100, payload=b"x" * 100, advance=False)  # the last run grows
+    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 1000, base + 1200), (base + 800, base + 900),
+                                                    (base + 600, base + 700), (base + 400, base + 500)))
+    h.peer.send(flags="A", seq=base + 300, payload=b"x" * 100, advance=False)  # joins 200 and 400
+    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 200, base + 500), (base + 1000, base + 1200),
+                                                    (base + 800, base + 900), (base + 600, base + 700)))
+
+
+def test_a_round_that_changes_more_runs_than_one_ack_reports_sends_more_acks():
+    """A compressed ACK (one per poll round) carries four SACK blocks (three with timestamps); when
+    more runs changed since the last ACK, the older changes go first in ACKs of their own, so that
+    every run is reported once: before, a run extended early in a round whose later segments opened
+    three new runs was never reported, and the kernel's RACK retransmitted all its segments."""
+    from unittest import mock
+
+    from ustack.transport.tcp.layer import TcpLayer
+
+    h = Harness(delayed_ack=False, sack=True)
+    conn = h.open_active(peer_options={"sack_perm": True})
+    assert not conn.tcb.ts_ok  # four blocks an ACK
+    base = h.peer.snd_nxt
+    with mock.patch.object(TcpLayer, "flush", lambda self, now: None):  # one round
+        for k in range(1, 10):  # the lost segment at 0; runs at 200, ..., 1800
+            h.peer.send(flags="A", seq=base + 200 * k, payload=b"x" * 100, advance=False)
+    for k in range(1, 4):  # the first DupThresh ACKs go at once
+        h.peer.expect(flags="A", ack=base, sack_blocks=tuple((base + 200 * j, base + 200 * j + 100)
+                                                             for j in range(k, 0, -1)))
+    h.peer.expect_nothing()
+    h.layer.flush(h.now)  # the round ends: six runs changed since the last ACK
+    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 1000, base + 1100), (base + 800, base + 900)))
+    h.peer.expect(flags="A", ack=base, sack_blocks=tuple((base + 200 * j, base + 200 * j + 100)
+                                                         for j in (9, 8, 7, 6)))
+    h.peer.expect_nothing()
+    assert h.stats["tcp.sack_extra_acks"] == 1
+    h.peer.send(flags="A", seq=base + 1900, payload=b"x" * 100, advance=False)  # one change: one ACK
+    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 1800, base + 2000),) + tuple(
+        (base + 200 * j, base + 200 * j + 100) for j in (8, 7, 6)))
+    h.peer.expect_nothing()
+
+
+def test_a_filled_gap_is_acked_at_the_rounds_end_with_the_window_the_read_opened():
+    """The segment that fills a gap releases all the data held above it at once; its ACK (RFC 5681
+    4.2: at once) leaves at the end of the poll round, after the application read, and offers the
+    whole buffer again: sent before the read it offered what was left (here 0 of 4000 bytes), and
+    a lost window update after the read stalled the sender until its persist timer."""
+    h = Harness(delayed_ack=True, sack=True, rcvbuf=4000)
+    conn = h.open_active(peer_options={"sack_perm": True})
+    base = h.peer.snd_nxt
+    h.peer.send(flags="A", seq=base + 1000, payload=b"b" * 3000, advance=False)  # above a hole
+    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 1000, base + 4000),))
+    h.layer.in_round = True  # a poll round delivers (Stack.poll)
+    h.peer.send(flags="A", seq=base, payload=b"a" * 1000, advance=False)  # fills it
+    h.peer.expect_nothing()
+    assert conn.recv(8000) == b"a" * 1000 + b"b" * 3000  # the application reads in the round
+    h.layer.in_round = False
+    h.layer.flush(h.now)  # the round ends
+    h.peer.expect(flags="A", ack=base + 4000, win=4000, sack_blocks=())
+    h.peer.expect_nothing()
+    # Outside a poll round (the socket API's own calls) the ACK goes at once, as before.
+    h.peer.send(flags="A", seq=base + 5000, payload=b"d" * 1000, advance=False)
+    h.peer.expect(flags="A", ack=base + 4000)
+    h.peer.send(flags="A", seq=base + 4000, payload=b"c" * 1000, advance=False)
+    h.peer.expect(flags="A", ack=base + 6000, win=2000)
+
+
 def test_out_of_order_acks_are_never_compressed_without_sack():
     """Without SACK the sender counts duplicate ACKs: each out-of-order segment is ACKed at once."""
     from unittest import mock

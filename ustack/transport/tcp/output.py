@@ -115,7 +115,16 @@ class Output:
         window = rcv.select_window()
         ts = (ts_clock(now, tcb.ts_offset), tcb.ts_recent) if tcb.ts_ok else None
         ack = tcb.rcv_nxt
-        blocks = rcv.sack_blocks(3 if ts else 4) if tcb.sack_ok and not payload else ()
+        if tcb.sack_ok and not payload:
+            limit = 3 if ts else 4
+            while older := rcv.sack_backlog(limit):  # more changed runs than one ACK reports (RFC 2018 4)
+                self.write(seq, ack, flags, window, ts, older, now)
+                self.segs_out += 1
+                self.stats.inc("tcp.out_segs")
+                self.stats.inc("tcp.sack_extra_acks")
+            blocks = rcv.sack_blocks(limit)
+        else:
+            blocks = ()
         if blocks or not self.fast(self.local_addr, self.remote_addr, self.local_port, self.remote_port, seq, ack,
                                    flags, window, ts, payload, now):
             self.write(seq, ack, flags, window, ts, blocks, now, payload)

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at")
+                 "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at", "sack_tick")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -81,6 +81,7 @@ class Receiver:
         self.rd_shutdown = False  # SHUT_RD: received bytes are discarded
         self.bytes_received = 0
         self.dsack = None  # (left, right) of duplicate data to report first in the next ACK (RFC 2883)
+        self.sack_tick = 0  # the out-of-order runs' change stamp (ReceiveBuffer.tick) when an ACK last left
         self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
         # What configure() sets, without setting it twice: the buffer got its sizes above, and a new
@@ -153,8 +154,10 @@ class Receiver:
         rto = rtt.rto if rtt is not None else 1.0
         delack.data_received(now, rto, rcvbuf.free, tcb.rcv_mss)
         self.unacked += adv
-        if had_gap or not delack.enabled:
-            self.ack_now = True  # this segment filled (part of) a gap, or no delayed ACKs at all
+        if had_gap:
+            self.ack_gap()  # this segment filled (part of) a gap
+        elif not delack.enabled:
+            self.ack_now = True  # no delayed ACKs at all
         elif self.unacked >= 2 * tcb.rcv_mss:
             self.ack_bulk()  # every second full-sized segment (RFC 5681 4.2)
         elif delack.quickack_mode():
@@ -167,6 +170,19 @@ class Receiver:
             rcvbuf.read(len(rcvbuf))
         elif before < self.recv_high <= len(rcvbuf):
             self.high_water()
+
+    def ack_gap(self) -> None:
+        """A segment filled (part of) a gap: RFC 5681 4.2 ACKs it at once; during a poll round's
+        delivery, at the round's end (``ack_round``, unless ``ack_coalescing`` is off), after the
+        application read. Sent before the read, that ACK offered the window less everything the
+        filled gap released at once (kernel -> ustack at 3%: 392 bytes of 256 KiB), and when the
+        window update after the read was lost the kernel's sender waited out its persist timer
+        (200 ms)."""
+        budget = self.budget
+        if self.coalesce and budget is not None and budget.in_round:
+            self._ack_at_round_end(budget)
+        else:
+            self.ack_now = True
 
     def ack_bulk(self) -> None:
         """The in-order policy owes an ACK (every second segment, quick-ACK mode): now, or, during a
@@ -274,8 +290,11 @@ class Receiver:
             self.ack_now = True
 
     def sack_blocks(self, limit: int) -> tuple:
-        """SACK blocks for the out-of-order runs, the most recently changed first (RFC 2018 4), after
-        a D-SACK block for duplicate data when one is owed (RFC 2883 4, reported once)."""
+        """SACK blocks for the out-of-order runs, the most recently changed first (RFC 2018 4: the
+        block of the latest segment, then the most recently reported, so that every block is reported
+        again in the next ACKs; in sequence order, a fourth run above the lowest two was never
+        reported and the sender's RACK took its segments for lost), after a D-SACK block for
+        duplicate data when one is owed (RFC 2883 4, reported once)."""
         rcvbuf = self.rcvbuf
         dsack = self.dsack
         if not rcvbuf.ooo_bytes:
@@ -283,15 +302,31 @@ class Receiver:
                 return ()
             self.stats.inc("tcp.dsack_sent")
             return (dsack,)
-        runs = rcvbuf.runs()
         base = self.tcb.rcv_nxt
-        last = rcvbuf.last_run
-        ordered = [r for r in runs if r[0] == last] + [r for r in runs if r[0] != last]
-        blocks = tuple((seq_add(base, s), seq_add(base, e)) for s, e in ordered[:limit - (dsack is not None)])
+        blocks = tuple((seq_add(base, s), seq_add(base, e)) for s, e in rcvbuf.recent(limit - (dsack is not None)))
         if dsack is not None:
             self.stats.inc("tcp.dsack_sent")
             blocks = (dsack,) + blocks
         return blocks
+
+    def sack_backlog(self, limit: int) -> tuple:
+        """SACK blocks for one more ACK ahead of the next, when more out-of-order runs changed since
+        the last ACK than one ACK can report with ``limit`` blocks (its D-SACK block included): the
+        oldest changes, most recent first; else (). A compressed ACK (one per poll round) would
+        otherwise report only the latest runs, and the sender's RACK (RFC 8985 6.2) would take the
+        segments of a run extended earlier in the round, never reported, for lost, as they were
+        sent before segments it saw SACKed. Marks them reported."""
+        rcvbuf = self.rcvbuf
+        if not rcvbuf.ooo_bytes or not self.tcb.sack_ok:
+            return ()
+        changed = rcvbuf.changed_since(self.sack_tick)
+        room = limit - (self.dsack is not None)
+        if len(changed) <= room:
+            return ()
+        older = changed[:min(limit, len(changed) - room)]
+        self.sack_tick = older[-1][2]
+        base = self.tcb.rcv_nxt
+        return tuple((seq_add(base, s), seq_add(base, e)) for s, e, _ in reversed(older))
 
     def ack_sent(self, now: float, data: bool) -> None:
         """A segment acknowledging RCV.NXT left (``data``: it carried data): nothing is owed any more."""
@@ -304,6 +339,7 @@ class Receiver:
         self.wnd_update = False
         self.dsack = None
         self.unacked = 0
+        self.sack_tick = self.rcvbuf.tick
         self.delack_due = None  # (the timer stays: lazy, see ``delack_fired``)
 
     def stop(self) -> None:

@@ -18,11 +18,16 @@ keep counting against the window (``lent``) until ``unlend``.
 
 from __future__ import annotations
 
+from heapq import nlargest
+from operator import itemgetter
+
 from ustack._fastpath import ChunkQueue
+
+_STAMP = itemgetter(2)
 
 
 class ReceiveBuffer:
-    __slots__ = ("capacity", "max_runs", "_chunks", "_runs", "ooo_bytes", "last_run", "lent", "append")
+    __slots__ = ("capacity", "max_runs", "_chunks", "_runs", "ooo_bytes", "last_run", "lent", "append", "_tick")
 
     def __init__(self, capacity: int, max_runs: int = 256):
         if capacity <= 0:
@@ -30,7 +35,10 @@ class ReceiveBuffer:
         self.capacity = capacity
         self.max_runs = max_runs
         self._chunks = ChunkQueue()  # in order, not yet read by the user
-        self._runs: list = []  # [[start, bytearray]] sorted, disjoint, start > 0 (relative to RCV.NXT)
+        # [[start, bytearray, stamp]] sorted, disjoint, start > 0 (relative to RCV.NXT); ``stamp`` orders
+        # the runs by their latest change, for SACK (``recent``)
+        self._runs: list = []
+        self._tick = 0
         self.ooo_bytes = 0
         self.last_run = None  # start of the run the most recent out-of-order segment joined (for SACK)
         self.lent = 0  # bytes lent to the application (``lend``) and not yet given back
@@ -85,7 +93,7 @@ class ReceiveBuffer:
             # Slide the runs down by what was appended and absorb those now reached.
             shift = advanced
             while runs and runs[0][0] <= shift:
-                start, run = runs.pop(0)
+                start, run, _ = runs.pop(0)
                 self.ooo_bytes -= len(run)
                 skip = shift - start
                 if skip < len(run):
@@ -103,6 +111,7 @@ class ReceiveBuffer:
     def _insert(self, offset: int, data) -> bool:
         end = offset + len(data)
         runs = self._runs
+        self._tick = tick = self._tick + 1
         # find the first run that ends at or after offset (could overlap or touch)
         i = 0
         while i < len(runs) and runs[i][0] + len(runs[i][1]) < offset:
@@ -113,11 +122,11 @@ class ReceiveBuffer:
         if i == j:  # no overlap or contact: a new run
             if len(runs) >= self.max_runs:
                 return False
-            runs.insert(i, [offset, bytearray(data)])
+            runs.insert(i, [offset, bytearray(data), tick])
             self.ooo_bytes += len(data)
             self.last_run = offset
             return True
-        run_start, run = runs[i]
+        run_start, run, _ = runs[i]
         if j == i + 1 and run_start <= offset:
             # Within or past the end of one run, the common case (the next segment above a hole):
             # extend it in place, amortised O(len(data)), instead of copying the whole run again.
@@ -125,18 +134,19 @@ class ReceiveBuffer:
             if tail > 0:
                 run += memoryview(data)[len(data) - tail:]
                 self.ooo_bytes += tail
+            runs[i][2] = tick
             self.last_run = run_start
             return True
         # merge data with runs[i:j]
         start = min(offset, runs[i][0])
-        last_start, last = runs[j - 1]
+        last_start, last, _ = runs[j - 1]
         stop = max(end, last_start + len(last))
         merged = bytearray(stop - start)
-        for s, r in runs[i:j]:
+        for s, r, _ in runs[i:j]:
             merged[s - start : s - start + len(r)] = r
             self.ooo_bytes -= len(r)
         merged[offset - start : end - start] = data
-        runs[i:j] = [[start, merged]]
+        runs[i:j] = [[start, merged, tick]]
         self.ooo_bytes += len(merged)
         self.last_run = start
         return True
@@ -144,7 +154,7 @@ class ReceiveBuffer:
     def holds(self, offset: int, n: int) -> bool:
         """Bytes [offset, offset + n) past RCV.NXT are all held out of order already (a duplicate)."""
         end = offset + n
-        for s, r in self._runs:
+        for s, r, _ in self._runs:
             if s <= offset and end <= s + len(r):
                 return True
             if s > offset:
@@ -153,7 +163,30 @@ class ReceiveBuffer:
 
     def runs(self) -> list:
         """Out-of-order runs as ``(start, end)`` offsets past RCV.NXT."""
-        return [(s, s + len(r)) for s, r in self._runs]
+        return [(s, s + len(r)) for s, r, _ in self._runs]
+
+    def recent(self, n: int) -> list:
+        """The ``n`` out-of-order runs changed most recently, latest first, as ``(start, end)`` offsets
+        past RCV.NXT: what SACK reports (RFC 2018 4: the block of the segment that triggered the ACK
+        first, then the most recently reported ones; a run that changed is reported again)."""
+        runs = self._runs
+        if len(runs) > n:
+            runs = nlargest(n, runs, key=_STAMP)
+        elif len(runs) > 1:
+            runs = sorted(runs, key=_STAMP, reverse=True)
+        return [(s, s + len(r)) for s, r, _ in runs]
+
+    @property
+    def tick(self) -> int:
+        """The stamp of the latest change to the out-of-order runs (0 before any)."""
+        return self._tick
+
+    def changed_since(self, tick: int) -> list:
+        """The runs changed after stamp ``tick``, oldest change first, as ``(start, end, stamp)``."""
+        changed = [(s, s + len(r), t) for s, r, t in self._runs if t > tick]
+        if len(changed) > 1:
+            changed.sort(key=_STAMP)
+        return changed
 
     def peek(self, n: int) -> bytes:
         """The first ``n`` in-order bytes, left in place (MSG_PEEK)."""
