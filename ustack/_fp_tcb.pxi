@@ -159,7 +159,7 @@ cdef enum:
     D_LRCVTIME = 7
     D_PUSHED = 8
     D_READER_WAITING = 9
-    SLOT_MAX = 16
+    SLOT_MAX = 32
 
 
 cdef class SlotLayout:

@@ -125,12 +125,13 @@ cdef class EstablishedPath:
                 return 0
             if whole:
                 _arrived(conn, sender, now)
-            _ts_recent(tcb, off, ts_ok, p, now)
             tx = sender.tx
             if type(tx) is TxPath:
                 (<TxPath>tx).on_ack(sender, tcb, p, now)  # Sender.on_ack in C (_fp_tx.pxi)
             else:
                 sender.on_ack(seg, 0, now)
+            # TS.Recent after the ACK, as the Python path: what the recovery sends from on_ack echoes the old one
+            _ts_recent(tcb, off, ts_ok, p, now)
         else:
             rcv_wnd = <int32_t>(<uint32_t>_iget(tcb, off[T_RCV_ADV]) - seq)
             if dlen > rcv_wnd:
@@ -154,7 +155,6 @@ cdef class EstablishedPath:
             # Committed from here on.
             if whole:
                 _arrived(conn, sender, now)
-            _ts_recent(tcb, off, ts_ok, p, now)
             if ack == una:
                 # Sender.on_ack without SND.UNA moving and with data (never a duplicate ACK).
                 if wnd_update:
@@ -168,11 +168,14 @@ cdef class EstablishedPath:
                 # is a sending state)
                 sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
                 recovery = sender.recovery
-                recovery.after_ack(ack, (), now)
-                if snd_max != una:
-                    recovery.arm_timer(now)  # (it does nothing with nothing outstanding)
+                tx = sender.tx
+                if type(tx) is not TxPath or not (<TxPath>tx).after_ack(sender, tcb, recovery, now, snd_max != una):
+                    recovery.after_ack(ack, (), now)  # (RACK-TLP's common case is in C: TxPath.after_ack)
+                    if snd_max != una:
+                        recovery.arm_timer(now)  # (it does nothing with nothing outstanding)
             else:
                 sender.on_ack(seg, dlen, now)
+            _ts_recent(tcb, off, ts_ok, p, now)  # (after the ACK, as the Python path)
             # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
             # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
             chunks = rcvbuf._chunks

@@ -56,6 +56,8 @@
 
 from cpython.list cimport PyList_GET_ITEM
 from cpython.long cimport PyLong_AsLong
+from cpython.object cimport PyObject_RichCompareBool, Py_EQ
+import sys
 from libc.math cimport fabs, pow, rint
 
 # Cubic's constants (RFC 9438 4.1, 4.3), the values of congestion.Cubic.C / ALPHA
@@ -139,6 +141,10 @@ cdef class TxPath:
     cdef readonly unsigned long segments        # segments sent here (for tests and tools)
     cdef readonly unsigned long acks            # pure ACKs taken here (for tests and tools)
     cdef readonly unsigned long outputs         # Sender.output runs done here whole (for tests and tools)
+    cdef readonly SlotLayout rack_layout        # ``RackRecovery`` (RACK_FIELDS), None when its slots differ
+    cdef readonly SlotLayout timer_layout       # ``Timer`` (TIMER_FIELDS), made from the first timer armed here
+    cdef double wc_del_ack, pto_min             # rack.WC_DEL_ACK, rack.PTO_MIN (RFC 8985 7.2)
+    cdef readonly unsigned long rack_acks       # ACKs whose RACK-TLP work ran here (for tests and tools)
 
     def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout, type rack_cls,
                   SlotLayout rtt_layout, SlotLayout newreno_layout, SlotLayout cubic_layout):
@@ -154,6 +160,17 @@ cdef class TxPath:
         self.rtt_layout = rtt_layout
         self.newreno_layout = newreno_layout
         self.cubic_layout = cubic_layout
+        # RACK-TLP's common case in C (no recovery, nothing SACKed or lost, no probe out): its slots and the
+        # constants of its module; a RackRecovery without them keeps its Python methods
+        mod = sys.modules.get(rack_cls.__module__)
+        try:
+            if (mod.RTO, mod.REO, mod.PTO) != (0, 1, 2):
+                raise TypeError("timer kinds")
+            self.wc_del_ack = mod.WC_DEL_ACK
+            self.pto_min = mod.PTO_MIN
+            self.rack_layout = SlotLayout(rack_cls, RACK_FIELDS)
+        except (AttributeError, TypeError):
+            self.rack_layout = None
 
     def cc_on_ack(self, cc, acked, rtt, now):
         """``cc.on_ack(acked, rtt, now)`` in C (NewReno or Cubic); False, untouched, for another algorithm."""
@@ -227,7 +244,11 @@ cdef class TxPath:
                 sender.rtt_seq = None
         recovery = sender.recovery
         snd_max_o = _fget(tcb, off[T_SND_MAX])
-        if not recovery.on_ack(ack_o, advanced, acked, <int32_t>(<uint32_t>PyLong_AsLongLong(snd_max_o) - ack), now):
+        if self._rack_plain(recovery) and self._rack_on_ack(recovery, ack, ack_o, advanced, now):
+            pass  # RackRecovery.on_ack outside recovery: False (the controller grows the window)
+        elif recovery.on_ack(ack_o, advanced, acked, <int32_t>(<uint32_t>PyLong_AsLongLong(snd_max_o) - ack), now):
+            kind = 0
+        if kind:
             _cc_on_ack(cc, kind, (self.newreno_layout if kind == 1 else self.cubic_layout)._off, acked,
                        _fget(rtt, eo[E_SRTT]), now)
         sender.rtx_kind = _ZERO  # rack.RTO
@@ -235,7 +256,7 @@ cdef class TxPath:
         if <uint32_t>PyLong_AsLongLong(snd_max_o) == ack:
             timer.cancel()  # RFC 6298 5.2
         else:
-            timer.arm(now + _fget(rtt, eo[E_RTO]))  # RFC 6298 5.3
+            self._arm(timer, PyFloat_AsDouble(now) + PyFloat_AsDouble(_fget(rtt, eo[E_RTO])))  # RFC 6298 5.3
         send_low = PyLong_AsLongLong(sender.send_low)
         if before > send_low >= (<SendRing>sndbuf)._len:
             sender.low_water()
@@ -252,8 +273,9 @@ cdef class TxPath:
         # in a sending state (ESTABLISHED, unless the low-water callback closed): the recovery's own work
         state = _iget(tcb, off[T_STATE])
         if state == TCPS_ESTABLISHED or state == 5 or state == 7 or state == 8 or state == 9:  # tcb.SENDING
-            recovery.after_ack(ack_o, (), now)
-            recovery.arm_timer(now)
+            if not self.after_ack(sender, tcb, recovery, now, True):
+                recovery.after_ack(ack_o, (), now)
+                recovery.arm_timer(now)
         return 0
 
     def burst(self, sender, cwnd, now):
@@ -316,7 +338,8 @@ cdef class TxPath:
             return 1
         if self._burst(sender, PyLong_AsLongLong(cwnd_o), now) <= 0:
             return 0  # declined before sending anything
-        recovery.arm_timer(now)  # new data: RACK-TLP may run the timer as the PTO (RFC 8985 7.2)
+        if not (self._rack_plain(recovery) and self._rack_arm_timer(sender, tcb, recovery, now)):
+            recovery.arm_timer(now)  # new data: RACK-TLP may run the timer as the PTO (RFC 8985 7.2)
         self.outputs += 1
         return 1
 
@@ -443,8 +466,159 @@ cdef class TxPath:
             timer = sender.rtx_timer
             if timer.deadline is None:  # RFC 6298 5.1
                 sender.rtx_kind = _ZERO  # rack.RTO
-                timer.arm(now + sender.rtt.rto)
+                self._arm(timer, when + PyFloat_AsDouble(sender.rtt.rto))
         return sent
+
+    # -- RACK-TLP's per-ACK work in its common case, and the timer (appended: issue 11, the sender's ACKs) --
+
+    cdef int _arm(self, timer, double deadline) except -1:
+        """``timer.arm(deadline)``; a re-arm later than the timer's heap entry (``Timer.arm``'s lazy case:
+        the deadline and the arming order set, nothing pushed) without a Python call."""
+        cdef Py_ssize_t *to
+        tl = self.timer_layout
+        if tl is None or type(timer) is not tl.cls:
+            try:
+                tl = self.timer_layout = SlotLayout(type(timer), TIMER_FIELDS)
+            except TypeError:
+                timer.arm(PyFloat_FromDouble(deadline))
+                return 0
+        to = tl._off
+        if _fget(timer, to[M_DEADLINE]) is None or deadline < PyFloat_AsDouble(_fget(timer, to[M_AT])):
+            timer.arm(PyFloat_FromDouble(deadline))  # armed from idle, or earlier than its entry: pushed
+            return 0
+        order = next(_fget(timer, to[M_WHEEL])._seq)
+        _fset(timer, to[M_ORDER], order)
+        _fset(timer, to[M_DEADLINE], PyFloat_FromDouble(deadline))
+        return 0
+
+    cdef bint _rack_plain(self, recovery) except -1:
+        """``recovery`` is a ``RackRecovery`` outside fast and timeout recovery, with nothing SACKed or marked
+        lost, no tail loss probe outstanding and no F-RTO step: an ACK without SACK blocks then needs of its
+        ``on_ack``, ``after_ack`` and ``arm_timer`` only what ``_rack_on_ack``, ``after_ack`` and
+        ``_rack_arm_timer`` do."""
+        cdef Py_ssize_t *ko
+        if self.rack_layout is None or type(recovery) is not self.rack_cls:
+            return False
+        ko = self.rack_layout._off
+        return (not _bget(recovery, ko[K_IN_RECOVERY]) and not _bget(recovery, ko[K_IN_LOSS])
+                and _fget(recovery, ko[K_TLP_END]) is None and _iget(recovery, ko[K_FRTO]) == 0
+                and _iget(recovery, ko[K_SACKED_BYTES]) == 0 and _iget(recovery, ko[K_LOST_BYTES]) == 0)
+
+    cdef int _rack_on_ack(self, recovery, uint32_t ack, object ack_o, int64_t advanced, now) except -1:
+        """``RackRecovery.on_ack`` when ``_rack_plain``: SND.UNA's records dropped (``_slide``), RACK.xmit_ts,
+        RACK.end_seq, RACK.rtt, min_RTT and RACK.fack from the latest of them (RFC 8985 6.2 step 1), the undo
+        episode closed past ``undo_until``; it returns False. 0, having changed nothing, when a record it
+        covers was retransmitted, SACKed or lost, or one below RACK.fack may show reordering: the Python way."""
+        cdef Py_ssize_t *ko = self.rack_layout._off
+        cdef int64_t una_pos, new, fack, end
+        cdef Py_ssize_t k = 0, n
+        cdef double x, rtt, xmit
+        cdef bint reordering_seen
+        segs = _fget(recovery, ko[K_SEGS])
+        if type(segs) is not list:
+            return 0
+        una_pos = _iget(recovery, ko[K_UNA])
+        new = una_pos + <int32_t>(ack - <uint32_t>_iget(recovery, ko[K_UNA_SEQ]))
+        fack = _iget(recovery, ko[K_FACK])
+        reordering_seen = _bget(recovery, ko[K_REORDERING_SEEN])
+        n = len(segs)
+        plain = None
+        while k < n:
+            r = <object>PyList_GET_ITEM(segs, k)
+            if type(r) is not list or len(r) != 4:
+                return 0
+            end = PyLong_AsLongLong(<object>PyList_GET_ITEM(r, 1))
+            if end > new:
+                break
+            if PyObject_IsTrue(<object>PyList_GET_ITEM(r, 3)) or (end < fack and not reordering_seen):
+                return 0
+            plain = r
+            k += 1
+        # committed: on_ack's own fields, then _slide's
+        _fset(recovery, ko[K_DUPACKS], _ZERO)
+        _fset(recovery, ko[K_ADVANCED], True)
+        _fset(recovery, ko[K_UNA], PyLong_FromLongLong(new))
+        _fset(recovery, ko[K_UNA_SEQ], ack_o)
+        if plain is not None:  # _rack_update of a segment sent once (flags 0), with end >= RACK.fack
+            end_o = <object>PyList_GET_ITEM(plain, 1)
+            x_o = <object>PyList_GET_ITEM(plain, 2)
+            x = PyFloat_AsDouble(x_o)
+            rtt = PyFloat_AsDouble(now) - x
+            min_rtt = _fget(recovery, ko[K_MIN_RTT])
+            rtt_o = PyFloat_FromDouble(rtt)
+            if min_rtt is None or rtt < PyFloat_AsDouble(min_rtt):
+                _fset(recovery, ko[K_MIN_RTT], rtt_o)
+            _fset(recovery, ko[K_RACK_RTT], rtt_o)
+            end = PyLong_AsLongLong(end_o)
+            xmit = PyFloat_AsDouble(_fget(recovery, ko[K_RACK_XMIT]))
+            if x > xmit or (x == xmit and end > _iget(recovery, ko[K_RACK_END])):
+                _fset(recovery, ko[K_RACK_XMIT], x_o)
+                _fset(recovery, ko[K_RACK_END], end_o)
+            if end > fack:
+                _fset(recovery, ko[K_FACK], end_o)
+        if k:
+            del segs[:k]
+        _fset(recovery, ko[K_DELIVERED], PyLong_FromLongLong(advanced))
+        until = _fget(recovery, ko[K_UNDO_UNTIL])
+        if until is not None and new >= PyLong_AsLongLong(until):
+            _fset(recovery, ko[K_UNDO_MARKER], None)
+            _fset(recovery, ko[K_UNDO_UNTIL], None)
+        self.rack_acks += 1
+        return 1
+
+    cdef int after_ack(self, sender, tcb, recovery, now, bint arm) except -1:
+        """``recovery.after_ack(ack, (), now)`` for an ACK without SACK blocks, then (with ``arm``) its
+        ``arm_timer(now)``, when ``_rack_plain``: 1; else 0, nothing changed (the caller calls them)."""
+        cdef Py_ssize_t *ko
+        if not self._rack_plain(recovery):
+            return 0
+        ko = self.rack_layout._off
+        _fset(recovery, ko[K_DSACK], None)
+        _fset(recovery, ko[K_ADVANCED], False)
+        rnd = _fget(recovery, ko[K_DSACK_ROUND])  # _dsack_round, with no D-SACK on this ACK
+        if rnd is not None and _iget(recovery, ko[K_UNA]) >= PyLong_AsLongLong(rnd):
+            _fset(recovery, ko[K_DSACK_ROUND], None)
+        if _iget(tcb, self.layout._off[T_SND_MAX]) == _iget(tcb, self.layout._off[T_SND_UNA]):
+            _fset(recovery, ko[K_REO_DEADLINE], None)
+        _fset(recovery, ko[K_DELIVERED], _ZERO)
+        if arm:
+            self._rack_arm_timer(sender, tcb, recovery, now)
+        return 1
+
+    cdef int _rack_arm_timer(self, sender, tcb, recovery, now) except -1:
+        """``RackRecovery.arm_timer(now)`` when ``_rack_plain``: the reorder timer when one is due, else the
+        probe timeout (RFC 8985 7.2: 2 SRTT, plus WCDelAckT for a lone segment in flight, at least PTO_MIN,
+        never past the RTO); 1."""
+        cdef Py_ssize_t *off = self.layout._off
+        cdef Py_ssize_t *ko = self.rack_layout._off
+        cdef uint32_t snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX]), una = <uint32_t>_iget(tcb, off[T_SND_UNA])
+        cdef double pto, t = PyFloat_AsDouble(now), rto_at, at
+        if snd_max == una:
+            return 1
+        timer = sender.rtx_timer
+        reo = _fget(recovery, ko[K_REO_DEADLINE])
+        if reo is not None:
+            self._arm(timer, PyFloat_AsDouble(reo))
+            sender.rtx_kind = _ONE  # rack.REO
+            return 1
+        rtt = sender.rtt
+        srtt = rtt.srtt
+        pto = 2 * PyFloat_AsDouble(srtt) if srtt is not None else 1.0
+        if <int64_t><int32_t>(snd_max - una) <= PyLong_AsLongLong(tcb.snd_mss):
+            pto += self.wc_del_ack
+        if self.pto_min > pto:
+            pto = self.pto_min
+        deadline = timer.deadline
+        if PyObject_RichCompareBool(sender.rtx_kind, _ZERO, Py_EQ) and deadline is not None:
+            rto_at = PyFloat_AsDouble(deadline)
+        else:
+            rto_at = t + PyFloat_AsDouble(rtt.rto)
+        at = t + pto
+        if rto_at < at:
+            at = rto_at
+        self._arm(timer, at)
+        sender.rtx_kind = _TWO  # rack.PTO
+        return 1
 
 
 # The slots of ``RttEstimator`` and of the congestion controllers the ACK path reads and writes.
@@ -560,3 +734,44 @@ cdef int _cc_on_ack(object cc, int kind, Py_ssize_t *co, int64_t acked, object r
     if grown > cwnd:
         _fset(cc, co[C_CWND], PyLong_FromLongLong(grown))
     return 0
+
+
+# ``RackRecovery``'s slots its common case in C reads and writes (TxPath._rack_plain and what follows it).
+RACK_FIELDS = ("in_recovery", "in_loss", "tlp_end", "frto", "sacked_bytes", "lost_bytes", "dsack_round", "dsack",
+               "una", "una_seq", "undo_until", "undo_marker", "dupacks", "advanced", "delivered", "segs", "fack",
+               "reordering_seen", "min_rtt", "rack_rtt", "rack_xmit", "rack_end", "reo_deadline")
+cdef enum:
+    K_IN_RECOVERY = 0
+    K_IN_LOSS = 1
+    K_TLP_END = 2
+    K_FRTO = 3
+    K_SACKED_BYTES = 4
+    K_LOST_BYTES = 5
+    K_DSACK_ROUND = 6
+    K_DSACK = 7
+    K_UNA = 8
+    K_UNA_SEQ = 9
+    K_UNDO_UNTIL = 10
+    K_UNDO_MARKER = 11
+    K_DUPACKS = 12
+    K_ADVANCED = 13
+    K_DELIVERED = 14
+    K_SEGS = 15
+    K_FACK = 16
+    K_REORDERING_SEEN = 17
+    K_MIN_RTT = 18
+    K_RACK_RTT = 19
+    K_RACK_XMIT = 20
+    K_RACK_END = 21
+    K_REO_DEADLINE = 22
+
+# ``ustack.timers.Timer``'s slots for its lazy re-arm (TxPath._arm).
+TIMER_FIELDS = ("deadline", "_at", "_order", "_wheel")
+cdef enum:
+    M_DEADLINE = 0
+    M_AT = 1
+    M_ORDER = 2
+    M_WHEEL = 3
+
+cdef object _ONE = 1
+cdef object _TWO = 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings, strategies as st
+
 from ustack.timers import COMPACT_SLACK, TimerHeap
 
 
@@ -83,3 +85,61 @@ def test_unarmed_placeholder_reads_as_a_cancelled_timer():
     assert UNARMED.deadline is None
     UNARMED.cancel()  # does nothing, raises nothing
     assert UNARMED.deadline is None
+
+
+def test_rearming_later_pushes_nothing_and_fires_at_the_new_deadline():
+    """The per-ACK re-arm of RFC 6298 5.3 (always later) leaves the heap entry in place (lazy re-arm);
+    next_deadline() and run() still see the latest deadline."""
+    heap = TimerHeap()
+    fired = []
+    t = heap.timer(fired.append)
+    t.arm(1.0)
+    for i in range(1, 1000):
+        t.arm(1.0 + i * 0.001)
+    assert len(heap) == 1 and t.deadline == 1.999
+    assert heap.run(1.5) == 1.999 and fired == []  # the old entry surfaced: pushed again for 1.999
+    assert heap.next_deadline() == 1.999
+    t.arm(1.2)  # earlier than the entry: pushed at once
+    assert heap.next_deadline() == 1.2
+    assert heap.run(1.999) is None
+    assert fired == [1.999] and heap.live == 0
+
+
+def _eager_model(ops):
+    """What an eager heap (one push per arm) fires: [(timer, now)] in order."""
+    armed = {}  # timer -> (deadline, arming order)
+    fired = []
+    for k, (op, i, x) in enumerate(ops):
+        if op == "arm":
+            armed[i] = (x, k)
+        elif op == "cancel":
+            armed.pop(i, None)
+        else:
+            for key, i2 in sorted((v, j) for j, v in armed.items()):
+                if key[0] <= x:
+                    fired.append((i2, x))
+                    del armed[i2]
+    return fired
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["arm", "arm", "cancel", "run"]), st.integers(0, 3),
+                          st.integers(0, 20).map(float)), max_size=60))
+def test_lazy_rearm_fires_as_an_eager_heap_would(ops):
+    """Any sequence of arms (earlier, later, equal), cancels and runs fires the same timers at the same
+    runs in the same order as a heap that pushes on every arm (deadline, then arming order)."""
+    heap = TimerHeap()
+    fired = []
+    timers = [heap.timer(lambda owner, now: fired.append((owner, now)), i) for i in range(4)]
+    for op, i, x in ops:
+        if op == "arm":
+            timers[i].arm(x)
+        elif op == "cancel":
+            timers[i].cancel()
+        else:
+            nd = heap.next_deadline()
+            live = [t.deadline for t in timers if t.deadline is not None]
+            assert nd == (min(live) if live else None)
+            heap.run(x)
+    assert fired == _eager_model(ops)
+    assert heap.live == sum(t.deadline is not None for t in timers)

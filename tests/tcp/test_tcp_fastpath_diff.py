@@ -308,3 +308,84 @@ def test_a_rounds_in_order_segments_get_one_ack_at_its_end(fast):
     ack = coalesced[0].hdr
     assert ack.flags == 0x10 and ack.ack == conn.tcb.rcv_nxt  # everything, cumulatively
     assert ack.window << conn.tcb.rcv_wscale >= 200000 - 3  # the whole buffer again: the read came first
+
+
+# -- RACK-TLP's per-ACK work in C (TxPath._rack_plain: on_ack, after_ack, arm_timer) ---------------------
+
+def _rack_state(h: Harness, conn) -> dict:
+    """``_state`` plus every field of the RackRecovery and its Prr, and the retransmission timer's kind."""
+    rec = conn.sender.recovery
+    fields = {}
+    for cls in type(rec).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if name in ("sender", "prr"):
+                continue
+            v = getattr(rec, name, None)
+            fields[name] = repr(v) if isinstance(v, list) else v
+    prr = getattr(rec, "prr", None)
+    if prr is not None:
+        fields["prr"] = tuple(getattr(prr, n) for n in type(prr).__slots__)
+    return {**_state(h, conn), "rack": fields, "rtx": (conn.sender.rtx_kind, conn.sender.rtx_timer.deadline)}
+
+
+_rack_step = st.one_of(
+    st.tuples(st.just("send"), st.sampled_from([1448, 5000, 40000, 40000])),
+    st.tuples(st.just("acks"), st.integers(1, 12), st.sampled_from([1448, 2896, 2896, "all", 1000]),
+              st.sampled_from([65535, 65535, 20000]), st.sampled_from([0.0, 0.0005, 0.002, 0.02, 0.3])),
+    # a SACK for a later part of the flight (RACK's records SACKed, reordering, loss detection: the Python way)
+    st.tuples(st.just("sack"), st.sampled_from([1448, 2896, 4344]), st.sampled_from([1448, 2896])),
+    st.tuples(st.just("time"), st.sampled_from([0.0005, 0.002, 0.05, 0.25, 1.5])),
+    st.tuples(st.just("burst"), st.integers(1, 4), st.sampled_from([1448, 1000]), st.sampled_from(["A", "PA"]),
+              st.sampled_from(["all", 0])),
+)
+
+
+def _apply_rack(h: Harness, conn, step, out: list) -> None:
+    if step[0] != "sack":
+        _apply(h, conn, step, out)
+        return
+    _, start, length = step
+    tcb, peer = conn.tcb, h.peer
+    outstanding = (tcb.snd_max - tcb.snd_una) & 0xFFFFFFFF
+    if outstanding > start:
+        s = (tcb.snd_una + start) & 0xFFFFFFFF
+        e = (s + min(length, outstanding - start)) & 0xFFFFFFFF
+        if peer.use_ts:
+            peer.ts_clock = (peer.ts_clock + 1) & 0xFFFFFFFF
+        peer.send(flags="A", ack=tcb.snd_una, sack=[(s, e)])
+    h.layer.flush(h.now)
+    out.append([seg for _, _, seg in h.host.out])
+    h.drain()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.booleans(), st.sampled_from(["newreno", "cubic"]), st.lists(_rack_step, min_size=3, max_size=40))
+def test_rack_ack_work_in_c_agrees_with_python(ts, cc, steps):
+    """With SACK (RACK-TLP the recovery), pure ACKs, SACKs, timeouts and probes: the C path of RACK's
+    common case leaves the same RackRecovery, timer and bytes as its Python methods, step by step."""
+    fast_h, fast_conn = _open(True, ts, False, True, cc)
+    slow_h, slow_conn = _open(False, ts, False, True, cc)
+    assert type(fast_conn.sender.recovery).__name__ == "RackRecovery"
+    for i, step in enumerate(steps):
+        fast_out, slow_out = [], []
+        _apply_rack(fast_h, fast_conn, step, fast_out)
+        _apply_rack(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
+        assert _rack_state(fast_h, fast_conn) == _rack_state(slow_h, slow_conn), f"step {i} {step}: state differs"
+
+
+def test_rack_common_case_runs_in_c():
+    """A bulk send ACKed in order: RACK-TLP's on_ack/after_ack/arm_timer ran in C for the pure ACKs, with the
+    same records, RACK.rtt, min_RTT, PTO and bytes as in Python."""
+    steps = [("send", 40000), ("acks", 6, 2896, 65535, 0.002), ("send", 40000), ("acks", 8, 2896, 65535, 0.002),
+             ("acks", 12, "all", 65535, 0.02)]
+    fast_h, fast_conn = _open(True, True, False, True, "cubic")
+    slow_h, slow_conn = _open(False, True, False, True, "cubic")
+    for step in steps:
+        fast_out, slow_out = [], []
+        _apply(fast_h, fast_conn, step, fast_out)
+        _apply(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out
+        assert _rack_state(fast_h, fast_conn) == _rack_state(slow_h, slow_conn)
+    assert fast_conn.sender.tx.rack_acks >= 5  # (the others: after a probe timeout, the Python way)
+    assert fast_conn.sender.recovery.min_rtt is not None and fast_conn.sender.recovery.segs == []
