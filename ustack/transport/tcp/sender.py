@@ -308,13 +308,21 @@ class Sender:
         tcb = self.tcb
         if tcb.state not in SENDING:
             return
+        sndbuf = self.sndbuf
+        if not len(sndbuf) and ((not tcb.fin_queued and tcb.snd_max == tcb.snd_una)
+                                or (tcb.snd_nxt != tcb.snd_una and self.rtx_timer.deadline is not None)):
+            # Nothing to send: nothing outstanding (an ACK of the handshake, a read), or only our FIN
+            # (or SYN) and its timer running. What the loop and the timers below come to, without them.
+            self.force = self.push = False
+            if self.cork_timer.deadline is not None:
+                self.cork_timer.cancel()
+            return
         if budget is None:
             cwnd = self.recovery.window(self.cc.window)
             if cwnd is None:
                 return  # SACK recovery sends new data itself
         else:
             cwnd = 0  # unused: the budget stands in for the congestion window
-        sndbuf = self.sndbuf
         buffered = len(sndbuf)
         una = tcb.snd_una
         snd_max = tcb.snd_max
