@@ -137,6 +137,7 @@ class Receiver:
         if self.ooo_acks_at != tcb.rcv_nxt:
             self.ooo_acks_at = tcb.rcv_nxt
             self.ooo_acks = 0
+            self.ooo_held = 0  # (an ACK the C path sent once the gap filled did not reset it)
         if self.ooo_acks < DUP_THRESH or not tcb.sack_ok or self.budget is None:
             self.ooo_acks += 1
             self.ack_now = True
@@ -350,8 +351,9 @@ class Receiver:
         self.wnd_update = False
         self.dsack = None
         self.unacked = 0
-        self.sack_tick = self.rcvbuf.tick
-        self.ooo_held = 0
+        if not data:  # a segment with data carries no SACK blocks (Output.emit): it reported no run
+            self.sack_tick = self.rcvbuf.tick
+            self.ooo_held = 0
         self.delack_due = None  # (the timer stays: lazy, see ``delack_fired``)
 
     def stop(self) -> None:
