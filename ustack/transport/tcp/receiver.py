@@ -44,6 +44,9 @@ from ustack.transport.tcp.scoreboard import DUP_THRESH
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
 from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED
 
+# Out-of-order segments one compressed ACK answers at most (the first DupThresh go at once).
+SACK_COMPRESS_MAX = 8
+
 if TYPE_CHECKING:
     from ustack.transport.tcp.config import TcpConfig
     from ustack.transport.tcp.tcb import Tcb
@@ -52,7 +55,8 @@ if TYPE_CHECKING:
 class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
-                 "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at", "sack_tick")
+                 "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at", "sack_tick",
+                 "ooo_held")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -82,6 +86,7 @@ class Receiver:
         self.bytes_received = 0
         self.dsack = None  # (left, right) of duplicate data to report first in the next ACK (RFC 2883)
         self.sack_tick = 0  # the out-of-order runs' change stamp (ReceiveBuffer.tick) when an ACK last left
+        self.ooo_held = 0  # out-of-order segments whose ACK waits for the round's end (compressed SACK)
         self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
         # What configure() sets, without setting it twice: the buffer got its sizes above, and a new
@@ -124,15 +129,22 @@ class Receiver:
 
     def ooo_ack(self) -> None:
         """An out-of-order segment arrived: RFC 5681 4.2 ACKs it at once; with SACK, beyond the first
-        DupThresh ACKs for this RCV.NXT (the sender's fast retransmit needs them), the round's end does."""
+        DupThresh ACKs for this RCV.NXT (the sender's fast retransmit needs them), the round's end does,
+        or the SACK_COMPRESS_MAX-th segment held since the last ACK (Linux's tcp_comp_sack holds its
+        ACKs at most rtt/20, ~1 per segment on veth): a round's sole ACK, when lost, left a sender
+        that had sent its whole window with nothing to clock it but its RTO (the kernel at 10%)."""
         tcb = self.tcb
         if self.ooo_acks_at != tcb.rcv_nxt:
             self.ooo_acks_at = tcb.rcv_nxt
             self.ooo_acks = 0
+            self.ooo_held = 0  # (an ACK the C path sent once the gap filled did not reset it)
         if self.ooo_acks < DUP_THRESH or not tcb.sack_ok or self.budget is None:
             self.ooo_acks += 1
             self.ack_now = True
+        elif self.ooo_held + 1 >= SACK_COMPRESS_MAX:
+            self.ack_now = True  # a long round: one ACK for every SACK_COMPRESS_MAX segments
         else:
+            self.ooo_held += 1
             self.stats.inc("tcp.sack_compressed")
             self._ack_at_round_end(self.budget)
 
@@ -339,7 +351,9 @@ class Receiver:
         self.wnd_update = False
         self.dsack = None
         self.unacked = 0
-        self.sack_tick = self.rcvbuf.tick
+        if not data:  # a segment with data carries no SACK blocks (Output.emit): it reported no run
+            self.sack_tick = self.rcvbuf.tick
+            self.ooo_held = 0
         self.delack_due = None  # (the timer stays: lazy, see ``delack_fired``)
 
     def stop(self) -> None:
