@@ -306,7 +306,9 @@ cdef class TxPath:
         if wnd == 0 or nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
             return 0
         recovery = sender.recovery
-        cwnd_o = recovery.window(_fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND]))
+        cwnd_o = _fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND])
+        if not (self._rack_plain(recovery) and _iget(recovery, self.rack_layout._off[K_DUPACKS]) == 0):
+            cwnd_o = recovery.window(cwnd_o)  # (RACK outside recovery without duplicate ACKs: cwnd itself)
         if cwnd_o is None:
             return 0
         mss = PyLong_AsLongLong(tcb.snd_mss)
@@ -328,8 +330,14 @@ cdef class TxPath:
         if n > usable:
             n = usable if usable > 0 else 0
         if n:
-            if n == avail or n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
-                return 0  # a partial segment (Nagle, the cork) or one SWS avoidance lets go: the Python loop
+            if n == avail:
+                # a partial segment: held while an earlier short one is unacknowledged (Nagle, Minshall's
+                # variant: SND.UNA < snd_sml; the loop's break), as if nothing were left to send; else the
+                # Python loop (it goes)
+                if sender.nodelay or not _seq_lt(una, <uint32_t>PyLong_AsLongLong(tcb.snd_sml)):
+                    return 0
+            elif n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
+                return 0  # one SWS avoidance lets go: the Python loop
         if o == <int64_t>(nxt - una):  # nothing to send
             if (sender.rtx_timer.deadline is None and sender.persist_timer.deadline is None
                     and (nxt != una or avail)):

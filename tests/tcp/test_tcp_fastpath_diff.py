@@ -412,3 +412,22 @@ def test_round_end_and_window_update_acks_are_built_in_c(monkeypatch):
     h.layer.flush(h.now)
     h.drain()
     assert calls == []
+
+
+def test_a_partial_segment_nagle_holds_is_held_in_c():
+    """Minshall's Nagle: a partial tail with an earlier short segment unacknowledged stays queued; a pure
+    ACK that leaves it held is handled whole in C (``TxPath.output``), with the same bytes and state."""
+    steps = [("send", 100), ("send", 5000), ("acks", 1, 50, 65535, 0.001), ("acks", 1, 1448, 65535, 0.001),
+             ("acks", 1, "all", 65535, 0.001), ("acks", 1, "all", 65535, 0.001)]
+    fast_h, fast_conn = _open(True, True, False, True, "cubic")
+    slow_h, slow_conn = _open(False, True, False, True, "cubic")
+    outputs = []
+    for step in steps:
+        fast_out, slow_out = [], []
+        _apply(fast_h, fast_conn, step, fast_out)
+        _apply(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out
+        assert _rack_state(fast_h, fast_conn) == _rack_state(slow_h, slow_conn)
+        outputs.append(fast_conn.sender.tx.outputs)
+    assert outputs[2] == outputs[1] + 1  # the ACK of 50 bytes: the 656-byte tail held, in C
+    assert len(fast_conn.sender.sndbuf) == 0  # and it left once the short segment was acknowledged
