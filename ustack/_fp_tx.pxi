@@ -283,6 +283,13 @@ cdef class TxPath:
         cdef Py_ssize_t n = self._burst(sender, PyLong_AsLongLong(cwnd), now)
         return n if n > 0 else 0
 
+    def output_whole(self, sender, now):
+        """``Sender.output(now)``'s first step: True when the run came down to what ``output`` (below) does
+        whole in C; False, nothing changed, when the Python loop must run."""
+        tcb = sender.tcb
+        self.layout._check(tcb)
+        return self.output(sender, tcb, now) == 1
+
     cdef int output(self, sender, tcb, now) except -1:
         """``Sender.output(now)`` when it comes down to the burst alone: 1 when done here, 0 (nothing changed)
         when the caller must run it. Its loop would then send the full-sized segments of new data (the
