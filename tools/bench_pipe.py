@@ -42,14 +42,18 @@ class Transfer:
     received: int  # bytes the receiving application read
 
 
-def transfer(size: int, seed: int = 1, ipv6: bool = False, loss: float = 0.0) -> Transfer:
-    """``size`` bytes from b to a over a PipeLink with 0.5 ms one-way delay and ``loss`` each way."""
+def transfer(size: int, seed: int = 1, ipv6: bool = False, loss: float = 0.0, coalesce: bool = True) -> Transfer:
+    """``size`` bytes from b to a over a PipeLink with 0.5 ms one-way delay and ``loss`` each way.
+
+    ``coalesce`` False: the receiver ACKs every second segment as it arrives, as a Linux receiver does,
+    instead of once per poll round (so the sender handles an ACK per two segments, as against the kernel).
+    """
     pair = PipePair(seed=seed, ipv6=ipv6, delay=0.0005, loss=loss)
     if ipv6:
         pair.settle(300, 0.01)  # duplicate address detection first (RFC 4862), in simulated time
     clock, link, a = pair.clock, pair.link, pair.a
     t0 = clock.now
-    lst, conn = pair.connect(80)
+    lst, conn = pair.connect(80) if coalesce else pair.connect(80, ack_coalescing=False)
     chunk = memoryview(bytes(65536))
     sent = got = 0
     server = None
@@ -88,6 +92,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=5, help="runs (median reported)")
     p.add_argument("--ipv6", action="store_true", help="also over IPv6, and the ratio")
     p.add_argument("--loss", type=float, default=0.0, help="fraction of frames the pipe drops each way (default 0)")
+    p.add_argument("--no-coalesce", action="store_true",
+                   help="the receiver ACKs every second segment (as Linux does), not once per poll round")
     args = p.parse_args(argv)
     if args.bytes <= 0 or args.runs <= 0:
         p.error("--bytes and --runs must be positive")
@@ -97,7 +103,7 @@ def main(argv=None) -> int:
     for family in ((False, True) if args.ipv6 else (False,)):
         runs = []
         for _ in range(args.runs):
-            t = transfer(args.bytes, ipv6=family, loss=args.loss)  # same seed: same segments, same figures
+            t = transfer(args.bytes, ipv6=family, loss=args.loss, coalesce=not args.no_coalesce)  # same seed: same segments, same figures
             runs.append(t.cpu)
         med = meds[family] = statistics.median(runs)
         print(f"TCP over {'IPv6 over ' if family else ''}the pipe, {args.bytes} bytes: median {med:.3f} s CPU "

@@ -78,6 +78,17 @@ cdef class EstablishedPath:
         """
         return self._input(conn, seg, payload, now, False) == 1
 
+    def send_ack(self, conn, now):
+        """``conn.out.send_ack(now)`` (a pure ACK, any synchronized state) through ``_send_ack`` (_fp_ack.pxi)
+        when the TCB, Receiver and DelayedAck are the classes the layouts describe; else that method itself."""
+        tcb = conn.tcb
+        receiver = conn.receiver
+        if (type(tcb) is not self.layout.cls or type(receiver) is not self.receiver_layout.cls
+                or type(_fget(receiver, self.receiver_layout._off[R_DELACK])) is not self.delack_layout.cls):
+            conn.out.send_ack(now)
+            return
+        _send_ack(conn, tcb, self.layout._off, receiver, self.receiver_layout._off, self.delack_layout._off, now)
+
     cdef int _input(self, conn, seg, payload, now, bint whole) except -1:
         """``input``; with ``whole``, also what ``Connection.segment_arrives`` does around it (``FlowTable``):
         the per-segment bookkeeping when it commits, and after it the memory charge and the burst's event."""

@@ -283,6 +283,13 @@ cdef class TxPath:
         cdef Py_ssize_t n = self._burst(sender, PyLong_AsLongLong(cwnd), now)
         return n if n > 0 else 0
 
+    def output_whole(self, sender, now):
+        """``Sender.output(now)``'s first step: True when the run came down to what ``output`` (below) does
+        whole in C; False, nothing changed, when the Python loop must run."""
+        tcb = sender.tcb
+        self.layout._check(tcb)
+        return self.output(sender, tcb, now) == 1
+
     cdef int output(self, sender, tcb, now) except -1:
         """``Sender.output(now)`` when it comes down to the burst alone: 1 when done here, 0 (nothing changed)
         when the caller must run it. Its loop would then send the full-sized segments of new data (the
@@ -306,7 +313,9 @@ cdef class TxPath:
         if wnd == 0 or nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
             return 0
         recovery = sender.recovery
-        cwnd_o = recovery.window(_fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND]))
+        cwnd_o = _fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND])
+        if not (self._rack_plain(recovery) and _iget(recovery, self.rack_layout._off[K_DUPACKS]) == 0):
+            cwnd_o = recovery.window(cwnd_o)  # (RACK outside recovery without duplicate ACKs: cwnd itself)
         if cwnd_o is None:
             return 0
         mss = PyLong_AsLongLong(tcb.snd_mss)
@@ -328,8 +337,14 @@ cdef class TxPath:
         if n > usable:
             n = usable if usable > 0 else 0
         if n:
-            if n == avail or n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
-                return 0  # a partial segment (Nagle, the cork) or one SWS avoidance lets go: the Python loop
+            if n == avail:
+                # a partial segment: held while an earlier short one is unacknowledged (Nagle, Minshall's
+                # variant: SND.UNA < snd_sml; the loop's break), as if nothing were left to send; else the
+                # Python loop (it goes)
+                if sender.nodelay or not _seq_lt(una, <uint32_t>PyLong_AsLongLong(tcb.snd_sml)):
+                    return 0
+            elif n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
+                return 0  # one SWS avoidance lets go: the Python loop
         if o == <int64_t>(nxt - una):  # nothing to send
             if (sender.rtx_timer.deadline is None and sender.persist_timer.deadline is None
                     and (nxt != una or avail)):

@@ -389,3 +389,45 @@ def test_rack_common_case_runs_in_c():
         assert _rack_state(fast_h, fast_conn) == _rack_state(slow_h, slow_conn)
     assert fast_conn.sender.tx.rack_acks >= 5  # (the others: after a probe timeout, the Python way)
     assert fast_conn.sender.recovery.min_rtt is not None and fast_conn.sender.recovery.segs == []
+
+
+def test_round_end_and_window_update_acks_are_built_in_c(monkeypatch):
+    """The ACK a poll round owes at its end (coalesced) and the window update after a read leave through
+    ``EstablishedPath.send_ack`` (C) with the fast path on, not ``Output.send_ack``; the bytes are the same
+    (the differential test above)."""
+    from ustack.transport.tcp.output import Output
+    calls = []
+    original = Output.send_ack
+    monkeypatch.setattr(Output, "send_ack", lambda self, now: (calls.append(now), original(self, now)))
+    h, conn = _open(True, True, True, False, "cubic")
+    h.drain()
+    h.layer.in_round = True
+    for _ in range(8):
+        h.peer.ts_clock += 1
+        h.peer.send(flags="A", payload=bytes(1448))
+    h.layer.in_round = False
+    h.layer.flush(h.now)
+    assert len(h.drain()) == 1 and conn.tcb.last_ack_sent == conn.tcb.rcv_nxt
+    assert conn.recv(1 << 20, h.now) == bytes(8 * 1448)
+    h.layer.flush(h.now)
+    h.drain()
+    assert calls == []
+
+
+def test_a_partial_segment_nagle_holds_is_held_in_c():
+    """Minshall's Nagle: a partial tail with an earlier short segment unacknowledged stays queued; a pure
+    ACK that leaves it held is handled whole in C (``TxPath.output``), with the same bytes and state."""
+    steps = [("send", 100), ("send", 5000), ("acks", 1, 50, 65535, 0.001), ("acks", 1, 1448, 65535, 0.001),
+             ("acks", 1, "all", 65535, 0.001), ("acks", 1, "all", 65535, 0.001)]
+    fast_h, fast_conn = _open(True, True, False, True, "cubic")
+    slow_h, slow_conn = _open(False, True, False, True, "cubic")
+    outputs = []
+    for step in steps:
+        fast_out, slow_out = [], []
+        _apply(fast_h, fast_conn, step, fast_out)
+        _apply(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out
+        assert _rack_state(fast_h, fast_conn) == _rack_state(slow_h, slow_conn)
+        outputs.append(fast_conn.sender.tx.outputs)
+    assert outputs[2] == outputs[1] + 1  # the ACK of 50 bytes: the 656-byte tail held, in C
+    assert len(fast_conn.sender.sndbuf) == 0  # and it left once the short segment was acknowledged

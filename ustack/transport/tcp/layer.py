@@ -296,7 +296,10 @@ class TcpLayer:
             self._ack_round = []
             for conn in acks:
                 if conn.receiver.ack_round and conn.tcb.state in SYNCHRONIZED:
-                    conn.out.send_ack(now)
+                    if conn._fast is not None:
+                        self.established.send_ack(conn, now)  # the same ACK, built in C
+                    else:
+                        conn.out.send_ack(now)
 
     def connect(self, local: tuple | None, remote: tuple, now: float, **opts) -> Connection:
         """Active open toward ``remote`` = (addr, port); ``local`` = (addr, port), either may be 0/None."""

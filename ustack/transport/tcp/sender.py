@@ -317,6 +317,8 @@ class Sender:
             if self.cork_timer.deadline is not None:
                 self.cork_timer.cancel()
             return
+        if budget is None and self.tx is not None and self.tx.output_whole(self, now):
+            return  # the common case (full segments of new data, a tail Nagle holds) done whole in C
         if budget is None:
             cwnd = self.recovery.window(self.cc.window)
             if cwnd is None:
