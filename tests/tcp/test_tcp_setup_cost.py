@@ -84,3 +84,23 @@ def test_syn_fast_emit_rejects_bad_options_and_small_slots():
         _fastpath.emit_tcp_options(bytearray(60), template, 1, 1, 2, 3, 4, 2, 100, bytes(8))  # 62 > 60
     with pytest.raises(ValueError):
         _fastpath.emit_tcp_options(bytearray(100), template[:33], 1, 1, 2, 3, 4, 2, 100, bytes(8))
+
+
+def test_last_ack_ends_when_the_ack_covers_the_fin():
+    """RFC 9293 3.10.7.4, LAST-ACK: an ACK of the data only keeps the state (and the FIN's timer);
+    the ACK of the FIN deletes the TCB at once, sending nothing."""
+    h = Harness(delayed_ack=False)
+    _, conn = h.open_passive()
+    h.peer.send(flags="FA")
+    h.peer.expect(flags="A", ack=1002)
+    conn.send(b"tail", now=h.now)
+    data = h.peer.expect(flags="PA", payload=b"tail")
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA", seq=data.seq + 4)
+    h.peer.send(flags="A", ack=data.seq + 4)  # the data, not the FIN
+    h.peer.expect_nothing()
+    assert conn.state == State.LAST_ACK and conn.sender.rtx_timer.deadline is not None
+    h.peer.send(flags="A", ack=fin.seq + 1)
+    h.peer.expect_nothing()
+    assert conn.state == State.CLOSED and not h.layer.connections and conn.tcb.snd_una == fin.seq + 1
+    assert h.timers.live == 0

@@ -91,11 +91,9 @@ PAWS_IDLE = 24 * 24 * 3600.0
 
 
 def window_shift_for(rcvbuf: int) -> int:
-    """The smallest window scale that lets the 16-bit field cover ``rcvbuf`` (RFC 7323 2.3, max 14)."""
-    shift = 0
-    while shift < 14 and (rcvbuf >> shift) > 0xFFFF:
-        shift += 1
-    return shift
+    """The smallest window scale that lets the 16-bit field cover ``rcvbuf`` (RFC 7323 2.3, max 14):
+    ``rcvbuf >> shift`` fits 16 bits when ``rcvbuf`` has at most 16 + shift bits."""
+    return min(max(rcvbuf.bit_length() - 16, 0), 14)
 
 
 class Connection(UserCalls):
@@ -111,7 +109,7 @@ class Connection(UserCalls):
         "_charged", "_fast", "_notify_due", "_isn_f", "__weakref__",
     )
 
-    def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None):
+    def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None, hashes=None):
         self.layer = layer
         host = self.host = layer.host
         self.config = config
@@ -169,7 +167,8 @@ class Connection(UserCalls):
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
         tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
         # RFC 6528's F and the timestamp offset (RFC 7323 7.1) from one keyed digest of the 4-tuple.
-        self._isn_f, tcb.ts_offset = layer.keyed.connection_hashes(*self.key)
+        # (``hashes``: the pair already made for this 4-tuple, by a ``synrecv.SynReceived`` record.)
+        self._isn_f, tcb.ts_offset = hashes if hashes is not None else layer.keyed.connection_hashes(*self.key)
 
     def __repr__(self) -> str:
         return (f"<Connection {_fmt(self.local_addr, self.local_port)} -> "
@@ -190,11 +189,35 @@ class Connection(UserCalls):
 
     def open_passive(self, seg, now: float) -> None:
         """A SYN reached a listener: enter SYN-RECEIVED, send the SYN-ACK."""
+        self._syn_received(seg, isn_at(self._isn_f, now), now)
+        self._send_syn(SYN | ACK, now)
+        self.host.stats.inc("tcp.passive_opens")
+
+    def adopt(self, rec, timer) -> None:
+        """Become the connection a ``synrecv.SynReceived`` record stands for: SYN-RECEIVED as
+        ``open_passive`` at ``rec.syn_time`` leaves it, the record's SYN-ACK sent (its ISS, what
+        ``_send_syn`` and ``Output.emit_syn`` note) and ``timer`` (the SYN-ACK's retransmission
+        timer, still armed or firing) as this connection's retransmission timer."""
+        now = rec.syn_time
+        self._syn_received(rec, rec.iss, now)
+        tcb = self.tcb
+        tcb.snd_nxt = tcb.snd_max = seq_add(tcb.iss, 1)
+        receiver = self.receiver
+        receiver.syn_window(True)
+        receiver.ack_sent(now, False)
+        self.out.segs_out += 1
+        if timer is not None:
+            timer.callback = Connection._on_rtx_timer
+            timer.owner = self
+            self.sender.rtx_timer = timer
+
+    def _syn_received(self, seg, iss: int, now: float) -> None:
+        """The TCB of SYN-RECEIVED after the SYN ``seg`` (RFC 9293 3.10.7.2), our ISS ``iss``."""
         tcb = self.tcb
         tcb.irs = seg.seq
         tcb.rcv_nxt = seq_add(seg.seq, 1)
         tcb.last_ack_sent = tcb.rcv_nxt
-        tcb.iss = isn_at(self._isn_f, now)
+        tcb.iss = iss
         tcb.snd_una = tcb.iss
         self._negotiate(seg, now)
         tcb.snd_wnd = seg.window
@@ -203,8 +226,6 @@ class Connection(UserCalls):
         tcb.state = SYN_RECEIVED
         self._syn_time = now
         self._last_rcv = now
-        self._send_syn(SYN | ACK, now)
-        self.host.stats.inc("tcp.passive_opens")
 
     def open_from_cookie(self, seg, mss: int, peer_wscale: int | None, sack_ok: bool, now: float) -> None:
         """Rebuild a connection from a valid SYN-cookie ACK (RFC 4987 3.6): straight to ESTABLISHED."""

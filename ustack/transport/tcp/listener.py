@@ -1,7 +1,8 @@
 """A listening endpoint: SYN queue, accept queue, SYN cookies (RFC 9293 3.10.7.2, RFC 4987).
 
-A SYN creates a ``Connection`` in SYN-RECEIVED (the layer demuxes its
-later segments by 4-tuple); it counts against the SYN queue until the
+A SYN creates a ``synrecv.SynReceived`` record (the layer demuxes its
+later segments by 4-tuple to it; the ``Connection`` in SYN-RECEIVED is
+built from it when the next segment or its timer needs it); it counts against the SYN queue until the
 handshake completes, then moves to the accept queue, bounded by the
 backlog. When the accept queue is full, new SYNs are dropped and a
 completing ACK is dropped (the peer retransmits; the SYN-ACK timer gives
@@ -27,6 +28,7 @@ from ustack.transport.tcp.connection import Connection, window_shift_for
 from ustack.transport.tcp.isn import COOKIE_MSS, cookie_mss_index
 from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add
+from ustack.transport.tcp.synrecv import SynReceived
 from ustack.transport.tcp.syncookies import COOKIE_VALID
 from ustack.transport.tcp.tcb import State
 from ustack.wire.tcp import ACK, RST, SYN, TcpHeader, headers_len
@@ -151,10 +153,11 @@ class Listener:
             self._send_cookie(src, dst, hdr, now)
             return
         # Data on the SYN is not kept: it is not acknowledged, so the peer sends it again.
-        conn = Connection(self.layer, self.config, (dst, hdr.dst_port), (src, hdr.src_port), listener=self)
-        self.layer.register(conn)
-        self._syn_queue.add(conn)
-        conn.open_passive(hdr, now)
+        # A light record until the next segment (synrecv.py); the SYN-ACK leaves now.
+        rec = SynReceived(self.layer, self.config, self, (dst, hdr.dst_port), (src, hdr.src_port), hdr, now)
+        self.layer.connections[rec.key] = rec  # outside the C flow table until built
+        self._syn_queue.add(rec)
+        rec.send_syn_ack(now)
 
     # -- SYN cookies -------------------------------------------------------
 

@@ -1,0 +1,179 @@
+"""SYN-RECEIVED as a light record (``synrecv.SynReceived``): what it sends and what it builds equals
+``Connection.open_passive``; every later event reaches a connection in SYN-RECEIVED as before."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.tcp.harness import LOCAL, PEER, Harness
+from ustack.transport.tcp.connection import Connection
+from ustack.transport.tcp.synrecv import SynReceived
+from ustack.transport.tcp.tcb import Tcb, State
+from ustack.wire.tcp import TcpHeader
+
+KEY = (LOCAL, 80, PEER, 5000)
+
+# What the record and open_passive must leave alike in the connection, besides its whole TCB.
+_CONN_FIELDS = ("_own_mss", "_offer_ws", "_offer_ts", "_offer_sack", "_syn_time", "_last_rcv", "_isn_f", "passive")
+
+
+def _half_open(h: Harness, backlog: int = 5, **syn):
+    lst = h.layer.listen((LOCAL, 80), backlog)
+    h.peer.send(flags="S", **syn)
+    return lst, h.layer.connections[KEY]
+
+
+def test_a_syn_leaves_a_record_and_the_handshake_ack_builds_the_connection():
+    h = Harness()
+    lst, rec = _half_open(h, mss=1400)
+    assert type(rec) is SynReceived and rec.state == State.SYN_RECEIVED and lst.half_open == 1
+    synack = h.peer.expect(flags="SA", ack=1001, mss=1460)  # our own MSS (RFC 9293 3.7.1)
+    h.peer.send(flags="A", ack=synack.seq + 1)
+    h.peer.expect_nothing()
+    conn = h.layer.connections[KEY]
+    assert type(conn) is Connection and rec.conn is conn
+    assert lst.half_open == 0 and lst.accept() is conn and conn.state == State.ESTABLISHED
+    assert conn.tcb.snd_una == synack.seq + 1 and conn.tcb.rcv_nxt == 1001
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_record_sends_and_builds_what_open_passive_does(seed):
+    """Random SYN options and configurations: the same SYN-ACK bytes, then the same TCB, timer and
+    negotiated fields in the connection the record builds as in one ``open_passive`` made."""
+    rng = random.Random(seed)
+    for _ in range(25):
+        cfg = dict(window_scaling=rng.random() < 0.7, timestamps=rng.random() < 0.7, sack=rng.random() < 0.7,
+                   rcvbuf=rng.choice((16000, 64000, 65535, 65536, 1 << 18, 1 << 22)),
+                   mss=rng.choice((0, 0, 536, 1200)))
+        syn = dict(mss=rng.choice((None, 536, 1460, 9000)), wscale=rng.choice((None, 0, 7, 14, 15)),
+                   sack_perm=rng.random() < 0.5, ts=rng.choice((False, (rng.getrandbits(32), 0))),
+                   win=rng.randrange(65536), seq=rng.getrandbits(32))
+        a = Harness(**cfg)
+        a.clock.set(100.0 + rng.random())
+        _, rec = _half_open(a, **syn)
+        b = Harness(**cfg)
+        b.clock.set(a.now)
+        b.layer.listen((LOCAL, 81), 5)  # (not the SYN's port: b answers it with a RST, cleared below)
+        raw = b.peer.send(flags="S", **syn)
+        b.host.out.clear()
+        want = Connection(b.layer, b.layer.config, (LOCAL, 80), (PEER, 5000), listener=object())
+        want.open_passive(TcpHeader.parse(raw, PEER, LOCAL), b.now)
+        assert a.host.out == b.host.out  # the SYN-ACK, byte for byte
+        assert a.stats["tcp.passive_opens"] == a.stats["tcp.out_segs"] == 1
+        a.clock.set(a.now + 0.01)
+        conn = rec.build()
+        for name in Tcb.__slots__:
+            assert getattr(conn.tcb, name) == getattr(want.tcb, name), name
+        for name in _CONN_FIELDS:
+            assert getattr(conn, name) == getattr(want, name), name
+        assert conn.sender.rtx_timer.deadline == want.sender.rtx_timer.deadline
+        assert type(conn.sender.recovery) is type(want.sender.recovery)
+        assert conn.out.segs_out == want.out.segs_out == 1
+        assert a.timers.live == 1  # the record's timer is now the connection's, nothing else armed
+
+
+def test_data_and_fin_on_the_handshake_ack():
+    h = Harness(delayed_ack=False)
+    lst, _ = _half_open(h)
+    synack = h.peer.expect(flags="SA")
+    h.peer.send(flags="FPA", ack=synack.seq + 1, payload=b"hello")
+    h.peer.expect(flags="A", seq=synack.seq + 1, ack=1007)  # the 5 bytes and the FIN
+    conn = lst.accept()
+    assert conn.state == State.CLOSE_WAIT and conn.recv(10) == b"hello" and conn.eof
+
+
+def test_retransmitted_syn_then_timeouts_reach_the_connection():
+    h = Harness(synack_retries=1)
+    lst, rec = _half_open(h)
+    synack = h.peer.expect(flags="SA")
+    h.peer.send(flags="S", seq=1000, advance=False)
+    h.peer.expect(flags="SA", seq=synack.seq, ack=1001)  # the same SYN-ACK again
+    assert h.stats["tcp.syn_retransmits_seen"] == 1 and type(h.layer.connections[KEY]) is Connection
+    assert h.fire_next() == pytest.approx(1.0)  # the initial RTO from the first SYN-ACK
+    h.peer.expect(flags="SA", seq=synack.seq)
+    h.fire_next()
+    h.peer.expect_nothing()
+    assert h.stats["tcp.synack_timeouts"] == 1 and not h.layer.connections and lst.half_open == 0
+
+
+def test_the_synack_timer_of_a_record_retransmits_and_gives_up():
+    h = Harness(synack_retries=2)
+    lst, rec = _half_open(h)
+    synack = h.peer.expect(flags="SA")
+    assert h.fire_next() == pytest.approx(1.0)
+    h.peer.expect(flags="SA", seq=synack.seq, ack=1001)
+    assert type(h.layer.connections[KEY]) is Connection and lst.half_open == 1
+    assert h.fire_next() == pytest.approx(2.0)  # backed off (RFC 6298 5.5)
+    h.peer.expect(flags="SA", seq=synack.seq)
+    h.fire_next()
+    h.peer.expect_nothing()
+    assert h.stats["tcp.synack_timeouts"] == 1 and not h.layer.connections and lst.half_open == 0
+
+
+def test_reset_of_a_record():
+    """RFC 5961 3.2: a RST at RCV.NXT ends it quietly; one elsewhere in the window gets a challenge ACK."""
+    h = Harness()
+    lst, _ = _half_open(h)
+    synack = h.peer.expect(flags="SA")
+    h.peer.send(flags="R", seq=1005)
+    h.peer.expect(flags="A", seq=synack.seq + 1, ack=1001)
+    assert h.layer.connections[KEY].state == State.SYN_RECEIVED
+    h.peer.send(flags="R", seq=1001)
+    h.peer.expect_nothing()
+    assert not h.layer.connections and lst.half_open == 0
+
+
+def test_bad_ack_and_full_accept_queue():
+    """An ACK of something we did not send gets a RST (RFC 9293 3.10.7.4); when the accept queue filled
+    after the SYN, the handshake's ACK is dropped and the connection stays in SYN-RECEIVED."""
+    h = Harness(syn_backlog=8)  # (else the SYN queue's bound is the backlog: the second SYN gets a cookie)
+    lst, _ = _half_open(h, backlog=1)
+    synack = h.peer.expect(flags="SA")
+    h.peer.port = 5001
+    h.peer.snd_nxt = 3000
+    h.peer.send(flags="S")
+    synack2 = h.peer.expect(flags="SA", ack=3001)
+    h.peer.port = 5000
+    h.peer.send(flags="A", seq=1001, ack=synack.seq + 7, advance=False)
+    h.peer.expect(flags="R", seq=synack.seq + 7)
+    h.peer.send(flags="A", seq=1001, ack=synack.seq + 1)
+    assert lst.pending == 1 and lst.half_open == 1
+    h.peer.port = 5001
+    h.peer.send(flags="A", seq=3001, ack=synack2.seq + 1)
+    h.peer.expect_nothing()
+    assert h.stats["drop.tcp.accept_queue_full"] == 1 and lst.half_open == 1
+    assert h.layer.connections[(LOCAL, 80, PEER, 5001)].state == State.SYN_RECEIVED
+
+
+def test_listener_close_resets_a_record():
+    """ABORT in SYN-RECEIVED (RFC 9293 3.10.5): <SEQ=SND.NXT><CTL=RST>, and the TCB goes."""
+    h = Harness()
+    lst, _ = _half_open(h)
+    synack = h.peer.expect(flags="SA")
+    lst.close(h.now)
+    h.peer.expect(flags="RA", seq=synack.seq + 1, ack=1001)
+    assert not h.layer.connections
+
+
+def test_icmp_error_and_info_of_a_record():
+    h = Harness()
+    _, rec = _half_open(h)
+    h.peer.expect(flags="SA")
+    assert rec.info().state == "SYN_RECEIVED"
+    h.layer.icmp_error(LOCAL, 80, PEER, 5000, 3, 1)  # host unreachable: a soft error in SYN-RECEIVED
+    conn = h.layer.connections[KEY]
+    assert type(conn) is Connection and conn.state == State.SYN_RECEIVED
+    assert conn._soft_error is not None and h.stats["tcp.icmp_errors"] == 1
+
+
+def test_a_full_syn_queue_of_records_answers_with_cookies():
+    h = Harness(syn_backlog=2, syncookies=True)
+    lst = h.layer.listen((LOCAL, 80), 8)
+    for port in (5000, 5001, 5002):
+        h.peer.port = port
+        h.peer.send(flags="S", seq=port * 10)
+        h.peer.expect(flags="SA", ack=port * 10 + 1)
+    assert lst.half_open == 2 and len(h.layer.connections) == 2 and h.stats["tcp.syncookies_sent"] == 1
+    assert all(type(c) is SynReceived for c in h.layer.connections.values())
