@@ -3,6 +3,8 @@ poller that woke just before each request; aperiodic, stopped, too fast or absen
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from ustack.api.arrivals import INITIAL_WAKE_LATENCY, MAX_MISSES, MAX_WAKE_LATENCY, ArrivalPredictor
@@ -59,6 +61,24 @@ def test_one_late_arrival_does_not_shift_the_predictions_after_it():
     p = learned(steady(7) + [1.074])  # the 8th request came 4 ms late
     start, end = p.window(1.0741)
     assert start < 1.08 < end  # the next is still expected on the lattice, at 1.08
+
+
+def test_a_jittery_flow_is_met_mostly_inside_a_window_that_stays_within_the_share():
+    rng = random.Random(7)
+    JITTER = 150e-6
+    p = ArrivalPredictor()
+    met = widths = 0
+    results = []
+    for i in range(300):
+        at = 1.0 + i * P + rng.uniform(-JITTER, JITTER) + (4e-3 if i % 50 == 25 else 0.0)  # and a late outlier
+        window = p.window(at - 0.004)
+        if window is not None:
+            widths = max(widths, window[1] - window[0])
+        results.append(p.received(at))
+    predicted = [r for r in results if r is not None]
+    assert len(predicted) > 250
+    assert sum(predicted) / len(predicted) > 0.8  # +-150 µs of jitter: most arrivals inside their window
+    assert widths <= 0.05 * P + 1e-9  # never more than max_share of the period, wake latency included
 
 
 def test_aperiodic_gaps_predict_nothing():

@@ -17,7 +17,9 @@ The driver then sleeps until ``lead`` seconds before that instant (a timed
 sleep wakes the CPU before the frame arrives, not after) and spins on the
 ring until ``lag`` after it; the frame is then seen within a spin round.
 
-A timed sleep itself ends late (the timer's slack, the vCPU's exit from
+The window widens (within that share) when recent arrivals strayed
+further from their predicted instants than ``lead``/``lag``. A timed
+sleep itself ends late (the timer's slack, the vCPU's exit from
 halt): the driver reports each such lateness (``woke_late``) and the window
 opens that much earlier (``wake_latency``, a moving average).
 
@@ -44,6 +46,8 @@ MIN_GAP = 1e-3  # a frame after at least this much quiet starts a new "arrival";
 MAX_PERIOD = 1.0  # slower flows are left to sleep (the wake-up is small next to the period)
 MAX_MISSES = 3  # predicted windows in a row without an arrival before predicting stops
 HISTORY = 6  # gaps looked at (a majority must agree) before the first prediction
+ERRORS = 8  # recent arrivals' offsets from their predicted instants that size the window
+ERROR_MARGIN = 50e-6  # the window reaches this far beyond the (second) largest recent offset
 
 
 class ArrivalPredictor:
@@ -53,10 +57,11 @@ class ArrivalPredictor:
     may stray from the median of the last ``history`` and still agree.
     """
 
-    __slots__ = ("lead", "lag", "max_share", "tolerance", "history", "wake_latency", "_last_rx", "_arrivals")
+    __slots__ = ("lead", "lag", "max_share", "tolerance", "history", "wake_latency", "_last_rx", "_arrivals",
+                 "_errors")
 
     def __init__(self, *, lead: float = DEFAULT_LEAD, lag: float = DEFAULT_LAG,
-                 max_share: float = DEFAULT_MAX_SHARE, tolerance: float = 0.02, history: int = HISTORY):
+                 max_share: float = DEFAULT_MAX_SHARE, tolerance: float = 0.08, history: int = HISTORY):
         for name, value in (("lead", lead), ("lag", lag), ("max_share", max_share), ("tolerance", tolerance)):
             if not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, not {value!r}")
@@ -70,6 +75,7 @@ class ArrivalPredictor:
         self.wake_latency = INITIAL_WAKE_LATENCY
         self._last_rx: Optional[float] = None  # the last round that received frames
         self._arrivals: collections.deque = collections.deque(maxlen=history + 1)
+        self._errors: collections.deque = collections.deque(maxlen=ERRORS)  # arrival - predicted instant
 
     def received(self, now: float) -> Optional[bool]:
         """A round that started at ``now`` received frames. For the first frame after a gap (an
@@ -78,25 +84,30 @@ class ArrivalPredictor:
         self._last_rx = now
         if last is not None and now - last < MIN_GAP:
             return None
-        window = self.window(now) if len(self._arrivals) > self.history else None
+        predicted = self._next(now) if len(self._arrivals) > self.history else None
         self._arrivals.append(now)
-        if window is None:
+        if predicted is None:
             return None
-        return window[0] <= now
+        at, lead, lag, period = predicted
+        if abs(now - at) < period / 2:
+            self._errors.append(now - at)
+        return at - lead - self.wake_latency <= now
 
     def _lattice(self) -> Optional[tuple[float, float]]:
         """``(period, anchor)`` when most recent gaps agree, else None.
 
-        The period is the median gap; a gap agrees when within ``tolerance`` of it.
-        One late arrival spoils two gaps (a long one, then a short one), so
-        ``history`` gaps need only a majority beyond those two; the anchor is the
-        latest arrival whose gap agreed (on time), so a late one does not shift
-        the predictions after it.
+        The period is the median gap; a gap agrees when within ``tolerance`` of
+        it. One late arrival spoils two gaps (a long one, then a short one), so
+        ``history`` gaps need only a majority beyond those two. The anchor is the
+        lattice point nearest the last arrival, as the median of what the last
+        three arrivals each say it is (each plus whole periods): one late
+        arrival does not shift the predictions after it.
         """
         arrivals = self._arrivals
         if len(arrivals) <= self.history:
             return None
-        gaps = [b - a for a, b in zip(arrivals, list(arrivals)[1:])]
+        times = list(arrivals)
+        gaps = [b - a for a, b in zip(times, times[1:])]
         ordered = sorted(gaps)
         mid = len(ordered) // 2
         period = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
@@ -105,13 +116,11 @@ class ArrivalPredictor:
         if self.wake_latency + self.lead + self.lag > self.max_share * period:
             return None
         slack = max(self.tolerance * period, self.lead)
-        agree = [abs(g - period) <= slack for g in gaps]
-        if sum(agree) < max(2, len(gaps) - 2):
+        if sum(abs(g - period) <= slack for g in gaps) < max(2, len(gaps) - 2):
             return None
-        for i in range(len(gaps) - 1, -1, -1):
-            if agree[i]:
-                return period, arrivals[i + 1]
-        return None
+        last = times[-1]
+        guesses = sorted(t + round((last - t) / period) * period for t in times[-3:])
+        return period, guesses[1]
 
     def period(self) -> Optional[float]:
         """The flow's period when its recent gaps agree, else None."""
@@ -127,13 +136,36 @@ class ArrivalPredictor:
         """``(start, end)``: spin from ``start`` to ``end`` for the next predicted arrival (the first
         window that has not ended by ``now``), or None: no steady flow, or it stopped. A sleep until
         ``start`` ends about ``lead`` before the arrival, ``wake_latency`` included."""
+        predicted = self._next(now)
+        if predicted is None:
+            return None
+        at, lead, lag, _ = predicted
+        return at - lead - self.wake_latency, at + lag
+
+    def _next(self, now: float) -> Optional[tuple[float, float, float, float]]:
+        """``(instant, lead, lag, period)`` of the next predicted arrival whose window has not ended."""
         lattice = self._lattice()
         if lattice is None:
             return None
         period, anchor = lattice
-        k = max(1, int((self._arrivals[-1] - anchor) / period + 0.5) + 1)  # the lattice point after the last
-        for k in range(k, k + MAX_MISSES):
+        lead, lag = self._spread(period)
+        for k in range(1, MAX_MISSES + 1):  # the lattice points after the last arrival's
             at = anchor + k * period
-            if at + self.lag > now:
-                return at - self.lead - self.wake_latency, at + self.lag
+            if at + lag > now:
+                return at, lead, lag, period
         return None
+
+    def _spread(self, period: float) -> tuple[float, float]:
+        """The window around a predicted instant: ``lead``/``lag`` at least, wider when recent arrivals
+        strayed further (the second largest offset each way, so one outlier does not widen it), within
+        ``max_share`` of the period."""
+        lead, lag = self.lead, self.lag
+        errors = self._errors
+        if len(errors) >= 3:
+            ordered = sorted(errors)
+            lead = max(lead, -ordered[1] + ERROR_MARGIN)
+            lag = max(lag, ordered[-2] + ERROR_MARGIN)
+            room = self.max_share * period - self.wake_latency
+            lead = min(lead, max(self.lead, room / 2))
+            lag = min(lag, max(self.lag, room - lead))
+        return lead, lag
