@@ -118,6 +118,15 @@ def test_a_late_timer_opens_the_window_earlier_and_the_estimate_is_capped():
     assert p.wake_latency <= MAX_WAKE_LATENCY
 
 
+def test_a_very_late_timer_keeps_the_prediction_but_not_more_than_max_share_of_spinning():
+    p = learned(steady(7))
+    for _ in range(30):
+        p.woke_late(800e-6)  # a loaded machine: timed sleeps end 0.8 ms late
+    start, end = p.window(1.0605)
+    assert start < 1.07 < end
+    assert end - start <= 0.05 * P + 1e-9  # a prompt wake-up would spin at most 5% of the period
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         ArrivalPredictor(lead=-1e-6)

@@ -23,10 +23,11 @@ sleep itself ends late (the timer's slack, the vCPU's exit from
 halt): the driver reports each such lateness (``woke_late``) and the window
 opens that much earlier (``wake_latency``, a moving average).
 
-The CPU this costs is bounded: at most ``wake_latency + lead + lag`` of
-spinning per period, and no prediction at all when that would exceed
-``max_share`` of the period (150 + 150 µs and ~40 µs of wake-up latency of
-each 10 ms is ~3.5%). A flow that stops
+The CPU this costs is bounded by ``max_share`` of the period: the window
+(``lead + lag``, 150 + 150 µs by default: 3% of 10 ms) must fit in it, or
+nothing is predicted, and the early start for the timer's lateness is cut
+to what is left of it (a late timer costs no CPU; a prompt one spins that
+much longer). A flow that stops
 costs at most ``MAX_MISSES`` windows before the predictor gives up; an idle
 stack predicts nothing and sleeps (~0% CPU). Aperiodic traffic (gaps that
 disagree by more than ``tolerance``) predicts nothing either.
@@ -91,7 +92,7 @@ class ArrivalPredictor:
         at, lead, lag, period = predicted
         if abs(now - at) < period / 2:
             self._errors.append(now - at)
-        return at - lead - self.wake_latency <= now
+        return at - lead - self._early(period, lead, lag) <= now
 
     def _lattice(self) -> Optional[tuple[float, float]]:
         """``(period, anchor)`` when most recent gaps agree, else None.
@@ -113,7 +114,7 @@ class ArrivalPredictor:
         period = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
         if not MIN_GAP <= period <= MAX_PERIOD:
             return None
-        if self.wake_latency + self.lead + self.lag > self.max_share * period:
+        if self.lead + self.lag > self.max_share * period:
             return None
         slack = max(self.tolerance * period, self.lead)
         if sum(abs(g - period) <= slack for g in gaps) < max(2, len(gaps) - 2):
@@ -139,8 +140,8 @@ class ArrivalPredictor:
         predicted = self._next(now)
         if predicted is None:
             return None
-        at, lead, lag, _ = predicted
-        return at - lead - self.wake_latency, at + lag
+        at, lead, lag, period = predicted
+        return at - lead - self._early(period, lead, lag), at + lag
 
     def _next(self, now: float) -> Optional[tuple[float, float, float, float]]:
         """``(instant, lead, lag, period)`` of the next predicted arrival whose window has not ended."""
@@ -155,6 +156,10 @@ class ArrivalPredictor:
                 return at, lead, lag, period
         return None
 
+    def _early(self, period: float, lead: float, lag: float) -> float:
+        """How much before ``lead`` to end the sleep: the timer's lateness, within what ``max_share`` leaves."""
+        return min(self.wake_latency, max(0.0, self.max_share * period - lead - lag))
+
     def _spread(self, period: float) -> tuple[float, float]:
         """The window around a predicted instant: ``lead``/``lag`` at least, wider when recent arrivals
         strayed further (the second largest offset each way, so one outlier does not widen it), within
@@ -165,7 +170,7 @@ class ArrivalPredictor:
             ordered = sorted(errors)
             lead = max(lead, -ordered[1] + ERROR_MARGIN)
             lag = max(lag, ordered[-2] + ERROR_MARGIN)
-            room = self.max_share * period - self.wake_latency
+            room = self.max_share * period
             lead = min(lead, max(self.lead, room / 2))
             lag = min(lag, max(self.lag, room - lead))
         return lead, lag
