@@ -35,7 +35,8 @@ from ustack.net.ip import IpLayer, ProtocolTable
 from ustack.net.route import Interface
 from ustack.stats import Stats
 from ustack.wire import WireError
-from ustack.wire.icmp import DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, TIME_EXCEEDED, IcmpMessage
+from ustack.wire.checksum import internet_checksum
+from ustack.wire.icmp import DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, HEADER_LEN, TIME_EXCEEDED, IcmpMessage
 from ustack.wire.proto import PROTO_ICMP
 
 
@@ -62,6 +63,11 @@ class IcmpLayer(IcmpBase):
     def input(self, frame: memoryview, pkt, now: float) -> None:
         """One ICMP message (a K_ICMP record: checksum verified, addressed to one of our addresses)."""
         stats = self.stats
+        l4 = pkt.l4
+        end = pkt.l3 + pkt.total_len
+        if end - l4 >= HEADER_LEN and frame[l4] == ECHO_REQUEST:
+            self._echo(frame[l4:end], pkt, now)  # the common case in few Python calls: it runs on a cold cache
+            return
         try:
             msg = IcmpMessage.parse(frame[pkt.l4:pkt.l3 + pkt.total_len], verify_checksum=False)
         except WireError as e:
@@ -69,19 +75,36 @@ class IcmpLayer(IcmpBase):
             return
         itype = msg.type
         src = pkt.src
-        if itype == ECHO_REQUEST:
-            if pkt.dst != self.iface.addr and not self.answer_broadcast_echo:
-                stats.drop("icmp.broadcast_echo_ignored")
-                return
-            stats.inc("icmp.echo_requests_received")
-            self._answer_echo(msg, self.iface.addr, src, now)
-        elif itype == ECHO_REPLY:
+        if itype == ECHO_REPLY:
             self._echo_reply_in(msg, msg.payload, src, now, pkt.ttl)
         elif itype in (DEST_UNREACHABLE, TIME_EXCEEDED):
             stats.inc(f"icmp.errors_received.type{itype}.code{msg.code}")
             self._error_in(msg, now)
         else:
             stats.drop("icmp.unsupported_type")
+
+    def _echo(self, request, pkt, now: float) -> None:
+        """Answer an echo request (RFC 792): the same message with type 0 (Echo Reply), code 0 and its
+        checksum recomputed; identifier, sequence number and data as they came."""
+        stats = self.stats
+        ours = self.iface.addr
+        if pkt.dst != ours and not self.answer_broadcast_echo:
+            stats.drop("icmp.broadcast_echo_ignored")
+            return
+        stats.inc("icmp.echo_requests_received")
+        reply = bytearray(request)
+        reply[0:4] = b"\0\0\0\0"  # ECHO_REPLY, code 0, checksum 0
+        csum = internet_checksum(reply)
+        reply[2] = csum >> 8
+        reply[3] = csum & 0xFF
+        try:
+            self.ip.output(ours, pkt.src, PROTO_ICMP, reply, now)
+        except OSError as e:
+            if e.errno not in self.unroutable:
+                raise
+            stats.drop("icmp.echo_no_route")
+            return
+        stats.inc("icmp.echo_replies_sent")
 
     def _error_in(self, msg: IcmpMessage, now: float) -> None:
         quoted = msg.payload
