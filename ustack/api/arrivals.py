@@ -59,7 +59,7 @@ class ArrivalPredictor:
     """
 
     __slots__ = ("lead", "lag", "max_share", "tolerance", "history", "wake_latency", "_last_rx", "_arrivals",
-                 "_errors")
+                 "_errors", "_shape")
 
     def __init__(self, *, lead: float = DEFAULT_LEAD, lag: float = DEFAULT_LAG,
                  max_share: float = DEFAULT_MAX_SHARE, tolerance: float = 0.08, history: int = HISTORY):
@@ -77,6 +77,7 @@ class ArrivalPredictor:
         self._last_rx: Optional[float] = None  # the last round that received frames
         self._arrivals: collections.deque = collections.deque(maxlen=history + 1)
         self._errors: collections.deque = collections.deque(maxlen=ERRORS)  # arrival - predicted instant
+        self._shape = None  # (period, anchor, lead, lag) or False (no prediction), until the next arrival
 
     def received(self, now: float) -> Optional[bool]:
         """A round that started at ``now`` received frames. For the first frame after a gap (an
@@ -87,6 +88,7 @@ class ArrivalPredictor:
             return None
         predicted = self._next(now) if len(self._arrivals) > self.history else None
         self._arrivals.append(now)
+        self._shape = None
         if predicted is None:
             return None
         at, lead, lag, period = predicted
@@ -145,11 +147,13 @@ class ArrivalPredictor:
 
     def _next(self, now: float) -> Optional[tuple[float, float, float, float]]:
         """``(instant, lead, lag, period)`` of the next predicted arrival whose window has not ended."""
-        lattice = self._lattice()
-        if lattice is None:
+        shape = self._shape
+        if shape is None:  # worked out once per arrival: the driver asks before every sleep
+            lattice = self._lattice()
+            shape = self._shape = False if lattice is None else lattice + self._spread(lattice[0])
+        if shape is False:
             return None
-        period, anchor = lattice
-        lead, lag = self._spread(period)
+        period, anchor, lead, lag = shape
         for k in range(1, MAX_MISSES + 1):  # the lattice points after the last arrival's
             at = anchor + k * period
             if at + lag > now:
