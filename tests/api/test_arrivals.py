@@ -25,13 +25,20 @@ def steady(n, start=1.0, period=P):
     return [start + i * period for i in range(n)]
 
 
-def test_no_prediction_until_the_history_is_full():
-    p = ArrivalPredictor(history=6)
-    for t in steady(6):
+def test_a_first_prediction_after_three_agreeing_gaps():
+    p = ArrivalPredictor()
+    for t in steady(3):
         p.received(t)
-        assert p.window(t + 0.001) is None  # up to 5 gaps seen: not yet
-    p.received(1.06)
+        assert p.window(t + 0.001) is None  # up to 2 gaps seen: not yet
+    p.received(1.03)
     assert p.period() == pytest.approx(P)
+
+
+def test_early_on_every_gap_must_agree_later_all_but_two():
+    early = learned([1.0, 1.01, 1.02, 1.034, 1.04])  # the 4th arrival 4 ms late, 4 gaps seen
+    assert early.period() is None
+    later = learned(steady(6) + [1.064, 1.07])  # the same with 6 gaps seen: two spoiled, four agree
+    assert later.period() == pytest.approx(P)
 
 
 def test_the_window_opens_lead_plus_wake_latency_before_the_next_arrival_and_ends_lag_after():
@@ -208,12 +215,12 @@ def test_the_driver_meets_a_steady_flow_awake_once_it_has_learned_it():
     arrivals = steady(30, start=1.01)
     stack, sleeps = drive(arrivals)
     delays = [seen - at for at, seen in stack.seen_at]
-    assert all(d >= 40e-6 for d in delays[:7])  # learning: each request wakes the sleeping poller
-    assert max(delays[8:]) < 10e-6  # then each is seen within a spin round or so
-    assert stack.stats["driver.anticipated"] == len(arrivals) - 7
+    assert all(d >= 40e-6 for d in delays[:4])  # learning: each request wakes the sleeping poller
+    assert max(delays[4:]) < 10e-6  # then each is seen within a spin round or so
+    assert stack.stats["driver.anticipated"] == len(arrivals) - 4
     assert stack.stats["driver.anticipation_missed"] == 0
     woken_by_frame = [s for s in sleeps if s[1] == "frame"]
-    assert len(woken_by_frame) <= 8  # afterwards the sleeps end by their timers, before the requests
+    assert len(woken_by_frame) == 4  # afterwards the sleeps end by their timers, before the requests
 
 
 def test_the_driver_spins_a_bounded_share_of_each_period():

@@ -10,9 +10,9 @@ next frame comes within the budget; a client that sends a request every
 
 Many spaced flows are periodic: pings, heartbeats, metric scrapes, game
 ticks, a client pacing its requests. ``ArrivalPredictor`` watches the
-*first* frame after each idle gap (``received``) and, once most of the last
-``history`` gaps agree, predicts the next one a period after the last
-arrival that came on time.
+*first* frame after each idle gap (``received``) and, once the gaps between them agree (the first 3, then
+all but two of the last ``history``), predicts the next one on that
+lattice.
 The driver then sleeps until ``lead`` seconds before that instant (a timed
 sleep wakes the CPU before the frame arrives, not after) and spins on the
 ring until ``lag`` after it; the frame is then seen within a spin round.
@@ -46,7 +46,8 @@ DEFAULT_MAX_SHARE = 0.05  # of each period, at most this share spent spinning (e
 MIN_GAP = 1e-3  # a frame after at least this much quiet starts a new "arrival"; closer ones are one burst
 MAX_PERIOD = 1.0  # slower flows are left to sleep (the wake-up is small next to the period)
 MAX_MISSES = 3  # predicted windows in a row without an arrival before predicting stops
-HISTORY = 6  # gaps looked at (a majority must agree) before the first prediction
+HISTORY = 6  # gaps looked at: all but two must agree (a late arrival spoils two)
+MIN_GAPS = 3  # a first prediction after this many gaps, when they all agree
 ERRORS = 8  # recent arrivals' offsets from their predicted instants that size the window
 ERROR_MARGIN = 50e-6  # the window reaches this far beyond the (second) largest recent offset
 
@@ -62,7 +63,7 @@ class ArrivalPredictor:
                  "_errors", "_shape")
 
     def __init__(self, *, lead: float = DEFAULT_LEAD, lag: float = DEFAULT_LAG,
-                 max_share: float = DEFAULT_MAX_SHARE, tolerance: float = 0.08, history: int = HISTORY):
+                 max_share: float = DEFAULT_MAX_SHARE, tolerance: float = 0.15, history: int = HISTORY):
         for name, value in (("lead", lead), ("lag", lag), ("max_share", max_share), ("tolerance", tolerance)):
             if not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, not {value!r}")
@@ -86,7 +87,7 @@ class ArrivalPredictor:
         self._last_rx = now
         if last is not None and now - last < MIN_GAP:
             return None
-        predicted = self._next(now) if len(self._arrivals) > self.history else None
+        predicted = self._next(now) if len(self._arrivals) > MIN_GAPS else None
         self._arrivals.append(now)
         self._shape = None
         if predicted is None:
@@ -100,14 +101,15 @@ class ArrivalPredictor:
         """``(period, anchor)`` when most recent gaps agree, else None.
 
         The period is the median gap; a gap agrees when within ``tolerance`` of
-        it. One late arrival spoils two gaps (a long one, then a short one), so
-        ``history`` gaps need only a majority beyond those two. The anchor is the
+        it. From ``MIN_GAPS`` gaps on, all must agree; once ``history`` are seen,
+        all but two (one late arrival spoils two: a long gap, then a short one).
+        The anchor is the
         lattice point nearest the last arrival, as the median of what the last
         three arrivals each say it is (each plus whole periods): one late
         arrival does not shift the predictions after it.
         """
         arrivals = self._arrivals
-        if len(arrivals) <= self.history:
+        if len(arrivals) <= MIN_GAPS:
             return None
         times = list(arrivals)
         gaps = [b - a for a, b in zip(times, times[1:])]
@@ -119,7 +121,8 @@ class ArrivalPredictor:
         if self.lead + self.lag > self.max_share * period:
             return None
         slack = max(self.tolerance * period, self.lead)
-        if sum(abs(g - period) <= slack for g in gaps) < max(2, len(gaps) - 2):
+        agree = sum(abs(g - period) <= slack for g in gaps)
+        if agree < (len(gaps) if len(gaps) < self.history else len(gaps) - 2):
             return None
         last = times[-1]
         guesses = sorted(t + round((last - t) / period) * period for t in times[-3:])
