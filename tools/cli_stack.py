@@ -144,7 +144,7 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
                         "longer than a flow's spacing: lower latency, one CPU busy while it flows)")
     p.add_argument("--no-anticipate", dest="anticipate", action="store_false",
                    help="do not anticipate steady spaced flows (by default, once requests come at a steady "
-                        "period of 1 ms to 1 s the poller wakes just before each is due and spins ~0.3 ms "
+                        "period of ~6 ms to 1 s the poller wakes just before each is due and spins ~0.3 ms "
                         "around it, at most 5%% of a CPU: ustack.api.arrivals)")
     p.add_argument("--queue", type=int_range(0, 65535, "a queue number"), help="afxdp: NIC queue to bind")
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), help="afxdp: XDP attach mode")
