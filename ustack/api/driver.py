@@ -352,7 +352,7 @@ class Driver:
         if toward_window:
             wait = window[0] - now
         if wait is None or wait > 0:
-            if not self._sleep(wait, kicks) and toward_window:
+            if not self._sleep(wait, kicks) and toward_window and wait <= MAX_SLEEP:
                 self.arrivals.woke_late(self.clock() - window[0])  # the timer ended it: how late
         return spin_end
 
