@@ -19,9 +19,20 @@ def test_nothing_happens_without_ustack_addr():
 def test_settings_read_every_variable():
     env = {"USTACK_ADDR": "198.18.0.2/24", "USTACK_BACKEND": "packet", "USTACK_IFNAME": "veth9",
            "USTACK_GATEWAY": "198.18.0.1", "USTACK_PCAP": "/tmp/x.pcap", "USTACK_MTU": "1400",
-           "USTACK_BUSY_POLL": "0.001"}
+           "USTACK_BUSY_POLL": "0.001", "USTACK_ANTICIPATE": "1"}
     assert settings(env) == {"backend": "packet", "addr": "198.18.0.2/24", "ifname": "veth9",
-                             "gateway": "198.18.0.1", "pcap": "/tmp/x.pcap", "mtu": 1400, "busy_poll": 0.001}
+                             "gateway": "198.18.0.1", "pcap": "/tmp/x.pcap", "mtu": 1400, "busy_poll": 0.001,
+                             "anticipate": True}
+
+
+def test_a_session_anticipates_spaced_flows_only_when_asked():
+    off = Session("pipe", "198.18.0.2/24")
+    on = Session(**settings({"USTACK_ADDR": "198.18.0.2/24", "USTACK_BACKEND": "pipe", "USTACK_ANTICIPATE": "1"}))
+    try:
+        assert on.driver.arrivals is not None and off.driver.arrivals is None
+    finally:
+        on.close()
+        off.close()
 
 
 @pytest.mark.parametrize("env, what", [

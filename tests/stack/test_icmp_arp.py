@@ -105,6 +105,27 @@ def test_broadcast_echo_is_ignored():
     assert net.a.stats["icmp.echo_replies_sent"] == 0
 
 
+def test_echo_reply_is_the_request_with_type_and_code_zero_and_a_fresh_checksum():
+    """RFC 792: identifier, sequence number and data come back as they came; an odd length and a
+    non-zero code in the request change nothing else."""
+    net = Net()
+    ping(net, net.b, A)  # ARP resolved both ways
+    sent = []
+    output = net.a.ipv4.output
+    net.a.ipv4.output = lambda src, dst, proto, payload, now, **kw: (sent.append((src, dst, proto, bytes(payload))),
+                                                                   output(src, dst, proto, payload, now, **kw))
+    request = IcmpMessage(8, 5, 0x1234, 0xBEEF, b"odd")
+    buf = bytearray(request.length)
+    request.emit(buf)
+    net.b.ipv4.output(B, A, 1, buf, net.clock.now)
+    net.run(lambda: bool(sent), 1.0)
+    expected = bytearray(request.length)
+    IcmpMessage(0, 0, 0x1234, 0xBEEF, b"odd").emit(expected)
+    assert sent == [(A, B, 1, bytes(expected))]
+    assert IcmpMessage.parse(expected).checksum != 0  # parse verified it
+    assert net.a.stats["icmp.echo_replies_sent"] == 2
+
+
 def test_no_icmp_error_about_an_icmp_error():
     net = Net()
     net.step()

@@ -15,6 +15,13 @@ start a thread. The wait policy (DESIGN.md "How the stack runs"):
   ``busy_poll=0`` never spins; a budget longer than a flow's spacing
   (e.g. 0.02 s against pings 10 ms apart) keeps the thread awake, and one
   CPU busy, for as long as that flow lasts;
+- a steady spaced flow (requests every few ms, each finding the stack
+  asleep) is anticipated (``anticipate``, ustack.api.arrivals): once its
+  period is known the leader sleeps until just before the next request is
+  due and spins through a short window around it, so the request meets an
+  awake thread instead of paying the wake-up; at most a few % of one CPU
+  for such a flow, nothing when idle. Sleeps are timed to the µs
+  (select(2)'s timeval; poll(2) rounds its timeout up to whole ms);
 - one lock makes sure one thread touches the stack at a time; sleeping
   happens outside the lock, so other threads can send meanwhile, and they
   write to the wake-up pipe when they may have moved a deadline earlier;
@@ -54,12 +61,15 @@ import socket
 import threading
 from typing import Callable, Optional
 
+from ustack.api.arrivals import ArrivalPredictor
 from ustack.api.clock import ManualClock, MonotonicClock
 
 MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, stop requests)
 DEFAULT_BUSY_POLL = 50e-6  # seconds of spinning after a round that received frames
 ERROR_BACKOFF = 0.01  # the background thread's pause after Stack.poll raised (no hot error loop)
 _RX_COUNTER = "eth.frames_received"  # the Stack counts every received frame here: "the round did work"
+TIMER_SLACK_NS = 1000  # a polling thread's timer slack (prctl PR_SET_TIMERSLACK; Linux's default: 50 µs)
+_SELECT_FD_LIMIT = 1024  # FD_SETSIZE: select(2) takes fds below it; poll(2) any (but rounds timeouts to ms)
 
 
 class Driver:
@@ -71,10 +81,15 @@ class Driver:
     """
 
     def __init__(self, stack, clock=None, *, busy_poll: float = DEFAULT_BUSY_POLL,
-                 auto_start: Optional[bool] = None):
+                 auto_start: Optional[bool] = None, anticipate=False):
         if not busy_poll >= 0:
             raise ValueError(f"busy_poll must be a number of seconds >= 0, not {busy_poll!r}")
         self.stack = stack
+        # True: anticipate steady spaced flows with the default predictor; False/None (the default,
+        # as Linux's busy polling is opt-in): never;
+        # or an ArrivalPredictor of one's own (its lead, lag and CPU share)
+        self.arrivals: Optional[ArrivalPredictor] = (
+            ArrivalPredictor() if anticipate is True else (anticipate or None))
         # None: start on demand unless time is manual (a test driving a ManualClock polls by itself,
         # and a thread waiting for a clock that does not move would spin)
         self.auto_start = not isinstance(clock, ManualClock) if auto_start is None else auto_start
@@ -123,6 +138,10 @@ class Driver:
             due = self.deadline is not None and now >= self.deadline
             self.deadline = self.stack.poll(now)
             worked = stats[_RX_COUNTER] != received
+            if worked and self.arrivals is not None:
+                met = self.arrivals.received(now)
+                if met is not None:  # an arrival of a steady flow: did it find the poller awake?
+                    stats.inc("driver.anticipated" if met else "driver.anticipation_missed")
             if (worked or due) and self._followers:
                 self._wake_followers()
             return self.deadline, worked
@@ -207,10 +226,11 @@ class Driver:
             self._bg_event.set()
             self._wake_sleepers()  # it may still be asleep on the device fd from when it last led
 
-    def _sleep(self, timeout: Optional[float], kicks: Optional[int] = None) -> None:
-        """Sleep in poll(2) on the device fd and this sleep's wake-up pipe, at most MAX_SLEEP.
+    def _sleep(self, timeout: Optional[float], kicks: Optional[int] = None) -> bool:
+        """Sleep in select(2)/poll(2) on the device fd and this sleep's wake-up pipe, at most MAX_SLEEP.
 
         Back at once if a kick came since ``kicks`` was read (the caller's last look at the stack).
+        True when the device or the pipe ended it, False when the timeout did.
         """
         if timeout is None or timeout > MAX_SLEEP:
             timeout = MAX_SLEEP
@@ -219,14 +239,23 @@ class Driver:
             self._sleeping.add(waker)
         try:
             if kicks is not None and self._kicks != kicks:
-                return  # kicked after our last look at the stack: look again instead of sleeping
-            p = select.poll()  # poll(2), not select(2): no FD_SETSIZE limit
-            p.register(waker.r, select.POLLIN)
+                return True  # kicked after our last look at the stack: look again instead of sleeping
             fd = self.stack.device.fileno()
-            if fd >= 0:
-                p.register(fd, select.POLLIN)
-            if any(fd == waker.r for fd, _ in p.poll(max(timeout, 0.0) * 1000.0)):
+            fds = [waker.r] if fd < 0 else [waker.r, fd]
+            timeout = max(timeout, 0.0)
+            if not _thread_state.slack_set:
+                _thread_state.slack_set = True
+                _tighten_timer_slack()
+            if max(fds) < _SELECT_FD_LIMIT:
+                ready = select.select(fds, (), (), timeout)[0]  # a timeval: sleeps end on time, to the µs
+            else:
+                p = select.poll()  # poll(2): no FD_SETSIZE limit, but a timeout in whole ms (rounded up)
+                for f in fds:
+                    p.register(f, select.POLLIN)
+                ready = [f for f, _ in p.poll(timeout * 1000.0)]
+            if waker.r in ready:
                 waker.drain()
+            return bool(ready)
         finally:
             with self._sleepers_lock:
                 self._sleeping.discard(waker)
@@ -303,11 +332,16 @@ class Driver:
 
     def _pause(self, now: float, deadline: Optional[float], worked: bool, kicks: int, others: bool,
                spin_end: float, end: Optional[float] = None) -> float:
-        """After a round: spin on within the busy-poll budget (re-armed by a round that received frames),
-        yielding to other threads; past it, sleep until the stack's next deadline (or ``end``).
-        Returns the budget's end."""
+        """After a round: spin on within the busy-poll budget (re-armed by a round that received frames)
+        or an anticipated arrival's window, yielding to other threads; past it, sleep until the stack's
+        next deadline (or ``end``, or the next anticipated window). Returns the budget's end."""
         if worked:
             spin_end = now + self.busy_poll
+        window = None
+        if now >= spin_end and self.arrivals is not None:
+            window = self.arrivals.window(now)
+            if window is not None and window[0] <= now:
+                spin_end = window[1]  # a request of a steady flow is due: meet it awake
         if now < spin_end:
             if others:
                 os.sched_yield()  # releases the GIL: a woken follower or a thread after the lock runs now
@@ -315,8 +349,12 @@ class Driver:
         wait = None if deadline is None else deadline - now
         if end is not None:
             wait = end - now if wait is None else min(wait, end - now)
+        toward_window = window is not None and (wait is None or window[0] - now <= wait)
+        if toward_window:
+            wait = window[0] - now
         if wait is None or wait > 0:
-            self._sleep(wait, kicks)
+            if not self._sleep(wait, kicks) and toward_window and wait <= MAX_SLEEP:
+                self.arrivals.woke_late(self.clock() - window[0])  # the timer ended it: how late
         return spin_end
 
     def run_for(self, seconds: float) -> None:
@@ -396,6 +434,25 @@ class Driver:
             free, self._free = self._free, []
         for waker in free:
             waker.close()
+
+
+class _ThreadState(threading.local):
+    slack_set = False
+
+
+_thread_state = _ThreadState()
+
+
+def _tighten_timer_slack() -> None:
+    """Have this thread's timed sleeps end within ~1 µs of their deadline (Linux lets them run up to
+    50 µs late by default, to batch wake-ups): a poller sleeping toward an anticipated arrival or a
+    protocol timer wants its deadline. Best effort: no prctl (not Linux), no change."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(29, TIMER_SLACK_NS, 0, 0, 0)  # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        pass
 
 
 class StackLock:

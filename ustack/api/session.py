@@ -17,6 +17,7 @@ tap, packet, afxdp; default packet), USTACK_IFNAME (required except for
 pipe), USTACK_GATEWAY, USTACK_PCAP (a capture file, created 0600),
 USTACK_MTU, USTACK_FASTPATH (0: the TCP fast path in C off,
 ``ustack.api.environment``), USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``),
+USTACK_ANTICIPATE (1: anticipate steady spaced flows, ``ustack.api.arrivals``; off by default),
 USTACK_LOOPBACK (1: 127/8 and ::1 on an in-process ustack loopback
 interface, ``ustack.api.loopback``, instead of the kernel's), USTACK_ASYNCIO (native, the default: asyncio's loops poll the stack
 themselves, ``ustack.api.aio``; stock: asyncio's own loop on readiness fds). With
@@ -50,7 +51,8 @@ class Session:
 
     def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
                  pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL,
-                 asyncio: str = "native", loopback: bool = False, fastpath: Optional[bool] = None):
+                 asyncio: str = "native", loopback: bool = False, fastpath: Optional[bool] = None,
+                 anticipate: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         if backend != "pipe" and not ifname:
@@ -78,7 +80,7 @@ class Session:
         except BaseException:
             device.close()
             raise
-        self.driver = Driver(self.stack, self.clock, busy_poll=busy_poll)
+        self.driver = Driver(self.stack, self.clock, busy_poll=busy_poll, anticipate=anticipate)
         self.loopback = open_loopback(self.clock, busy_poll=busy_poll, fastpath=fastpath) if loopback else None
         self.installed = False
         self.closed = False
@@ -134,6 +136,8 @@ def settings(environ: Mapping[str, str]) -> Optional[dict]:
         kw["fastpath"] = environment.fastpath(environ)
     if environ.get(PREFIX + "LOOPBACK", "") not in ("", "0"):
         kw["loopback"] = True
+    if environ.get(PREFIX + "ANTICIPATE", "") not in ("", "0"):
+        kw["anticipate"] = True
     busy = environ.get(PREFIX + "BUSY_POLL")
     if busy:
         try:

@@ -35,7 +35,8 @@ from ustack.net.ip import IpLayer, ProtocolTable
 from ustack.net.route import Interface
 from ustack.stats import Stats
 from ustack.wire import WireError
-from ustack.wire.icmp import DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, TIME_EXCEEDED, IcmpMessage
+from ustack.wire.checksum import internet_checksum
+from ustack.wire.icmp import DEST_UNREACHABLE, ECHO_REPLY, ECHO_REQUEST, HEADER_LEN, TIME_EXCEEDED, IcmpMessage
 from ustack.wire.proto import PROTO_ICMP
 
 
@@ -62,6 +63,11 @@ class IcmpLayer(IcmpBase):
     def input(self, frame: memoryview, pkt, now: float) -> None:
         """One ICMP message (a K_ICMP record: checksum verified, addressed to one of our addresses)."""
         stats = self.stats
+        l4 = pkt.l4
+        end = pkt.l3 + pkt.total_len
+        if end - l4 >= HEADER_LEN and frame[l4] == ECHO_REQUEST:
+            self._echo(frame[l4:end], pkt, now)  # the common case in few Python calls: it runs on a cold cache
+            return
         try:
             msg = IcmpMessage.parse(frame[pkt.l4:pkt.l3 + pkt.total_len], verify_checksum=False)
         except WireError as e:
@@ -69,21 +75,39 @@ class IcmpLayer(IcmpBase):
             return
         itype = msg.type
         src = pkt.src
-        if itype == ECHO_REQUEST:
-            ours = self.iface.owns(pkt.dst)
-            if not ours and not self.answer_broadcast_echo:
-                stats.drop("icmp.broadcast_echo_ignored")
-                return
-            stats.inc("icmp.echo_requests_received")
-            # RFC 1122 3.2.2.6: the reply's source is the request's destination when that was ours
-            self._answer_echo(msg, bytes(pkt.dst) if ours else self.iface.addr, src, now)
-        elif itype == ECHO_REPLY:
+        if itype == ECHO_REPLY:
             self._echo_reply_in(msg, msg.payload, src, now, pkt.ttl)
         elif itype in (DEST_UNREACHABLE, TIME_EXCEEDED):
             stats.inc(f"icmp.errors_received.type{itype}.code{msg.code}")
             self._error_in(msg, now)
         else:
             stats.drop("icmp.unsupported_type")
+
+    def _echo(self, request, pkt, now: float) -> None:
+        """Answer an echo request (RFC 792): the same message with type 0 (Echo Reply), code 0 and its
+        checksum recomputed; identifier, sequence number and data as they came."""
+        stats = self.stats
+        dst = pkt.dst
+        owned = self.iface.owns(dst)
+        if not owned and not self.answer_broadcast_echo:
+            stats.drop("icmp.broadcast_echo_ignored")
+            return
+        # RFC 1122 3.2.2.6: the reply's source is the request's destination when that was ours
+        ours = bytes(dst) if owned else self.iface.addr
+        stats.inc("icmp.echo_requests_received")
+        reply = bytearray(request)
+        reply[0:4] = b"\0\0\0\0"  # ECHO_REPLY, code 0, checksum 0
+        csum = internet_checksum(reply)
+        reply[2] = csum >> 8
+        reply[3] = csum & 0xFF
+        try:
+            self.ip.output(ours, pkt.src, PROTO_ICMP, reply, now)
+        except OSError as e:
+            if e.errno not in self.unroutable:
+                raise
+            stats.drop("icmp.echo_no_route")
+            return
+        stats.inc("icmp.echo_replies_sent")
 
     def _error_in(self, msg: IcmpMessage, now: float) -> None:
         quoted = msg.payload
