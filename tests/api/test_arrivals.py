@@ -11,6 +11,8 @@ from ustack.api.arrivals import INITIAL_WAKE_LATENCY, MAX_MISSES, MAX_WAKE_LATEN
 from ustack.api.driver import Driver
 from ustack.stats import Stats
 
+from .test_driver_wakeup import NoDevice, StepClock
+
 P = 0.010  # the flow's period: a request every 10 ms
 
 
@@ -146,22 +148,6 @@ def test_bad_settings_are_refused():
 # -- the driver -----------------------------------------------------------------
 
 
-class SimClock:
-    """Simulated time: each reading costs 1 µs; a sleep moves time on by its timeout."""
-
-    def __init__(self, t=1.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        self.t += 1e-6
-        return self.t
-
-
-class NoDevice:
-    def fileno(self) -> int:
-        return -1
-
-
 class PeriodicStack:
     """A stand-in Stack: a request arrives at each of ``arrivals``; a round receives those due by its start."""
 
@@ -181,7 +167,7 @@ class PeriodicStack:
 
 def drive(arrivals, anticipate=True, until=None):
     """Run a driver over ``arrivals`` on simulated time, frames waking it from a sleep as a device fd would."""
-    clock = SimClock()
+    clock = StepClock(1.0)
     stack = PeriodicStack(arrivals)
     driver = Driver(stack, clock, busy_poll=50e-6, auto_start=False, anticipate=anticipate)
     sleeps = []

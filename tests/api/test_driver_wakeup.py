@@ -16,8 +16,8 @@ from ustack.stats import Stats
 class StepClock:
     """Each reading is 1 µs after the last: a deterministic clock for counting spin rounds."""
 
-    def __init__(self):
-        self.t = 0.0
+    def __init__(self, t: float = 0.0):
+        self.t = t
 
     def __call__(self) -> float:
         self.t += 1e-6
