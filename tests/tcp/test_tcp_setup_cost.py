@@ -100,7 +100,23 @@ def test_last_ack_ends_when_the_ack_covers_the_fin():
     h.peer.send(flags="A", ack=data.seq + 4)  # the data, not the FIN
     h.peer.expect_nothing()
     assert conn.state == State.LAST_ACK and conn.sender.rtx_timer.deadline is not None
+    assert conn.sender.bytes_acked == 4
     h.peer.send(flags="A", ack=fin.seq + 1)
     h.peer.expect_nothing()
     assert conn.state == State.CLOSED and not h.layer.connections and conn.tcb.snd_una == fin.seq + 1
     assert h.timers.live == 0
+
+
+def test_last_ack_one_ack_for_data_and_fin():
+    """One ACK covering the data and the FIN: CLOSED at once, the data counted as acknowledged."""
+    h = Harness(delayed_ack=False)
+    _, conn = h.open_passive()
+    h.peer.send(flags="FA")
+    h.peer.expect(flags="A", ack=1002)
+    conn.send(b"last words", now=h.now)
+    conn.close(now=h.now)
+    segs = h.drain()
+    assert [s.flag_str for s in segs] in (["FPA"], ["PA", "FA"])
+    h.peer.send(flags="A", ack=segs[-1].seq + segs[-1].seg_len)
+    h.peer.expect_nothing()
+    assert conn.state == State.CLOSED and conn.sender.bytes_acked == 10 and not h.layer.connections
