@@ -685,6 +685,9 @@ class Connection(UserCalls):
                 timer.callback = _unlinked
         sender.low_water = receiver.high_water = _nothing
         receiver._owner = None  # the owner its delayed-ACK timer would be made for (never again)
+        # Loss recovery points back at its sender (a cycle holding the sender, receiver, output, TCB and
+        # buffers for the collector); nothing sends any more (output returns before it is asked).
+        sender.recovery.sender = None
 
     def weak(self):
         """A weak reference to this connection (the TIME-WAIT record's link to it)."""
