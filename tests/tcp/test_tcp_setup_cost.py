@@ -100,7 +100,66 @@ def test_last_ack_ends_when_the_ack_covers_the_fin():
     h.peer.send(flags="A", ack=data.seq + 4)  # the data, not the FIN
     h.peer.expect_nothing()
     assert conn.state == State.LAST_ACK and conn.sender.rtx_timer.deadline is not None
+    assert conn.sender.bytes_acked == 4
     h.peer.send(flags="A", ack=fin.seq + 1)
     h.peer.expect_nothing()
     assert conn.state == State.CLOSED and not h.layer.connections and conn.tcb.snd_una == fin.seq + 1
     assert h.timers.live == 0
+
+
+def test_last_ack_one_ack_for_data_and_fin():
+    """One ACK covering the data and the FIN: CLOSED at once, the data counted as acknowledged."""
+    h = Harness(delayed_ack=False)
+    _, conn = h.open_passive()
+    h.peer.send(flags="FA")
+    h.peer.expect(flags="A", ack=1002)
+    conn.send(b"last words", now=h.now)
+    conn.close(now=h.now)
+    segs = h.drain()
+    assert [s.flag_str for s in segs] in (["FPA"], ["PA", "FA"])
+    h.peer.send(flags="A", ack=segs[-1].seq + segs[-1].seg_len)
+    h.peer.expect_nothing()
+    assert conn.state == State.CLOSED and conn.sender.bytes_acked == 10 and not h.layer.connections
+
+
+def _collector_finds(kinds: set) -> list:
+    """What of ``kinds`` (type names) the cycle collector would have to free now."""
+    import gc
+
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        found = [type(o).__name__ for o in gc.garbage if type(o).__name__ in kinds]
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+    return found
+
+
+def test_closed_connections_are_freed_by_reference_counting():
+    """A connection the application closed is freed with all its parts when it ends (LAST-ACK -> CLOSED
+    on the passive side; TIME-WAIT's record on the active side): loss recovery no longer holds its
+    sender in a cycle that only the collector would break (with the sender, receiver, output, TCB)."""
+    import gc
+
+    parts = {"Sender", "Receiver", "Tcb", "Output", "RackRecovery", "NewRenoRecovery", "SackRecovery"}
+    h = Harness(delayed_ack=False, sack=True, timestamps=True)
+    h.peer.use_ts = True
+    gc.collect()
+    _, conn = h.open_passive()
+    h.peer.send(flags="FA")
+    h.peer.expect(flags="A")
+    conn.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.send(flags="A", ack=fin.seq + 1)
+    assert conn.state == State.CLOSED
+    del conn
+    assert _collector_finds(parts) == []
+    active = h.open_active(peer_options=dict(sack_perm=True))
+    active.close(now=h.now)
+    fin = h.peer.expect(flags="FA")
+    h.peer.send(flags="FA", ack=fin.seq + 1)
+    h.peer.expect(flags="A")
+    assert active.state == State.TIME_WAIT
+    del active
+    assert _collector_finds(parts) == []

@@ -177,3 +177,19 @@ def test_a_full_syn_queue_of_records_answers_with_cookies():
         h.peer.expect(flags="SA", ack=port * 10 + 1)
     assert lst.half_open == 2 and len(h.layer.connections) == 2 and h.stats["tcp.syncookies_sent"] == 1
     assert all(type(c) is SynReceived for c in h.layer.connections.values())
+
+
+def test_ipv6_record_and_handshake():
+    from tests.tcp.harness import LOCAL6, PEER6
+
+    h = Harness(family=6, timestamps=True, sack=True, window_scaling=True)
+    lst = h.layer.listen((LOCAL6, 80), 5)
+    h.peer.send(flags="S", mss=1440, wscale=7, sack_perm=True, ts=(77, 0))
+    rec = h.layer.connections[(LOCAL6, 80, PEER6, 5000)]
+    assert type(rec) is SynReceived
+    synack = h.peer.expect(flags="SA", ack=1001, mss=1440, sack_permitted=True)  # 1500 - 40 - 20
+    assert synack.timestamps[1] == 77 and synack.wscale is not None
+    h.peer.send(flags="A", ack=synack.seq + 1, ts=(78, synack.timestamps[0]))
+    h.peer.expect_nothing()
+    conn = lst.accept()
+    assert conn.state == State.ESTABLISHED and conn.tcb.ts_recent == 78 and conn.tcb.sack_ok

@@ -568,15 +568,17 @@ class Connection(UserCalls):
             self.host.stats.drop("tcp.ack_too_old")
             self._challenge_ack(now)  # RFC 5961 5.2
             return False
-        if tcb.state == LAST_ACK and seq_diff(ack, tcb.snd_una) > len(self.sender.sndbuf):
+        sender = self.sender
+        if tcb.state == LAST_ACK and seq_diff(ack, tcb.snd_una) > len(sender.sndbuf):
             # RFC 9293 3.10.7.4 fifth, LAST-ACK: "If our FIN is now acknowledged, delete the TCB, enter
             # the CLOSED state, and return." No RTT sample, window or congestion update for a TCB
-            # about to go.
+            # about to go (the bytes it acknowledges still count, as tcpi_bytes_acked).
+            sender.bytes_acked += len(sender.sndbuf)
             tcb.snd_una = ack
             tcb.fin_acked = True
             self.terminate()
             return False
-        self.sender.on_ack(seg, dlen, now)
+        sender.on_ack(seg, dlen, now)
         if tcb.fin_acked:
             st = tcb.state
             if st == FIN_WAIT_1:
@@ -683,6 +685,9 @@ class Connection(UserCalls):
                 timer.callback = _unlinked
         sender.low_water = receiver.high_water = _nothing
         receiver._owner = None  # the owner its delayed-ACK timer would be made for (never again)
+        # Loss recovery points back at its sender (a cycle holding the sender, receiver, output, TCB and
+        # buffers for the collector); nothing sends any more (output returns before it is asked).
+        sender.recovery.sender = None
 
     def weak(self):
         """A weak reference to this connection (the TIME-WAIT record's link to it)."""

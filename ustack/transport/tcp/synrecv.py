@@ -45,8 +45,8 @@ class SynReceived:
     from, as from the SYN itself).
     """
 
-    __slots__ = ("layer", "config", "listener", "local", "remote", "key", "seq", "window", "mss", "wscale", "sack_permitted",
-                 "timestamps", "iss", "hashes", "syn_time", "timer", "conn")
+    __slots__ = ("layer", "config", "listener", "local", "remote", "key", "seq", "window", "mss", "wscale",
+                 "sack_permitted", "timestamps", "iss", "hashes", "syn_time", "timer", "conn")
 
     def __init__(self, layer, config, listener, local: tuple, remote: tuple, hdr, now: float):
         self.layer = layer
@@ -122,7 +122,7 @@ class SynReceived:
         layer = self.layer
         listener = self.listener
         conn = self.conn = Connection(layer, self.config, self.local, self.remote, listener=listener,
-                                            hashes=self.hashes)
+                                      hashes=self.hashes)
         conn.adopt(self, self.timer)
         self.timer = None
         if layer.connections.get(self.key) is self:
