@@ -43,7 +43,14 @@
 # RFC 9438 4.2-4.5 and 4.10) when the recovery's ``on_ack`` says no
 # recovery is running, the retransmission timer (RFC 6298 5.2/5.3), the
 # window update. Loss recovery keeps its own work: its ``on_ack``,
-# ``after_ack`` and ``arm_timer`` are called as ``Sender.on_ack`` calls them.
+# ``after_ack`` and ``arm_timer`` are called as ``Sender.on_ack`` calls them,
+# except RACK-TLP's common case (``_rack_plain``: no recovery, nothing SACKed
+# or lost, no probe out), transcribed here on ``RackRecovery``'s slots
+# (RACK_FIELDS: the record slide and RACK.rtt of RFC 8985 6.2, the PTO of
+# 7.2); a change to those methods needs the same here (the differential
+# test's ``test_rack_ack_work_in_c_agrees_with_python`` compares every field).
+# Timers are re-armed through ``_arm``: ``Timer.arm``'s lazy case (later than
+# the heap entry) without a Python call.
 # A window that opens from zero (the persist timer's) and an unknown
 # algorithm go the Python way. ``cc_on_ack`` and ``rtt_sample`` expose the
 # two transcriptions to the tests.
