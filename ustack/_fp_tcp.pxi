@@ -62,6 +62,13 @@ cdef class EstablishedPath:
     cdef readonly TcbLayout layout
     cdef readonly SlotLayout receiver_layout    # ``Receiver`` (RECEIVER_FIELDS)
     cdef readonly SlotLayout delack_layout      # ``DelayedAck`` (DELACK_FIELDS)
+    # Made from the first connection taken whole (``_learn``): ``Connection``, ``Sender``, ``TcpLayer`` and
+    # ``ReceiveBuffer`` (CONN_FIELDS, SENDER_FIELDS, LAYER_FIELDS, RCVBUF_FIELDS), read through slot offsets
+    cdef readonly SlotLayout conn_layout
+    cdef readonly SlotLayout sender_layout
+    cdef readonly SlotLayout layer_layout
+    cdef readonly SlotLayout rcvbuf_layout
+    cdef bint _unlearnable                      # their classes lack those slots: the attribute way
 
     def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout):
         if receiver_layout.fields != RECEIVER_FIELDS or delack_layout.fields != DELACK_FIELDS:
@@ -99,10 +106,21 @@ cdef class EstablishedPath:
         cdef Py_ssize_t dlen, before
         cdef int flags
         cdef bint wnd_update = False, ts_ok
+        cdef Py_ssize_t *co = NULL
+        cdef Py_ssize_t *so = NULL
+        cdef Py_ssize_t *lo = NULL
+        cdef Py_ssize_t *bo = NULL
         if type(seg) is not Packet:
             return 0
         p = <Packet>seg
-        tcb = conn.tcb
+        if whole and self._fits(conn):  # the per-segment bookkeeping through slot offsets (_learn)
+            co = self.conn_layout._off
+            so = self.sender_layout._off
+            lo = self.layer_layout._off
+            bo = self.rcvbuf_layout._off
+            tcb = _fget(conn, co[N_TCB])
+        else:
+            tcb = conn.tcb
         self.layout._check(tcb)
         if _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED:
             return 0
@@ -125,8 +143,12 @@ cdef class EstablishedPath:
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
         dlen = len(payload)
-        receiver = conn.receiver
-        sender = conn.sender
+        if co != NULL:
+            receiver = _fget(conn, co[N_RECEIVER])
+            sender = _fget(conn, co[N_SENDER])
+        else:
+            receiver = conn.receiver
+            sender = conn.sender
         if type(receiver) is not self.receiver_layout.cls or type(
                 _fget(receiver, self.receiver_layout._off[R_DELACK])) is not self.delack_layout.cls:
             return 0  # not the classes the layouts describe: the Python path
@@ -135,8 +157,11 @@ cdef class EstablishedPath:
             if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
                 return 0
             if whole:
-                _arrived(conn, sender, now)
-            tx = sender.tx
+                if co != NULL:
+                    _arrived_at(conn, co, sender, so, now)
+                else:
+                    _arrived(conn, sender, now)
+            tx = _fget(sender, so[S_TX]) if so != NULL else sender.tx
             if type(tx) is TxPath:
                 (<TxPath>tx).on_ack(sender, tcb, p, now)  # Sender.on_ack in C (_fp_tx.pxi)
             else:
@@ -150,12 +175,21 @@ cdef class EstablishedPath:
             if ack != una:
                 if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
                     return 0
-            rcvbuf = receiver.rcvbuf
-            if rcvbuf.ooo_bytes or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
-                return 0
-            layer = conn.layer
-            if layer.under_pressure or _mem_room(layer) < dlen:
-                return 0  # the memory budget's soft or hard level: the Python path trims and drops
+            rcvbuf = _fget(receiver, self.receiver_layout._off[R_RCVBUF])
+            if co != NULL:
+                if (_bget(rcvbuf, bo[B_OOO_BYTES]) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None
+                        or _bget(conn, co[N_ORPHANED])):
+                    return 0
+                layer = _fget(conn, co[N_LAYER])
+                if _bget(layer, lo[L_UNDER_PRESSURE]) or (PyLong_AsLongLong(_fget(layer, lo[L_CONFIG]).tcp_mem)
+                                                           - _iget(layer, lo[L_MEM_USED])) < dlen:  # _mem_room
+                    return 0  # the memory budget's soft or hard level: the Python path trims and drops
+            else:
+                if rcvbuf.ooo_bytes or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
+                    return 0
+                layer = conn.layer
+                if layer.under_pressure or _mem_room(layer) < dlen:
+                    return 0  # the memory budget's soft or hard level: the Python path trims and drops
             seg_wnd = (<int64_t>p.window) << _iget(tcb, off[T_SND_WSCALE])
             old_wnd = _iget(tcb, off[T_SND_WND])
             if ack == una:
@@ -165,7 +199,10 @@ cdef class EstablishedPath:
                     return 0  # the window opens: persist timer work, the Python way
             # Committed from here on.
             if whole:
-                _arrived(conn, sender, now)
+                if co != NULL:
+                    _arrived_at(conn, co, sender, so, now)
+                else:
+                    _arrived(conn, sender, now)
             if ack == una:
                 # Sender.on_ack without SND.UNA moving and with data (never a duplicate ACK).
                 if wnd_update:
@@ -178,8 +215,8 @@ cdef class EstablishedPath:
                 # (its tail: the ACK's TSecr for RACK/Eifel, the recovery told, its timer run; ESTABLISHED
                 # is a sending state)
                 sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
-                recovery = sender.recovery
-                tx = sender.tx
+                recovery = _fget(sender, so[S_RECOVERY]) if so != NULL else sender.recovery
+                tx = _fget(sender, so[S_TX]) if so != NULL else sender.tx
                 if type(tx) is not TxPath or not (<TxPath>tx).after_ack(sender, tcb, recovery, now, snd_max != una):
                     recovery.after_ack(ack, (), now)  # (RACK-TLP's common case is in C: TxPath.after_ack)
                     if snd_max != una:
@@ -189,29 +226,69 @@ cdef class EstablishedPath:
             _ts_recent(tcb, off, ts_ok, p, now)  # (after the ACK, as the Python path)
             # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
             # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
-            chunks = rcvbuf._chunks
+            chunks = _fget(rcvbuf, bo[B_CHUNKS]) if bo != NULL else rcvbuf._chunks
             before = (<ChunkQueue>chunks).nbytes
             (<ChunkQueue>chunks)._append(payload)  # ReceiveBuffer.append: its ChunkQueue's, without a Python call
             _in_order(tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen, before, now,
                       flags & TH_PSH)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
-            if (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
-                    or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
-                    or len(sender.sndbuf) or sender.force or sender.push
-                    or sender.cork_timer.deadline is not None):
+            if so != NULL:
+                busy = (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
+                        or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
+                        or len(_fget(sender, so[S_SNDBUF])) or _bget(sender, so[S_FORCE]) or _bget(sender, so[S_PUSH])
+                        or _fget(sender, so[S_CORK_TIMER]).deadline is not None)
+            else:
+                busy = (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
+                        or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
+                        or len(sender.sndbuf) or sender.force or sender.push
+                        or sender.cork_timer.deadline is not None)
+            if busy:
                 # (otherwise it has nothing to send and no timer to change); its common case in C (_fp_tx.pxi)
-                tx = sender.tx
+                tx = _fget(sender, so[S_TX]) if so != NULL else sender.tx
                 if type(tx) is not TxPath or not (<TxPath>tx).output(sender, tcb, now):
                     sender.output(now)
             if _bget(receiver, self.receiver_layout._off[R_ACK_NOW]):
                 _send_ack(conn, tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, now)
-        if whole:
+        if whole and co != NULL:
+            _fset(conn, co[N_SEGS_FAST], PyLong_FromLongLong(_iget(conn, co[N_SEGS_FAST]) + 1))
+            _recharge_at(self, conn, sender, receiver)
+            if _fget(conn, co[N_ON_EVENT]) is not None and not _bget(conn, co[N_NOTIFY_DUE]):
+                _fset(conn, co[N_NOTIFY_DUE], True)  # the application hears of the burst once (TcpLayer.flush)
+                _fget(conn, co[N_LAYER]).notify_later(conn)
+        elif whole:
             conn.segs_fast += 1
             _recharge(conn, sender, receiver)
             if conn.on_event is not None and not conn._notify_due:
                 conn._notify_due = True  # the application hears of the burst once (TcpLayer.flush)
                 conn.layer.notify_later(conn)
         return 1
+
+    cdef bint _fits(self, conn) except -1:
+        """``conn``, its sender, layer and receive buffer are of the classes the layouts were made from
+        (made here from the first connection: ``_learn``)."""
+        if self.conn_layout is None:
+            if self._unlearnable or not self._learn(conn):
+                return False
+        if type(conn) is not self.conn_layout.cls:
+            return False
+        co = self.conn_layout._off
+        rcv = _fget(conn, co[N_RECEIVER])
+        return (type(_fget(conn, co[N_SENDER])) is self.sender_layout.cls
+                and type(_fget(conn, co[N_LAYER])) is self.layer_layout.cls
+                and type(rcv) is self.receiver_layout.cls
+                and type(_fget(rcv, self.receiver_layout._off[R_RCVBUF])) is self.rcvbuf_layout.cls)
+
+    cdef bint _learn(self, conn) except -1:
+        try:
+            self.conn_layout = SlotLayout(type(conn), CONN_FIELDS)
+            self.sender_layout = SlotLayout(type(conn.sender), SENDER_FIELDS)
+            self.layer_layout = SlotLayout(type(conn.layer), LAYER_FIELDS)
+            self.rcvbuf_layout = SlotLayout(type(conn.receiver.rcvbuf), RCVBUF_FIELDS)
+        except (TypeError, AttributeError):
+            self.conn_layout = None
+            self._unlearnable = True
+            return False
+        return True
 
 
 # What ``Connection.segment_arrives`` and ``TcpLayer`` do around a predicted
@@ -538,3 +615,85 @@ cdef class FlowTable:
                 or not self.established._input(conn, p, payload, now, True)):
             conn.segment_arrives(p, payload, now)  # the general path (nothing was changed above)
         return True
+
+
+# -- the per-segment bookkeeping through slot offsets (appended: issue 11, attribute lookups) ---------------
+#
+# A Cython attribute read by name costs ~140 instructions (type lookup, descriptor); the ~35 of a whole
+# predicted segment were ~18% of its receive path (callgrind). ``EstablishedPath._learn`` reads the slots
+# below once from the classes of the first connection; ``_arrived_at`` and ``_recharge_at`` are
+# ``_arrived`` and ``_recharge`` over them.
+CONN_FIELDS = ("tcb", "receiver", "sender", "layer", "orphaned", "segs_in", "_last_rcv", "_keep_probes", "_charged",
+               "segs_fast", "on_event", "_notify_due")
+cdef enum:
+    N_TCB = 0
+    N_RECEIVER = 1
+    N_SENDER = 2
+    N_LAYER = 3
+    N_ORPHANED = 4
+    N_SEGS_IN = 5
+    N_LAST_RCV = 6
+    N_KEEP_PROBES = 7
+    N_CHARGED = 8
+    N_SEGS_FAST = 9
+    N_ON_EVENT = 10
+    N_NOTIFY_DUE = 11
+
+SENDER_FIELDS = ("sndbuf", "force", "push", "cork_timer", "tx", "recovery", "probes_out")
+cdef enum:
+    S_SNDBUF = 0
+    S_FORCE = 1
+    S_PUSH = 2
+    S_CORK_TIMER = 3
+    S_TX = 4
+    S_RECOVERY = 5
+    S_PROBES_OUT = 6
+
+LAYER_FIELDS = ("config", "mem_used", "under_pressure")
+cdef enum:
+    L_CONFIG = 0
+    L_MEM_USED = 1
+    L_UNDER_PRESSURE = 2
+
+RCVBUF_FIELDS = ("_chunks", "ooo_bytes", "lent")
+cdef enum:
+    B_CHUNKS = 0
+    B_OOO_BYTES = 1
+    B_LENT = 2
+
+
+cdef inline int _arrived_at(object conn, Py_ssize_t *co, object sender, Py_ssize_t *so, object now) except -1:
+    """``_arrived`` through the slot offsets."""
+    _fset(conn, co[N_SEGS_IN], PyLong_FromLongLong(_iget(conn, co[N_SEGS_IN]) + 1))
+    _fset(conn, co[N_LAST_RCV], now)
+    _fset(conn, co[N_KEEP_PROBES], _ZERO)
+    _fset(sender, so[S_PROBES_OUT], _ZERO)
+    return 0
+
+
+cdef int _recharge_at(EstablishedPath ep, object conn, object sender, object receiver) except -1:
+    """``_recharge`` (``Connection._recharge``) and ``_charge`` (``TcpLayer.charge``'s common case) through
+    the slot offsets."""
+    cdef Py_ssize_t *co = ep.conn_layout._off
+    cdef Py_ssize_t *bo = ep.rcvbuf_layout._off
+    cdef Py_ssize_t *lo = ep.layer_layout._off
+    cdef int64_t charged = _iget(conn, co[N_CHARGED]), held, used, level
+    if charged < 0:
+        return 0
+    rcvbuf = _fget(receiver, ep.receiver_layout._off[R_RCVBUF])
+    sndbuf = _fget(sender, ep.sender_layout._off[S_SNDBUF])
+    held = ((<SendRing>sndbuf)._len if type(sndbuf) is SendRing else len(sndbuf))
+    held += ((<ChunkQueue>_fget(rcvbuf, bo[B_CHUNKS])).nbytes + _iget(rcvbuf, bo[B_OOO_BYTES])
+             + _iget(rcvbuf, bo[B_LENT]))
+    if held != charged:
+        layer = _fget(conn, co[N_LAYER])
+        cfg = _fget(layer, lo[L_CONFIG])
+        used = _iget(layer, lo[L_MEM_USED]) + (held - charged)
+        soft = cfg.tcp_mem_pressure
+        level = PyLong_AsLongLong(soft) if soft is not None else PyLong_AsLongLong(cfg.tcp_mem) * 3 // 4
+        if (used >= level) != _bget(layer, lo[L_UNDER_PRESSURE]):
+            layer.charge(held - charged)
+        else:
+            _fset(layer, lo[L_MEM_USED], PyLong_FromLongLong(used))
+        _fset(conn, co[N_CHARGED], PyLong_FromLongLong(held))
+    return 0

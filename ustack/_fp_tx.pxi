@@ -43,7 +43,14 @@
 # RFC 9438 4.2-4.5 and 4.10) when the recovery's ``on_ack`` says no
 # recovery is running, the retransmission timer (RFC 6298 5.2/5.3), the
 # window update. Loss recovery keeps its own work: its ``on_ack``,
-# ``after_ack`` and ``arm_timer`` are called as ``Sender.on_ack`` calls them.
+# ``after_ack`` and ``arm_timer`` are called as ``Sender.on_ack`` calls them,
+# except RACK-TLP's common case (``_rack_plain``: no recovery, nothing SACKed
+# or lost, no probe out), transcribed here on ``RackRecovery``'s slots
+# (RACK_FIELDS: the record slide and RACK.rtt of RFC 8985 6.2, the PTO of
+# 7.2); a change to those methods needs the same here (the differential
+# test's ``test_rack_ack_work_in_c_agrees_with_python`` compares every field).
+# Timers are re-armed through ``_arm``: ``Timer.arm``'s lazy case (later than
+# the heap entry) without a Python call.
 # A window that opens from zero (the persist timer's) and an unknown
 # algorithm go the Python way. ``cc_on_ack`` and ``rtt_sample`` expose the
 # two transcriptions to the tests.
@@ -145,6 +152,8 @@ cdef class TxPath:
     cdef readonly SlotLayout timer_layout       # ``Timer`` (TIMER_FIELDS), made from the first timer armed here
     cdef double wc_del_ack, pto_min             # rack.WC_DEL_ACK, rack.PTO_MIN (RFC 8985 7.2)
     cdef readonly unsigned long rack_acks       # ACKs whose RACK-TLP work ran here (for tests and tools)
+    cdef readonly SlotLayout txs_layout         # ``Sender`` (TXS_FIELDS), made from the first sender seen
+    cdef type _sender_cls
 
     def __cinit__(self, TcbLayout layout, SlotLayout receiver_layout, SlotLayout delack_layout, type rack_cls,
                   SlotLayout rtt_layout, SlotLayout newreno_layout, SlotLayout cubic_layout):
@@ -201,20 +210,25 @@ cdef class TxPath:
         cdef int64_t advanced, before, acked, seg_wnd, old_wnd, send_low
         cdef bint ts_ok, sampled = False
         cdef int kind
-        sndbuf = sender.sndbuf
-        rtt = sender.rtt
-        cc = sender.cc
+        cdef Py_ssize_t *so
+        if type(sender) is not self._sender_cls and not self._learn_sender(sender):
+            sender.on_ack(p, 0, now)  # a sender without the slots TXS_FIELDS names: the Python way
+            return 0
+        so = self.txs_layout._off
+        sndbuf = _fget(sender, so[X_SNDBUF])
+        rtt = _fget(sender, so[X_RTT])
+        cc = _fget(sender, so[X_CC])
         kind = self._cc_kind(cc)
         old_wnd = _iget(tcb, off[T_SND_WND])
         if (type(sndbuf) is not SendRing or type(rtt) is not self.rtt_layout.cls or kind == 0 or old_wnd == 0
-                or sender.rto_tsval is not None):
+                or _fget(sender, so[X_RTO_TSVAL]) is not None):
             # another algorithm, a window opening from zero, or echoes from before a timeout still to be
             # told apart (Sender.sample_tsecr's rto_tsval): the Python way
             sender.on_ack(p, 0, now)
             return 0
         self.acks += 1
         ts_ok = _bget(tcb, off[T_TS_OK])
-        sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
+        _fset(sender, so[X_ACK_TSECR], PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None)
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         advanced = <int32_t>(ack - una)
         seg_wnd = (<int64_t>p.window) << _iget(tcb, off[T_SND_WSCALE])
@@ -229,8 +243,8 @@ cdef class TxPath:
             _fset(tcb, off[T_SND_NXT], ack_o)
         if _seq_lt(<uint32_t>PyLong_AsLongLong(tcb.snd_sml), ack):
             tcb.snd_sml = ack_o  # kept within reach of SND.UNA
-        sender.bytes_acked += acked
-        sender.rtx_count = _ZERO
+        _fset(sender, so[X_BYTES_ACKED], PyLong_FromLongLong(_iget(sender, so[X_BYTES_ACKED]) + acked))
+        _fset(sender, so[X_RTX_COUNT], _ZERO)
         # RTT: TSecr (RFC 7323 4.1: sample_tsecr / tsecr_rtt), else the timed segment (RFC 6298, Karn)
         if ts_ok and p._tsecr:
             sampled = True
@@ -238,11 +252,11 @@ cdef class TxPath:
             if rt < 0x7FFFFFFF:
                 _rtt_sample(rtt, eo, rt / 1000.0)
         if not sampled:
-            rtt_seq = sender.rtt_seq
+            rtt_seq = _fget(sender, so[X_RTT_SEQ])
             if rtt_seq is not None and not _seq_lt(ack, <uint32_t>PyLong_AsLongLong(rtt_seq)):
-                _rtt_sample(rtt, eo, PyFloat_AsDouble(now) - PyFloat_AsDouble(sender.rtt_time))
-                sender.rtt_seq = None
-        recovery = sender.recovery
+                _rtt_sample(rtt, eo, PyFloat_AsDouble(now) - PyFloat_AsDouble(_fget(sender, so[X_RTT_TIME])))
+                _fset(sender, so[X_RTT_SEQ], None)
+        recovery = _fget(sender, so[X_RECOVERY])
         snd_max_o = _fget(tcb, off[T_SND_MAX])
         if self._rack_plain(recovery) and self._rack_on_ack(recovery, ack, ack_o, advanced, now):
             pass  # RackRecovery.on_ack outside recovery: False (the controller grows the window)
@@ -251,13 +265,13 @@ cdef class TxPath:
         if kind:
             _cc_on_ack(cc, kind, (self.newreno_layout if kind == 1 else self.cubic_layout)._off, acked,
                        _fget(rtt, eo[E_SRTT]), now)
-        sender.rtx_kind = _ZERO  # rack.RTO
-        timer = sender.rtx_timer
+        _fset(sender, so[X_RTX_KIND], _ZERO)  # rack.RTO
+        timer = _fget(sender, so[X_RTX_TIMER])
         if <uint32_t>PyLong_AsLongLong(snd_max_o) == ack:
             timer.cancel()  # RFC 6298 5.2
         else:
             self._arm(timer, PyFloat_AsDouble(now) + PyFloat_AsDouble(_fget(rtt, eo[E_RTO])))  # RFC 6298 5.3
-        send_low = PyLong_AsLongLong(sender.send_low)
+        send_low = _iget(sender, so[X_SEND_LOW])
         if before > send_low >= (<SendRing>sndbuf)._len:
             sender.low_water()
         # the window update, guarded by SND.WL1/SND.WL2 (the window was open: no persist timer to stop)
@@ -277,6 +291,16 @@ cdef class TxPath:
                 recovery.after_ack(ack_o, (), now)
                 recovery.arm_timer(now)
         return 0
+
+    cdef bint _learn_sender(self, sender) except -1:
+        """The ``Sender`` slots ``on_ack`` reads and writes (TXS_FIELDS), from ``sender``'s class; False when
+        it has not got them."""
+        try:
+            self.txs_layout = SlotLayout(type(sender), TXS_FIELDS)
+        except TypeError:
+            return False
+        self._sender_cls = type(sender)
+        return True
 
     def burst(self, sender, cwnd, now):
         """Send the full-sized segments of new data ``Sender.output``'s loop would send first; their number."""
@@ -790,3 +814,23 @@ cdef enum:
 
 cdef object _ONE = 1
 cdef object _TWO = 2
+
+
+# ``Sender``'s slots ``TxPath.on_ack`` reads and writes (by offset: a Cython attribute read by name is ~140
+# instructions; a pure ACK made ~15 of them).
+TXS_FIELDS = ("sndbuf", "rtt", "cc", "rto_tsval", "ack_tsecr", "bytes_acked", "rtx_count", "rtt_seq", "rtt_time",
+              "recovery", "rtx_kind", "rtx_timer", "send_low")
+cdef enum:
+    X_SNDBUF = 0
+    X_RTT = 1
+    X_CC = 2
+    X_RTO_TSVAL = 3
+    X_ACK_TSECR = 4
+    X_BYTES_ACKED = 5
+    X_RTX_COUNT = 6
+    X_RTT_SEQ = 7
+    X_RTT_TIME = 8
+    X_RECOVERY = 9
+    X_RTX_KIND = 10
+    X_RTX_TIMER = 11
+    X_SEND_LOW = 12

@@ -431,3 +431,17 @@ def test_a_partial_segment_nagle_holds_is_held_in_c():
         outputs.append(fast_conn.sender.tx.outputs)
     assert outputs[2] == outputs[1] + 1  # the ACK of 50 bytes: the 656-byte tail held, in C
     assert len(fast_conn.sender.sndbuf) == 0  # and it left once the short segment was acknowledged
+
+
+def test_whole_segments_read_the_connection_through_slot_offsets():
+    """The per-segment bookkeeping of a segment taken whole (FlowTable) reads Connection, Sender, TcpLayer
+    and ReceiveBuffer through slot offsets learned from the first connection; the state stays the Python
+    path's (``_state``: segs_in, _last_rcv, the memory charge, notification)."""
+    from ustack.transport.tcp.connection import Connection
+    from ustack.transport.tcp.layer import TcpLayer
+    steps = [("burst", 8, 1448, "A", 0), ("read", 5000), ("round", 6, 1448, "PA", "all"), ("send", 5000),
+             ("burst", 3, 1448, "PA", "all"), ("read", 100000)]
+    fast_conn, slow_conn = _run_both(steps, ts=True, wscale=True, sack=True, cc="cubic")
+    est = fast_conn.layer.established
+    assert est.conn_layout.cls is Connection and est.layer_layout.cls is TcpLayer
+    assert fast_conn.segs_fast == 17 and fast_conn.layer.mem_used == slow_conn.layer.mem_used
