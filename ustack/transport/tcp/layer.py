@@ -295,8 +295,10 @@ class TcpLayer:
             # The round's coalesced in-order ACKs, after the application read (the window it opened).
             self._ack_round = []
             for conn in acks:
-                if conn.receiver.ack_round and conn.tcb.state in SYNCHRONIZED:
+                rcv = conn.receiver
+                if rcv.ack_round and conn.tcb.state in SYNCHRONIZED:
                     conn.out.send_ack(now)
+                rcv.gap_round = False  # (sent, twice, by whichever ACK left: Output.emit)
 
     def connect(self, local: tuple | None, remote: tuple, now: float, **opts) -> Connection:
         """Active open toward ``remote`` = (addr, port); ``local`` = (addr, port), either may be 0/None."""

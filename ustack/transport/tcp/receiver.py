@@ -56,7 +56,7 @@ class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
                  "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at", "sack_tick",
-                 "ooo_held")
+                 "ooo_held", "gap_round")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -87,6 +87,7 @@ class Receiver:
         self.dsack = None  # (left, right) of duplicate data to report first in the next ACK (RFC 2883)
         self.sack_tick = 0  # the out-of-order runs' change stamp (ReceiveBuffer.tick) when an ACK last left
         self.ooo_held = 0  # out-of-order segments whose ACK waits for the round's end (compressed SACK)
+        self.gap_round = False  # a gap filled in this round: the next pure ACK goes twice (Output.emit)
         self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
         # What configure() sets, without setting it twice: the buffer got its sizes above, and a new
@@ -189,9 +190,12 @@ class Receiver:
         application read. Sent before the read, that ACK offered the window less everything the
         filled gap released at once (kernel -> ustack at 3%: 392 bytes of 256 KiB), and when the
         window update after the read was lost the kernel's sender waited out its persist timer
-        (200 ms)."""
+        (200 ms). That one ACK goes twice (``gap_round``): it replaces the two (at once, then the
+        window update), and alone, when lost, it left the sender with a repaired hole it did not
+        know of (the seeded pipe at 3%: one more RTO)."""
         budget = self.budget
         if self.coalesce and budget is not None and budget.in_round:
+            self.gap_round = True
             self._ack_at_round_end(budget)
         else:
             self.ack_now = True
