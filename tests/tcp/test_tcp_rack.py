@@ -474,32 +474,6 @@ def test_a_filled_gap_is_acked_twice_at_the_rounds_end_with_the_window_the_read_
     h.peer.expect(flags="A", ack=base + 6000, win=2000)
 
 
-def test_a_long_round_of_out_of_order_segments_is_acked_every_sack_compress_max_segments():
-    """Compressed SACKs wait for the round's end, but an ACK goes for every SACK_COMPRESS_MAX-th
-    segment held since the last one: the sole ACK of a long round, lost, left a sender that had sent
-    its whole window with nothing but its RTO to clock it (kernel -> ustack at 10%: 200 ms stalls)."""
-    from ustack.transport.tcp.receiver import SACK_COMPRESS_MAX
-
-    assert SACK_COMPRESS_MAX == 8
-    h = Harness(delayed_ack=False, sack=True)
-    h.open_active(peer_options={"sack_perm": True})
-    base = h.peer.snd_nxt
-    h.layer.in_round = True  # one poll round delivers segments 1-20 above the lost segment 0
-    acked_after = []
-    for i in range(1, 21):
-        h.peer.send(flags="A", seq=base + 100 * i, payload=b"x" * 100, advance=False)
-        while h.host.out:
-            h.peer.expect(flags="A", ack=base, sack_blocks=((base + 100, base + 100 * (i + 1)),))
-            acked_after.append(i)
-    h.layer.in_round = False
-    h.layer.flush(h.now)
-    h.peer.expect(flags="A", ack=base, sack_blocks=((base + 100, base + 2100),))
-    h.peer.expect_nothing()
-    # three at once (DupThresh), then the 8th segment after each ACK, then the round's end
-    assert acked_after == [1, 2, 3, 11, 19]
-    assert h.stats["tcp.sack_compressed"] == 15  # 4-10, 12-18 and 20
-
-
 def test_out_of_order_acks_are_never_compressed_without_sack():
     """Without SACK the sender counts duplicate ACKs: each out-of-order segment is ACKed at once."""
     from unittest import mock

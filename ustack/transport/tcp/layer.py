@@ -296,9 +296,13 @@ class TcpLayer:
             self._ack_round = []
             for conn in acks:
                 rcv = conn.receiver
-                if rcv.ack_round and conn.tcb.state in SYNCHRONIZED:
-                    conn.out.send_ack(now)
-                rcv.gap_round = False  # (sent, twice, by whichever ACK left: Output.emit)
+                if conn.tcb.state in SYNCHRONIZED:
+                    if rcv.ack_round:
+                        conn.out.send_ack(now)
+                    if rcv.gap_round:  # a gap filled in the round: its ACK once more (Receiver.ack_gap)
+                        conn.out.send_ack(now)
+                        self.host.stats.inc("tcp.gap_ack_repeats")
+                rcv.gap_round = False
 
     def connect(self, local: tuple | None, remote: tuple, now: float, **opts) -> Connection:
         """Active open toward ``remote`` = (addr, port); ``local`` = (addr, port), either may be 0/None."""

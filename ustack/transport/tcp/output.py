@@ -130,13 +130,6 @@ class Output:
             self.write(seq, ack, flags, window, ts, blocks, now, payload)
         self.segs_out += 1
         self.stats.inc("tcp.out_segs")
-        if rcv.gap_round and not payload:
-            # The first pure ACK after a gap filled in this round goes twice (Receiver.ack_gap).
-            rcv.gap_round = False
-            self.write(seq, ack, flags, window, ts, blocks, now)
-            self.segs_out += 1
-            self.stats.inc("tcp.out_segs")
-            self.stats.inc("tcp.gap_ack_repeats")
         tcb.last_ack_sent = ack
         rcv.ack_sent(now, bool(payload))
 
