@@ -295,11 +295,17 @@ class TcpLayer:
             # The round's coalesced in-order ACKs, after the application read (the window it opened).
             self._ack_round = []
             for conn in acks:
-                if conn.receiver.ack_round and conn.tcb.state in SYNCHRONIZED:
-                    if conn._fast is not None:
-                        self.established.send_ack(conn, now)  # the same ACK, built in C
-                    else:
+                rcv = conn.receiver
+                if conn.tcb.state in SYNCHRONIZED:
+                    if rcv.ack_round:
+                        if conn._fast is not None:
+                            self.established.send_ack(conn, now)  # the same ACK, built in C
+                        else:
+                            conn.out.send_ack(now)
+                    if rcv.gap_round:  # a gap filled in the round: its ACK once more (Receiver.ack_gap)
                         conn.out.send_ack(now)
+                        self.host.stats.inc("tcp.gap_ack_repeats")
+                rcv.gap_round = False
 
     def connect(self, local: tuple | None, remote: tuple, now: float, **opts) -> Connection:
         """Active open toward ``remote`` = (addr, port); ``local`` = (addr, port), either may be 0/None."""

@@ -44,9 +44,6 @@ from ustack.transport.tcp.scoreboard import DUP_THRESH
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
 from ustack.transport.tcp.tcb import RECEIVING, SYNCHRONIZED
 
-# Out-of-order segments one compressed ACK answers at most (the first DupThresh go at once).
-SACK_COMPRESS_MAX = 8
-
 if TYPE_CHECKING:
     from ustack.transport.tcp.config import TcpConfig
     from ustack.transport.tcp.tcb import Tcb
@@ -56,7 +53,7 @@ class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
                  "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at", "sack_tick",
-                 "ooo_held")
+                 "gap_round")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -86,7 +83,7 @@ class Receiver:
         self.bytes_received = 0
         self.dsack = None  # (left, right) of duplicate data to report first in the next ACK (RFC 2883)
         self.sack_tick = 0  # the out-of-order runs' change stamp (ReceiveBuffer.tick) when an ACK last left
-        self.ooo_held = 0  # out-of-order segments whose ACK waits for the round's end (compressed SACK)
+        self.gap_round = False  # a gap filled in this round: the round's end ACKs once more (TcpLayer.flush)
         self.budget = None  # the TcpLayer: its memory budget (mem_room(), under_pressure); set by the connection
         self.rtt = None  # the sender's RttEstimator (RTO and SRTT bound the delay), set by the connection
         # What configure() sets, without setting it twice: the buffer got its sizes above, and a new
@@ -129,22 +126,15 @@ class Receiver:
 
     def ooo_ack(self) -> None:
         """An out-of-order segment arrived: RFC 5681 4.2 ACKs it at once; with SACK, beyond the first
-        DupThresh ACKs for this RCV.NXT (the sender's fast retransmit needs them), the round's end does,
-        or the SACK_COMPRESS_MAX-th segment held since the last ACK (Linux's tcp_comp_sack holds its
-        ACKs at most rtt/20, ~1 per segment on veth): a round's sole ACK, when lost, left a sender
-        that had sent its whole window with nothing to clock it but its RTO (the kernel at 10%)."""
+        DupThresh ACKs for this RCV.NXT (the sender's fast retransmit needs them), the round's end does."""
         tcb = self.tcb
         if self.ooo_acks_at != tcb.rcv_nxt:
             self.ooo_acks_at = tcb.rcv_nxt
             self.ooo_acks = 0
-            self.ooo_held = 0  # (an ACK the C path sent once the gap filled did not reset it)
         if self.ooo_acks < DUP_THRESH or not tcb.sack_ok or self.budget is None:
             self.ooo_acks += 1
             self.ack_now = True
-        elif self.ooo_held + 1 >= SACK_COMPRESS_MAX:
-            self.ack_now = True  # a long round: one ACK for every SACK_COMPRESS_MAX segments
         else:
-            self.ooo_held += 1
             self.stats.inc("tcp.sack_compressed")
             self._ack_at_round_end(self.budget)
 
@@ -166,10 +156,10 @@ class Receiver:
         rto = rtt.rto if rtt is not None else 1.0
         delack.data_received(now, rto, rcvbuf.free, tcb.rcv_mss)
         self.unacked += adv
-        if had_gap:
-            self.ack_gap()  # this segment filled (part of) a gap
-        elif not delack.enabled:
+        if not delack.enabled:
             self.ack_now = True  # no delayed ACKs at all
+        elif had_gap:
+            self.ack_gap()  # this segment filled (part of) a gap
         elif self.unacked >= 2 * tcb.rcv_mss:
             self.ack_bulk()  # every second full-sized segment (RFC 5681 4.2)
         elif delack.quickack_mode():
@@ -189,9 +179,13 @@ class Receiver:
         application read. Sent before the read, that ACK offered the window less everything the
         filled gap released at once (kernel -> ustack at 3%: 392 bytes of 256 KiB), and when the
         window update after the read was lost the kernel's sender waited out its persist timer
-        (200 ms)."""
+        (200 ms). That ACK goes twice (``gap_round``: the round's end sends one more, whoever sent the
+        first, the C path included): it replaces the two (at once, then the
+        window update), and alone, when lost, it left the sender with a repaired hole it did not
+        know of (the seeded pipe at 3%: one more RTO)."""
         budget = self.budget
         if self.coalesce and budget is not None and budget.in_round:
+            self.gap_round = True
             self._ack_at_round_end(budget)
         else:
             self.ack_now = True
@@ -353,7 +347,6 @@ class Receiver:
         self.unacked = 0
         if not data:  # a segment with data carries no SACK blocks (Output.emit): it reported no run
             self.sack_tick = self.rcvbuf.tick
-            self.ooo_held = 0
         self.delack_due = None  # (the timer stays: lazy, see ``delack_fired``)
 
     def stop(self) -> None:
