@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.tcp.harness import Harness
@@ -80,6 +80,11 @@ def _open(fast: bool, ts: bool, wscale: bool, sack: bool, cc: str, family: int):
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.booleans(), st.booleans(), st.booleans(), st.sampled_from(["newreno", "cubic"]), st.sampled_from([4, 6]),
        st.lists(_step, min_size=3, max_size=40))
+# Found at random (the CI profile is derandomized and never drew it): a segment ACKing half of the
+# flight after an RTO wrote different bytes through the template than through Python until the C
+# ACK path applied TS.Recent after the ACK, as Sender.on_ack does.
+@example(True, False, True, "newreno", 4, [("burst", 1, 1448, "A", "all")] * 3 + [
+    ("send", 40000), ("burst", 1, 1448, "A", "all"), ("time", 0.25), ("seg", 0, 0, "A", "half", 65535, "now")])
 def test_templates_and_the_python_writer_agree(ts, wscale, sack, cc, family, steps):
     fast_h, fast_conn, counters = _open(True, ts, wscale, sack, cc, family)
     slow_h, slow_conn, _ = _open(False, ts, wscale, sack, cc, family)
