@@ -104,7 +104,7 @@ def test_right_edge_moves_only_by_useful_amounts():
 def test_window_scaling_both_ways():
     h, conn = established(window_scaling=True, rcvbuf=1 << 20)  # peer offers no scaling
     assert conn.tcb.rcv_wscale == 0
-    h2 = Harness(delayed_ack=False, window_scaling=True, rcvbuf=1 << 20)
+    h2 = Harness(delayed_ack=False, window_scaling=True, rcvbuf=1 << 20, rcvbuf_auto=False)  # a fixed 1 MiB
     c2 = h2.layer.connect(None, (h2.peer.addr, h2.peer.port), h2.now)
     h2.peer.local_port = c2.local_port
     syn = h2.peer.expect(flags="S", wscale=5, win=65535)

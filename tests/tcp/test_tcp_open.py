@@ -17,15 +17,15 @@ def test_active_open_offers_and_negotiates_options():
     conn = h.layer.connect(None, (PEER, 5000), h.now)
     assert conn.state == State.SYN_SENT
     h.peer.local_port = conn.local_port
-    syn = h.peer.expect(flags="S", ack=0, win=65535, mss=1360, wscale=3, sack_permitted=True)
+    syn = h.peer.expect(flags="S", ack=0, win=65535, mss=1360, wscale=7, sack_permitted=True)  # covers rcvbuf_max (6 MiB)
     assert syn.seq == conn.tcb.iss and syn.timestamps[1] == 0
     h.peer.snd_nxt = 7000
     h.peer.send(flags="SA", ack=syn.seq + 1, win=1000, mss=1460, wscale=7, sack_perm=True, ts=(555, syn.timestamps[0]))
-    ack = h.peer.expect(flags="A", seq=syn.seq + 1, ack=7001, win=(256 * 1024) >> 3)
+    ack = h.peer.expect(flags="A", seq=syn.seq + 1, ack=7001, win=(256 * 1024) >> 7)
     assert ack.timestamps[1] == 555 and ack.mss is None and ack.wscale is None
     info = conn.info()
     assert conn.state == State.ESTABLISHED
-    assert (info.snd_mss, info.snd_wscale, info.rcv_wscale, info.timestamps, info.sack) == (1348, 7, 3, True, True)
+    assert (info.snd_mss, info.snd_wscale, info.rcv_wscale, info.timestamps, info.sack) == (1348, 7, 7, True, True)
     assert info.snd_wnd == 1000  # the window of a SYN-ACK is not scaled
     h.peer.send(flags="A", win=100, ts=(556, ack.timestamps[0]))
     assert conn.tcb.snd_wnd == 100 << 7
@@ -42,7 +42,7 @@ def test_peer_without_options_gets_none():
     h = Harness(window_scaling=True, timestamps=True, sack=True, rcvbuf=256 * 1024)
     conn = h.layer.connect(None, (PEER, 5000), h.now)
     h.peer.local_port = conn.local_port
-    syn = h.peer.expect(flags="S", wscale=3)
+    syn = h.peer.expect(flags="S", wscale=7)
     h.peer.send(flags="SA", ack=syn.seq + 1, win=5000)  # no options at all
     h.peer.expect(flags="A", win=65535, timestamps=None, sack_blocks=())  # unscaled, capped at 65535
     info = conn.info()
@@ -152,14 +152,14 @@ def test_passive_open_negotiates_what_the_peer_offered():
     h = Harness(window_scaling=True, timestamps=True, sack=True, rcvbuf=256 * 1024)
     lst = h.layer.listen((LOCAL, 80), 5)
     h.peer.send(flags="S", win=29200, mss=1400, wscale=7, sack_perm=True, ts=(100, 0))
-    synack = h.peer.expect(flags="SA", ack=1001, win=65535, mss=1460, wscale=3, sack_permitted=True)
+    synack = h.peer.expect(flags="SA", ack=1001, win=65535, mss=1460, wscale=7, sack_permitted=True)
     assert synack.timestamps[1] == 100
     assert lst.half_open == 1 and lst.accept() is None and not lst.readable
     h.peer.send(flags="A", ack=synack.seq + 1, win=229, ts=(101, synack.timestamps[0]))
     conn = lst.accept()
     assert conn.state == State.ESTABLISHED and lst.half_open == 0 and lst.accept() is None
     info = conn.info()
-    assert (info.snd_mss, info.snd_wscale, info.rcv_wscale, info.timestamps, info.sack) == (1388, 7, 3, True, True)
+    assert (info.snd_mss, info.snd_wscale, info.rcv_wscale, info.timestamps, info.sack) == (1388, 7, 7, True, True)
     assert info.snd_wnd == 229 << 7
 
 
@@ -339,11 +339,11 @@ def test_syn_cookie_keeps_window_scale_and_sack_through_timestamps():
     p2 = Peer(h, port=5001)
     p2.send(flags="S", seq=100, mss=1460, wscale=6, sack_perm=True, ts=(777, 0))
     cookie = h.pop()
-    assert cookie.wscale == 3 and cookie.sack_permitted and cookie.timestamps[1] == 777
+    assert cookie.wscale == 7 and cookie.sack_permitted and cookie.timestamps[1] == 777
     p2.send(flags="A", seq=101, ack=cookie.seq + 1, win=10, ts=(778, cookie.timestamps[0]))
     conn = lst.accept()
     info = conn.info()
-    assert (info.snd_wscale, info.rcv_wscale, info.sack, info.timestamps, info.snd_mss) == (6, 3, True, True, 1448)
+    assert (info.snd_wscale, info.rcv_wscale, info.sack, info.timestamps, info.snd_mss) == (6, 7, True, True, 1448)
     assert info.snd_wnd == 10 << 6
 
 

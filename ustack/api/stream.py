@@ -717,6 +717,8 @@ class StreamSocket(SocketBase):
         value = getattr(cfg, knob)
         if knob == "mss" and not value and self._conn is not None:
             value = self._conn.tcb.snd_mss
+        elif knob == "rcvbuf" and self._conn is not None:
+            value = self._conn.receiver.rcvbuf.capacity  # as Linux: the size auto-tuning has reached
         return int(value)
 
     # -- application-controlled flow control ---------------------------------------------------------

@@ -24,7 +24,12 @@ LOSS_RECOVERIES = ("rack", "rfc6675", "newreno")
 @dataclass(slots=True)
 class TcpConfig:
     sndbuf: int = 256 * 1024  # send buffer capacity (bytes)
-    rcvbuf: int = 256 * 1024  # receive buffer capacity; the window scale is chosen to cover it
+    rcvbuf: int = 256 * 1024  # receive buffer capacity: the initial one while auto-tuning (Linux tcp_rmem[1])
+    # Receive-buffer auto-tuning (transport/tcp/rcvspace.py): the buffer grows, once per RTT, to twice what the
+    # application read in an RTT, up to rcvbuf_max (Linux tcp_rmem[2]); the window scale covers rcvbuf_max.
+    # Setting rcvbuf on a connection (connect/listen knob, configure, SO_RCVBUF) turns it off, as in Linux.
+    rcvbuf_auto: bool = True
+    rcvbuf_max: int = 6 << 20
     nodelay: bool = False  # TCP_NODELAY: no Nagle (RFC 896 with Minshall's rule, RFC 1122 4.2.3.4)
     cork: bool = False  # TCP_CORK: hold partial segments until full, uncorked, or CORK_LIMIT (200 ms) passed
     delayed_ack: bool = True  # RFC 1122 4.2.3.2 / RFC 5681 4.2 (heuristics: transport/tcp/delack.py)
@@ -70,10 +75,20 @@ class TcpConfig:
     max_connections: int = 65536  # TCBs of all states; SYNs beyond are dropped, connect() raises ENOBUFS
     max_time_wait: int = 32768  # TIME-WAIT records held at once (tcp_max_tw_buckets); beyond, the oldest ends
 
+    @property
+    def rcvbuf_ceiling(self) -> int:
+        """The largest receive buffer a connection may reach: the window scale is chosen to cover it."""
+        if self.rcvbuf_auto and self.rcvbuf_max > self.rcvbuf:
+            return self.rcvbuf_max
+        return self.rcvbuf
+
     def derive(self, **knobs) -> TcpConfig:
-        """A copy with some knobs changed; unknown names raise TypeError."""
+        """A copy with some knobs changed; unknown names raise TypeError. An explicit ``rcvbuf``
+        (SO_RCVBUF) turns receive-buffer auto-tuning off unless ``rcvbuf_auto`` is given too."""
         if not knobs:
             return dataclasses.replace(self)
+        if "rcvbuf" in knobs and "rcvbuf_auto" not in knobs:
+            knobs["rcvbuf_auto"] = False
         cfg = dataclasses.replace(self, **knobs)
         cfg.validate()
         return cfg
@@ -81,6 +96,8 @@ class TcpConfig:
     def validate(self) -> None:
         if self.sndbuf <= 0 or self.rcvbuf <= 0:
             raise ValueError("buffer sizes must be positive")
+        if self.rcvbuf_max < 0:
+            raise ValueError("rcvbuf_max must not be negative")
         if not 0 < self.delack_timeout < 0.5:
             raise ValueError("delack_timeout must be in (0, 0.5) seconds (RFC 1122 4.2.3.2)")
         if not self.delack_timeout <= self.delack_max < 0.5:

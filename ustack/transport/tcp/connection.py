@@ -165,7 +165,7 @@ class Connection(UserCalls):
         self._fast = layer.established.input if layer.fastpath else None
         self.sender.tx = layer.tx if layer.fastpath else None  # full-sized segments of new data in C (_fp_tx.pxi)
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
-        tcb.rcv_wscale = window_shift_for(config.rcvbuf) if config.window_scaling else 0
+        tcb.rcv_wscale = window_shift_for(config.rcvbuf_ceiling) if config.window_scaling else 0
         # RFC 6528's F and the timestamp offset (RFC 7323 7.1) from one keyed digest of the 4-tuple.
         # (``hashes``: the pair already made for this 4-tuple, by a ``synrecv.SynReceived`` record.)
         self._isn_f, tcb.ts_offset = hashes if hashes is not None else layer.keyed.connection_hashes(*self.key)

@@ -182,7 +182,7 @@ class Listener:
                 tsval -= 64  # never ahead of the connection's clock (the peer's PAWS would object)
             ts = (tsval & 0xFFFFFFFF, hdr.timestamps[0])
             if peer_ws != _WS_NONE:
-                wscale = window_shift_for(cfg.rcvbuf)
+                wscale = window_shift_for(cfg.rcvbuf_ceiling)
             sack_perm = bool(bits & 0x10)
         reply = TcpHeader(hdr.dst_port, hdr.src_port, iss, seq_add(hdr.seq, 1), SYN | ACK,
                           min(cfg.rcvbuf, 0xFFFF), 0, 0, mss=own_mss,

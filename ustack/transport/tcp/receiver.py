@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable
 from ustack.timers import UNARMED
 from ustack.transport.tcp.config import PRESSURE_MIN
 from ustack.transport.tcp.delack import DelayedAck
+from ustack.transport.tcp.rcvspace import ReceiveSpace
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
 from ustack.transport.tcp.scoreboard import DUP_THRESH
 from ustack.transport.tcp.seq import seq_add, seq_diff, seq_gt
@@ -53,7 +54,7 @@ class Receiver:
     __slots__ = ("tcb", "rcvbuf", "stats", "delack_timer", "_timers", "_owner", "_on_delack", "delack", "rtt",
                  "recv_high", "high_water", "ack_now", "wnd_update", "unacked", "rd_shutdown", "bytes_received",
                  "budget", "dsack", "delack_due", "ack_round", "coalesce", "ooo_acks", "ooo_acks_at", "sack_tick",
-                 "gap_round")
+                 "gap_round", "space")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, timers, owner, on_delack: Callable,
                  high_water: Callable[[], None]):
@@ -91,9 +92,19 @@ class Receiver:
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
         self.coalesce = config.ack_coalescing  # ack_bulk may wait for the round's end
+        # receive-buffer auto-tuning (rcvspace.py): limit 0 when off
+        self.space = ReceiveSpace(config.rcvbuf_ceiling if config.rcvbuf_auto else 0)
 
     def configure(self, config: TcpConfig) -> None:
-        self.rcvbuf.capacity = config.rcvbuf
+        space = self.space
+        if config.rcvbuf_auto:
+            # auto-tuning may have grown the buffer: other knobs leave it as it is
+            self.rcvbuf.capacity = max(self.rcvbuf.capacity, config.rcvbuf)
+            # (the window scale, fixed at the handshake, covers the ceiling of the config it had then)
+            space.limit = min(config.rcvbuf_ceiling, space.limit) if space.limit else 0
+        else:
+            self.rcvbuf.capacity = config.rcvbuf  # an explicit size: no more auto-tuning (Linux SOCK_RCVBUF_LOCK)
+            space.limit = 0
         self.rcvbuf.max_runs = config.max_ooo_runs
         self.delack.configure(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
@@ -214,13 +225,17 @@ class Receiver:
         tcb.fin_rcvd_seq = None
         self.ack_now = True
 
-    def after_read(self) -> bool:
-        """The user took bytes: True when a window update should go out (RFC 9293 3.8.6.2.2)."""
+    def after_read(self, now: float | None = None) -> bool:
+        """The user took bytes: True when a window update should go out (RFC 9293 3.8.6.2.2).
+
+        ``now`` (None: when data last arrived) drives receive-buffer auto-tuning (``space_adjust``)."""
         tcb = self.tcb
         if tcb.state not in RECEIVING:
             return False
-        cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
         rcvbuf = self.rcvbuf
+        if self.space.limit:
+            self.space_adjust(now)
+        cur = seq_diff(tcb.rcv_adv, tcb.rcv_nxt)
         cap = rcvbuf.capacity
         if cur <= cap // 2 and self.offerable() - cur >= min(cap // 2, tcb.mss_base):
             self.wnd_update = True
@@ -231,6 +246,27 @@ class Receiver:
             self.ack_now = True
             return True
         return False
+
+    def space_adjust(self, now: float | None) -> None:
+        """Receive-buffer auto-tuning (``rcvspace.ReceiveSpace``) after a read: the receiver's RTT
+        sample, then, once per RTT, the buffer grows when the application read more than before."""
+        if now is None:
+            now = self.delack.lrcvtime
+            if now is None:
+                return
+        space = self.space
+        rcvbuf = self.rcvbuf
+        tcb = self.tcb
+        received = self.bytes_received
+        space.measure_rtt(received, tcb.rcv_wnd, now)
+        rtt = self.rtt
+        budget = self.budget
+        cap = rcvbuf.capacity
+        new = space.adjust(received - len(rcvbuf), cap, tcb.rcv_mss, rtt.srtt if rtt is not None else None, now,
+                           budget is not None and budget.under_pressure)
+        if new != cap:
+            rcvbuf.capacity = new
+            self.stats.inc("tcp.rcvbuf_grown")
 
     def shutdown(self) -> None:
         """SHUT_RD: what is buffered and what arrives later is discarded."""

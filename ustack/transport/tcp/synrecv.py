@@ -95,7 +95,7 @@ class SynReceived:
         own_mss = max(own_mss, 88)
         isn_f, ts_offset = self.hashes = layer.keyed.connection_hashes(laddr, lport, raddr, rport)
         iss = self.iss = isn_at(isn_f, now)
-        wscale = window_shift_for(cfg.rcvbuf) if cfg.window_scaling and self.wscale is not None else None
+        wscale = window_shift_for(cfg.rcvbuf_ceiling) if cfg.window_scaling and self.wscale is not None else None
         sack = cfg.sack and self.sack_permitted
         tsopt = self.timestamps
         ts = (ts_clock(now, ts_offset), tsopt[0]) if cfg.timestamps and tsopt is not None else None

@@ -134,7 +134,7 @@ class UserCalls:
             return b""
         data = rcvbuf.read(n)
         self._recharge()
-        if receiver.after_read():
+        if receiver.after_read(now):
             self._mark_dirty(now)
         return data
 
@@ -147,7 +147,7 @@ class UserCalls:
             return 0
         n = rcvbuf.read_into(buf)
         self._recharge()
-        if receiver.after_read():
+        if receiver.after_read(now):
             self._mark_dirty(now)
         return n
 
@@ -163,7 +163,7 @@ class UserCalls:
             return LentViews([], [], 0, None)
         views, frames, k = rcvbuf.lend(n)
         self._recharge()
-        if receiver.after_read():
+        if receiver.after_read(now):
             self._mark_dirty(now)
         return LentViews(views, frames, k, self.return_views)
 
@@ -172,7 +172,7 @@ class UserCalls:
         receiver = self.receiver
         receiver.rcvbuf.unlend(lent.nbytes, lent.frames)
         self._recharge()
-        if receiver.after_read():
+        if receiver.after_read(now):
             self._mark_dirty(now)
 
     def shutdown(self, how: int, now: float | None = None) -> None:
