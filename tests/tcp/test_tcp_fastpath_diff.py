@@ -168,6 +168,16 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
     unacked_out.append(out)
 
 
+def _full_segments(h, count: int, in_round: bool = True) -> None:
+    """``count`` full in-order segments from the peer, delivered as one poll round (``TcpLayer.in_round``)
+    or one by one."""
+    h.layer.in_round = in_round
+    for _ in range(count):
+        h.peer.ts_clock += 1
+        h.peer.send(flags="A", payload=bytes(1448))
+    h.layer.in_round = False
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.booleans(), st.booleans(), st.booleans(), st.sampled_from(["newreno", "cubic"]), st.sampled_from([4, 6]),
        st.lists(_step, min_size=3, max_size=40), st.booleans())
@@ -296,11 +306,7 @@ def test_a_rounds_in_order_segments_get_one_ack_at_its_end(fast):
     for in_round in (True, False):
         h, conn = _open(fast, True, True, False, "cubic")
         h.drain()
-        h.layer.in_round = in_round
-        for _ in range(8):
-            h.peer.ts_clock += 1
-            h.peer.send(flags="A", payload=bytes(1448))
-        h.layer.in_round = False
+        _full_segments(h, 8, in_round=in_round)
         before_flush = [seg for _, _, seg in h.host.out]
         assert conn.recv(1 << 20, h.now) == bytes(8 * 1448)
         h.layer.flush(h.now)
@@ -407,11 +413,7 @@ def test_round_end_and_window_update_acks_are_built_in_c(monkeypatch):
     monkeypatch.setattr(Output, "send_ack", lambda self, now: (calls.append(now), original(self, now)))
     h, conn = _open(True, True, True, False, "cubic")
     h.drain()
-    h.layer.in_round = True
-    for _ in range(8):
-        h.peer.ts_clock += 1
-        h.peer.send(flags="A", payload=bytes(1448))
-    h.layer.in_round = False
+    _full_segments(h, 8, in_round=True)
     h.layer.flush(h.now)
     assert len(h.drain()) == 1 and conn.tcb.last_ack_sent == conn.tcb.rcv_nxt
     assert conn.recv(1 << 20, h.now) == bytes(8 * 1448)
