@@ -168,6 +168,18 @@ def _apply(h: Harness, conn, step, unacked_out: list) -> None:
     unacked_out.append(out)
 
 
+def _in_lockstep(fast, slow, steps, apply=None, state=None) -> None:
+    """Run ``steps`` on both (harness, connection) pairs: after each, the same bytes out and the same state."""
+    apply, state = apply or _apply, state or _state
+    (fast_h, fast_conn), (slow_h, slow_conn) = fast, slow
+    for i, step in enumerate(steps):
+        fast_out, slow_out = [], []
+        apply(fast_h, fast_conn, step, fast_out)
+        apply(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
+        assert state(fast_h, fast_conn) == state(slow_h, slow_conn), f"step {i} {step}: state differs"
+
+
 def _full_segments(h, count: int, in_round: bool = True) -> None:
     """``count`` full in-order segments from the peer, delivered as one poll round (``TcpLayer.in_round``)
     or one by one."""
@@ -193,12 +205,7 @@ def test_fast_path_and_python_path_agree(ts, wscale, sack, cc, family, steps, co
     assert len(fast_conn.local_addr) == len(slow_conn.local_addr) == (4 if family == 4 else 16)
     assert fast_conn._fast is not None and slow_conn._fast is None
     assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn)
-    for i, step in enumerate(steps):
-        fast_out, slow_out = [], []
-        _apply(fast_h, fast_conn, step, fast_out)
-        _apply(slow_h, slow_conn, step, slow_out)
-        assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
-        assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn), f"step {i} {step}: state differs"
+    _in_lockstep((fast_h, fast_conn), (slow_h, slow_conn), steps)
     assert slow_conn.segs_fast == 0
 
 
@@ -378,12 +385,7 @@ def test_rack_ack_work_in_c_agrees_with_python(ts, cc, steps):
     fast_h, fast_conn = _open(True, ts, False, True, cc)
     slow_h, slow_conn = _open(False, ts, False, True, cc)
     assert type(fast_conn.sender.recovery).__name__ == "RackRecovery"
-    for i, step in enumerate(steps):
-        fast_out, slow_out = [], []
-        _apply_rack(fast_h, fast_conn, step, fast_out)
-        _apply_rack(slow_h, slow_conn, step, slow_out)
-        assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
-        assert _rack_state(fast_h, fast_conn) == _rack_state(slow_h, slow_conn), f"step {i} {step}: state differs"
+    _in_lockstep((fast_h, fast_conn), (slow_h, slow_conn), steps, _apply_rack, _rack_state)
 
 
 def test_rack_common_case_runs_in_c():

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.tcp.harness import Harness
-from tests.tcp.test_tcp_fastpath_diff import _apply, _state, _step
+from tests.tcp.test_tcp_fastpath_diff import _in_lockstep, _step
 from tests.tcp.test_tcp_fastpath_diff import _open as _open_conn
 from ustack import _fastpath
 
@@ -89,12 +89,7 @@ def test_templates_and_the_python_writer_agree(ts, wscale, sack, cc, family, ste
     fast_h, fast_conn, counters = _open(True, ts, wscale, sack, cc, family)
     slow_h, slow_conn, _ = _open(False, ts, wscale, sack, cc, family)
     assert type(fast_conn.out.fast) is _fastpath.FlowEmitter and type(slow_conn.out.fast) is not _fastpath.FlowEmitter
-    for i, step in enumerate(steps):
-        fast_out, slow_out = [], []
-        _apply(fast_h, fast_conn, step, fast_out)
-        _apply(slow_h, slow_conn, step, slow_out)
-        assert fast_out == slow_out, f"step {i} {step}: emitted bytes differ"
-        assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn), f"step {i} {step}: state differs"
+    _in_lockstep((fast_h, fast_conn), (slow_h, slow_conn), steps)
 
 
 def test_a_bulk_transfer_writes_its_acks_from_the_template():
