@@ -128,7 +128,8 @@ cdef class TcbLayout:
 # access as the TCB's, for the fields named below (``SlotLayout(cls, fields)``
 # with the tuples of this module, built by ``TcpLayer``).
 RECEIVER_FIELDS = ("rcvbuf", "delack", "delack_timer", "rtt", "recv_high", "ack_now", "unacked", "rd_shutdown",
-                   "bytes_received", "high_water", "budget", "wnd_update", "delack_due", "ack_round", "coalesce")
+                   "bytes_received", "high_water", "budget", "wnd_update", "delack_due", "ack_round", "coalesce",
+                   "stats", "ooo_acks", "ooo_acks_at", "_owner", "sack_tick")
 cdef enum:
     R_RCVBUF = 0
     R_DELACK = 1
@@ -145,6 +146,11 @@ cdef enum:
     R_DELACK_DUE = 12
     R_ACK_ROUND = 13
     R_COALESCE = 14
+    R_STATS = 15
+    R_OOO_ACKS = 16
+    R_OOO_ACKS_AT = 17
+    R_OWNER = 18
+    R_SACK_TICK = 19
 
 DELACK_FIELDS = ("enabled", "ato", "ato_min", "ato_max", "max_quickacks", "quick", "pingpong", "lrcvtime", "pushed",
                  "reader_waiting")

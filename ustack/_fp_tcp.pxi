@@ -37,7 +37,7 @@
 # (on_ack, ack_tsecr, output, recovery.after_ack, recovery.arm_timer, len(sndbuf), force, push,
 # cork_timer), ``Output`` (fast, write, send_ack).
 
-from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize, PyByteArray_AS_STRING
 from libc.stdint cimport int32_t
 
 cdef enum:
@@ -106,6 +106,8 @@ cdef class EstablishedPath:
         cdef Py_ssize_t dlen, before
         cdef int flags
         cdef bint wnd_update = False, ts_ok
+        cdef int32_t ooo_off = 0
+        run = None
         cdef Py_ssize_t *co = NULL
         cdef Py_ssize_t *so = NULL
         cdef Py_ssize_t *lo = NULL
@@ -137,12 +139,16 @@ cdef class EstablishedPath:
             return 0
         seq = p.seq
         rcv_nxt = <uint32_t>_iget(tcb, off[T_RCV_NXT])
+        dlen = len(payload)
         if seq != rcv_nxt:
-            return 0
+            # Out of order: only data that extends the highest out-of-order run (the next segment
+            # above a hole, the common case under loss) is taken here (``_ooo_last_run``).
+            ooo_off = <int32_t>(seq - rcv_nxt)
+            if dlen == 0 or ooo_off <= 0:
+                return 0
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
-        dlen = len(payload)
         if co != NULL:
             receiver = _fget(conn, co[N_RECEIVER])
             sender = _fget(conn, co[N_SENDER])
@@ -176,8 +182,12 @@ cdef class EstablishedPath:
                 if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
                     return 0
             rcvbuf = _fget(receiver, self.receiver_layout._off[R_RCVBUF])
+            if ooo_off:
+                run = _ooo_last_run(rcvbuf, bo, ooo_off)
+                if run is None:
+                    return 0  # a new run, a hole filled, a duplicate: ReceiveBuffer.write, the Python way
             if co != NULL:
-                if (_bget(rcvbuf, bo[B_OOO_BYTES]) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None
+                if ((not ooo_off and _bget(rcvbuf, bo[B_OOO_BYTES])) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None
                         or _bget(conn, co[N_ORPHANED])):
                     return 0
                 layer = _fget(conn, co[N_LAYER])
@@ -185,7 +195,7 @@ cdef class EstablishedPath:
                                                            - _iget(layer, lo[L_MEM_USED])) < dlen:  # _mem_room
                     return 0  # the memory budget's soft or hard level: the Python path trims and drops
             else:
-                if rcvbuf.ooo_bytes or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
+                if (not ooo_off and rcvbuf.ooo_bytes) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
                     return 0
                 layer = conn.layer
                 if layer.under_pressure or _mem_room(layer) < dlen:
@@ -224,13 +234,11 @@ cdef class EstablishedPath:
             else:
                 sender.on_ack(seg, dlen, now)
             _ts_recent(tcb, off, ts_ok, p, now)  # (after the ACK, as the Python path)
-            # Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs).
+            if ooo_off:
+                _ooo_append(receiver, self.receiver_layout._off, tcb, off, rcvbuf, bo, run, payload, dlen)
+            else:
+                self._text_in_order(tcb, receiver, rcvbuf, bo, payload, dlen, now, flags & TH_PSH)
             # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
-            chunks = _fget(rcvbuf, bo[B_CHUNKS]) if bo != NULL else rcvbuf._chunks
-            before = (<ChunkQueue>chunks).nbytes
-            (<ChunkQueue>chunks)._append(payload)  # ReceiveBuffer.append: its ChunkQueue's, without a Python call
-            _in_order(tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen, before, now,
-                      flags & TH_PSH)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if so != NULL:
                 busy = (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
@@ -262,6 +270,19 @@ cdef class EstablishedPath:
                 conn._notify_due = True  # the application hears of the burst once (TcpLayer.flush)
                 conn.layer.notify_later(conn)
         return 1
+
+    cdef int _text_in_order(self, tcb, receiver, rcvbuf, Py_ssize_t *bo, payload, Py_ssize_t dlen, now,
+                            bint push) except -1:
+        """Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs): a view into
+        the RX frame, held, when the stack's RxHold takes it (ReceiveBuffer.append); then RCV.NXT and the
+        ACK policy (``_in_order``)."""
+        cdef Py_ssize_t before
+        chunks = _fget(rcvbuf, bo[B_CHUNKS]) if bo != NULL else rcvbuf._chunks
+        before = (<ChunkQueue>chunks).nbytes
+        (<ChunkQueue>chunks)._append(payload)  # ReceiveBuffer.append: its ChunkQueue's, without a Python call
+        _in_order(tcb, self.layout._off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen,
+                  before, now, push)
+        return 0
 
     cdef bint _fits(self, conn) except -1:
         """``conn``, its sender, layer and receive buffer are of the classes the layouts were made from
@@ -655,11 +676,14 @@ cdef enum:
     L_MEM_USED = 1
     L_UNDER_PRESSURE = 2
 
-RCVBUF_FIELDS = ("_chunks", "ooo_bytes", "lent")
+RCVBUF_FIELDS = ("_chunks", "ooo_bytes", "lent", "_runs", "_tick", "last_run")
 cdef enum:
     B_CHUNKS = 0
     B_OOO_BYTES = 1
     B_LENT = 2
+    B_RUNS = 3
+    B_TICK = 4
+    B_LAST_RUN = 5
 
 
 cdef inline int _arrived_at(object conn, Py_ssize_t *co, object sender, Py_ssize_t *so, object now) except -1:
@@ -696,4 +720,94 @@ cdef int _recharge_at(EstablishedPath ep, object conn, object sender, object rec
         else:
             _fset(layer, lo[L_MEM_USED], PyLong_FromLongLong(used))
         _fset(conn, co[N_CHARGED], PyLong_FromLongLong(held))
+    return 0
+
+
+# -- out-of-order data that extends the highest run (issue 14) ------------------------------------------
+#
+# Under loss, a sender that keeps sending (Linux's BBR, or any large window) makes everything after a hole
+# arrive out of order until the retransmission fills it: at 3% loss kernel -> ustack, 97% of the data
+# segments (tcp.ooo_segs / tcp.in_segs, 100 MB). Nearly all of them start exactly where the highest
+# out-of-order run ends. ``EstablishedPath._input`` takes those here, with every other condition of a
+# predicted data segment (flags, options, window, ACK, memory budget); a segment that would open a new run,
+# fill (part of) a hole, overlap or repeat held data goes the Python way (``ReceiveBuffer.write``), the
+# reference. What is mirrored, by name: ``ReceiveBuffer._insert``'s in-place extension of one run,
+# ``Receiver.receive``'s out-of-order branch and ``Receiver.ooo_ack`` (RFC 5681 4.2: an immediate ACK for
+# the first DupThresh out-of-order segments per RCV.NXT, later ones compressed into the round's end ACK
+# with SACK). Held to the same state and bytes by tests/tcp/test_tcp_fastpath_diff.py.
+
+cdef enum:
+    OOO_DUP_THRESH = 3  # scoreboard.DUP_THRESH (RFC 6675 2), as ``Receiver.ooo_ack`` reads it
+
+
+cdef object _ooo_last_run(object rcvbuf, Py_ssize_t *bo, int64_t ooo_off):
+    """The highest out-of-order run (``[start, bytearray, stamp]``) when data at ``ooo_off`` bytes past
+    RCV.NXT starts exactly at its end (``ReceiveBuffer._insert`` then extends it in place), else None."""
+    cdef Py_ssize_t n
+    runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else getattr(rcvbuf, "_runs", None)
+    if type(runs) is not list:
+        return None
+    n = PyList_GET_SIZE(runs)
+    if n == 0:
+        return None
+    run = <object>PyList_GET_ITEM(runs, n - 1)
+    if type(run) is not list or PyList_GET_SIZE(run) != 3:
+        return None
+    start = <object>PyList_GET_ITEM(run, 0)
+    buf = <object>PyList_GET_ITEM(run, 1)
+    if type(start) is not int or type(buf) is not bytearray:
+        return None
+    if PyLong_AsLongLong(start) + PyByteArray_GET_SIZE(buf) != ooo_off:
+        return None
+    return run
+
+
+cdef int _ooo_append(object receiver, Py_ssize_t *ro, object tcb, Py_ssize_t *off, object rcvbuf, Py_ssize_t *bo,
+                     list run, object payload, Py_ssize_t dlen) except -1:
+    """``Receiver.receive`` for data extending ``run`` (``_ooo_last_run``): the bytes appended to the run
+    (``ReceiveBuffer._insert``: stamp, ``ooo_bytes``, ``last_run``), ``tcp.ooo_segs`` counted, then
+    ``Receiver.ooo_ack``: the ACK now for the first DupThresh out-of-order segments at this RCV.NXT (or
+    without SACK), else once at the round's end (``tcp.sack_compressed``)."""
+    cdef Py_buffer pb
+    cdef Py_ssize_t n0
+    cdef int64_t acks
+    buf = run[1]
+    n0 = PyByteArray_GET_SIZE(buf)
+    PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
+    try:
+        if pb.len != dlen:
+            raise ValueError("payload length changed")
+        PyByteArray_Resize(buf, n0 + dlen)  # (amortised growth, as bytearray +=)
+        memcpy(PyByteArray_AS_STRING(buf) + n0, pb.buf, dlen)
+    finally:
+        PyBuffer_Release(&pb)
+    if bo != NULL:
+        tick = PyLong_FromLongLong(_iget(rcvbuf, bo[B_TICK]) + 1)
+        _fset(rcvbuf, bo[B_TICK], tick)
+        _fset(rcvbuf, bo[B_OOO_BYTES], PyLong_FromLongLong(_iget(rcvbuf, bo[B_OOO_BYTES]) + dlen))
+        _fset(rcvbuf, bo[B_LAST_RUN], run[0])
+    else:
+        tick = rcvbuf._tick + 1
+        rcvbuf._tick = tick
+        rcvbuf.ooo_bytes += dlen
+        rcvbuf.last_run = run[0]
+    run[2] = tick
+    counters = (<object>_fget(receiver, ro[R_STATS])).counters
+    counters["tcp.ooo_segs"] += 1
+    # Receiver.ooo_ack
+    rcv_nxt = _fget(tcb, off[T_RCV_NXT])
+    at = _fget(receiver, ro[R_OOO_ACKS_AT])
+    if at is None or at != rcv_nxt:
+        _fset(receiver, ro[R_OOO_ACKS_AT], rcv_nxt)
+        _fset(receiver, ro[R_OOO_ACKS], _ZERO)
+    acks = _iget(receiver, ro[R_OOO_ACKS])
+    budget = _fget(receiver, ro[R_BUDGET])
+    if acks < OOO_DUP_THRESH or not _bget(tcb, off[T_SACK_OK]) or budget is None:
+        _fset(receiver, ro[R_OOO_ACKS], PyLong_FromLongLong(acks + 1))
+        _fset(receiver, ro[R_ACK_NOW], True)
+    else:
+        counters["tcp.sack_compressed"] += 1
+        if not _bget(receiver, ro[R_ACK_ROUND]):  # Receiver._ack_at_round_end
+            _fset(receiver, ro[R_ACK_ROUND], True)
+            budget.ack_at_round_end(_fget(receiver, ro[R_OWNER]))
     return 0

@@ -132,6 +132,8 @@ cdef int _ack_sent(object receiver, Py_ssize_t *ro, Py_ssize_t *do, object now, 
     _fset(receiver, ro[R_ACK_ROUND], False)
     _fset(receiver, ro[R_WND_UPDATE], False)
     _fset(receiver, ro[R_DELACK_DUE], None)  # the timer stays (lazy: Receiver.delack_fired)
+    if not data:  # a segment without data reported the out-of-order runs (Receiver.ack_sent)
+        _fset(receiver, ro[R_SACK_TICK], _fget(receiver, ro[R_RCVBUF]).tick)
     return 0
 
 

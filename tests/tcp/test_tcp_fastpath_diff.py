@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.tcp.harness import Harness
+from ustack.wire.tcp import TcpHeader
 
 _TCB_FIELDS = ("state", "iss", "snd_una", "snd_nxt", "snd_max", "snd_sml", "snd_wnd", "max_snd_wnd", "snd_wl1",
                "snd_wl2", "irs", "rcv_nxt", "rcv_wnd", "rcv_adv", "snd_wscale", "rcv_wscale", "snd_mss", "rcv_mss",
@@ -455,3 +456,107 @@ def test_whole_segments_read_the_connection_through_slot_offsets():
     est = fast_conn.layer.established
     assert est.conn_layout.cls is Connection and est.layer_layout.cls is TcpLayer
     assert fast_conn.segs_fast == 17 and fast_conn.layer.mem_used == slow_conn.layer.mem_used
+
+
+# -- out-of-order data in C (issue 14): a segment extending the highest out-of-order run -----------------
+
+def _ooo_state(h: Harness, conn) -> dict:
+    """``_state`` plus what reassembly and the out-of-order ACK policy keep: the runs' change stamps (SACK
+    order), the latest run, the ACK counts per RCV.NXT, the D-SACK and SACK-report marks."""
+    rcv = conn.receiver
+    buf = rcv.rcvbuf
+    return {**_state(h, conn), "ooo": (buf.tick, buf.last_run, buf.recent(8), buf.changed_since(0), rcv.ooo_acks,
+                                      rcv.ooo_acks_at, rcv.dsack, rcv.sack_tick, rcv.gap_round)}
+
+
+def _hole_payload(seq: int, n: int) -> bytes:
+    return bytes((seq + i) * 7 & 0xFF for i in range(n))
+
+
+def _apply_ooo(h: Harness, conn, step, out: list) -> None:
+    """``_apply``, and ``hole``: ``gap`` bytes at the peer's SND.NXT lost, ``count`` segments of ``n`` above them
+    (delivered as one poll round or one by one), then the hole filled (``fill``), half of it (``half``) or left
+    open (``keep``: later segments at SND.NXT fill it, overlap the runs or land inside them)."""
+    if step[0] != "hole":
+        _apply(h, conn, step, out)
+        return
+    _, count, n, gap, in_round, end = step
+    peer = h.peer
+    h.layer.in_round = in_round
+    base = peer.snd_nxt
+    seq = (base + gap) & 0xFFFFFFFF
+    for _ in range(count):
+        if peer.use_ts:
+            peer.ts_clock = (peer.ts_clock + 1) & 0xFFFFFFFF
+        peer.send(flags="A", seq=seq, payload=_hole_payload(seq, n), advance=False)
+        seq = (seq + n) & 0xFFFFFFFF
+    if end != "keep":
+        k = gap if end == "fill" else gap // 2
+        if peer.use_ts:
+            peer.ts_clock = (peer.ts_clock + 1) & 0xFFFFFFFF
+        peer.send(flags="A", seq=base, payload=_hole_payload(base, k), advance=False)
+        peer.snd_nxt = seq if end == "fill" else (base + k) & 0xFFFFFFFF
+    h.layer.in_round = False
+    h.layer.flush(h.now)
+    out.append([seg for _, _, seg in h.host.out])
+    h.drain()
+
+
+_ooo_step = st.one_of(
+    st.tuples(st.just("hole"), st.integers(1, 10), st.sampled_from([1448, 1448, 1000, 1]),
+              st.sampled_from([1, 1448, 1448, 2896]), st.booleans(), st.sampled_from(["fill", "keep", "half"])),
+    _step,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.booleans(), st.booleans(), st.booleans(), st.sampled_from([4, 6]), st.lists(_ooo_step, min_size=2, max_size=30),
+       st.booleans())
+@example(True, True, True, 4, [("hole", 10, 1448, 1448, True, "keep"), ("hole", 4, 1448, 1448, False, "fill"),
+                               ("read", 100000)], True)
+def test_out_of_order_data_in_c_agrees_with_python(ts, wscale, sack, family, steps, coalesce):
+    """Holes and the segments above them (the next segment extending the highest run: in C), with fills,
+    overlaps and every other step: the same bytes out (SACK blocks, D-SACK, duplicate ACKs) and the same state,
+    reassembly included."""
+    fast = _open(True, ts, wscale, sack, "cubic", family, coalesce)
+    slow = _open(False, ts, wscale, sack, "cubic", family, coalesce)
+    _in_lockstep(fast, slow, steps, _apply_ooo, _ooo_state)
+    assert slow[1].segs_fast == 0
+
+
+@pytest.mark.parametrize("sack", [True, False])
+@pytest.mark.parametrize("in_round", [True, False])
+def test_segments_above_a_hole_run_in_c(sack, in_round):
+    """Ten segments above a lost one: the first opens a run (Python), the other nine extend it in C; the
+    first three out-of-order segments at this RCV.NXT are ACKed at once (RFC 5681 4.2), with SACK the rest
+    once at the round's end (or at once, outside a round), without SACK each at once; the retransmission
+    fills the hole (Python) and the reader gets every byte."""
+    steps = [("hole", 10, 1448, 1448, in_round, "keep"), ("seg", 0, 1448, "A", 0, 65535, "now"), ("read", 1 << 20)]
+    fast_h, fast_conn = _open(True, True, True, sack, "cubic")
+    slow_h, slow_conn = _open(False, True, True, sack, "cubic")
+    base = fast_h.peer.snd_nxt
+    outs = []
+    for i, step in enumerate(steps):
+        fast_out, slow_out = [], []
+        for h, conn, o in ((fast_h, fast_conn, fast_out), (slow_h, slow_conn, slow_out)):
+            if step[0] == "seg":  # the retransmission of the lost segment
+                h.peer.ts_clock += 1
+                h.peer.send(flags="A", payload=_hole_payload(base, 1448), advance=False)
+                h.layer.flush(h.now)
+                o.append([seg for _, _, seg in h.host.out])
+                h.drain()
+            else:
+                _apply_ooo(h, conn, step, o)
+        assert fast_out == slow_out, f"step {i} {step}"
+        assert _ooo_state(fast_h, fast_conn) == _ooo_state(slow_h, slow_conn), f"step {i} {step}"
+        outs.append(fast_out)
+        if i == 0:
+            assert fast_conn.segs_fast == 9  # every segment extending the run
+            acks = fast_out[0]
+            assert len(acks) == (4 if sack and in_round else 10)
+            if sack:
+                blocks = [TcpHeader.parse(seg, fast_h.local, fast_h.peer.addr).sack_blocks for seg in acks]
+                assert blocks[-1] == ((base + 1448, base + 1448 * 11),)
+    assert outs[2][0] == _hole_payload(base, 1448) + b"".join(
+        _hole_payload(base + 1448 * (k + 1), 1448) for k in range(10))
+    assert fast_conn.tcb.rcv_nxt == (base + 1448 * 11) & 0xFFFFFFFF
