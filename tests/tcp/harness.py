@@ -72,6 +72,7 @@ class FakeHost:
         self.mtu = mtu
         self.out: list = []
         self.sink = None  # when set, segments go there instead of ``out``
+        self.pushes = 0  # tcp_push() calls (a SYN-ACK asks for one)
 
     def tcp_output(self, src, dst, segment, now) -> None:
         seg = (bytes(src), bytes(dst), bytes(segment))
@@ -85,6 +86,9 @@ class FakeHost:
 
     def tcp_output_options(self, src, dst, sport, dport, seq, ack, flags, window, options, now) -> bool:
         return False  # SYNs too are built by the engine (output.syn_segment) and come to tcp_output
+
+    def tcp_push(self) -> None:
+        self.pushes += 1  # segments reach ``out`` at once here anyway: only counted
 
     def route_mtu(self, dst) -> int:
         return self.mtu

@@ -226,3 +226,63 @@ def test_new_syn_reopens_time_wait():
     h2.peer.send(flags="S", seq=100000)  # clearly newer: a new connection
     h2.peer.expect(flags="SA", ack=100001)
     assert c2.state == State.CLOSED and lst2.half_open == 1
+
+
+# LAST-ACK's last segment: (flags, data, seq offset from RCV.NXT, ack offset from SND.MAX, TSval change)
+_LAST = {
+    "exact": ("A", b"", 0, 0, 1), "same TSval": ("A", b"", 0, 0, 0), "older TSval": ("A", b"", 0, 0, -3),
+    "no timestamp": ("A", b"", 0, 0, None), "PSH": ("PA", b"", 0, 0, 1), "data": ("PA", b"late", 0, 0, 1),
+    "FIN again": ("FA", b"", -1, 0, 1), "ACK of the data only": ("A", b"", 0, -1, 1),
+    "ACK beyond": ("A", b"", 0, 1, 1), "seq ahead": ("A", b"", 1, 0, 1), "RST": ("R", b"", 0, 0, 1),
+}
+
+
+def _last_ack(ts: bool, unacked: bytes, variant: str, general: bool, monkeypatch):
+    """A passive close to LAST-ACK (``unacked``: data we sent that the peer has not ACKed), then one
+    segment of ``variant``; through the general path alone when ``general``."""
+    from ustack.transport.tcp import connection
+
+    if general:
+        monkeypatch.setattr(connection, "_final_ack", lambda *a: False)
+    try:
+        h = Harness(delayed_ack=False, timestamps=True)
+        h.peer.use_ts = ts
+        lst, conn = h.open_passive()
+        if unacked:
+            conn.send(unacked, now=h.now)
+            h.peer.expect(flags="PA", payload=unacked)
+        h.peer.send(flags="FA")
+        h.peer.expect(flags="A")
+        conn.close(now=h.now)
+        fin = h.peer.expect(flags="FA")
+        assert conn.state == State.LAST_ACK
+        h.clock.set(h.now + 0.01)
+        flags, data, dseq, dack, dts = _LAST[variant]
+        tsopt = False
+        if ts and dts is not None:
+            tsopt = ((h.peer.ts_clock + dts) & 0xFFFFFFFF, fin.hdr.timestamps[0])
+        h.peer.send(flags=flags, seq=h.peer.snd_nxt + dseq, ack=fin.seq + 1 + dack, ts=tsopt, payload=data)
+        return h, conn
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("ts", [True, False])
+@pytest.mark.parametrize("unacked", [b"", b"tail"])
+@pytest.mark.parametrize("variant", sorted(_LAST))
+def test_the_last_ack_shortcut_leaves_what_the_general_path_does(ts, unacked, variant, monkeypatch):
+    """The final ACK in LAST-ACK (the form ``connection._final_ack`` takes, and each near miss it leaves
+    to the general path): the same segments out, state, TCB, counters and layer tables."""
+    a, conn_a = _last_ack(ts, unacked, variant, False, monkeypatch)
+    b, conn_b = _last_ack(ts, unacked, variant, True, monkeypatch)
+    assert a.host.out == b.host.out
+    assert dict(a.stats.counters) == dict(b.stats.counters)
+    assert conn_a.state == conn_b.state and set(a.layer.connections) == set(b.layer.connections)
+    for name in conn_a.tcb.__slots__:
+        assert getattr(conn_a.tcb, name) == getattr(conn_b.tcb, name), name
+    for name in ("segs_in", "_last_rcv", "_charged", "error"):
+        assert getattr(conn_a, name) == getattr(conn_b, name), name
+    assert conn_a.sender.bytes_acked == conn_b.sender.bytes_acked
+    assert a.timers.live == b.timers.live and a.layer.mem_used == b.layer.mem_used
+    if variant == "exact" and not unacked:
+        assert conn_a.state == State.CLOSED and not a.layer.connections

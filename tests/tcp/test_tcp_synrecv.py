@@ -193,3 +193,97 @@ def test_ipv6_record_and_handshake():
     h.peer.expect_nothing()
     conn = lst.accept()
     assert conn.state == State.ESTABLISHED and conn.tcb.ts_recent == 78 and conn.tcb.sack_ok
+
+
+# The handshake's ACK variants: (flags, data, seq offset from RCV.NXT, ack offset from SND.MAX, TSval change)
+_ACKS = {
+    "exact": ("A", b"", 0, 0, 1), "same TSval": ("A", b"", 0, 0, 0), "older TSval": ("A", b"", 0, 0, -5),
+    "no timestamp": ("A", b"", 0, 0, None), "PSH": ("PA", b"", 0, 0, 1), "data": ("PA", b"hi", 0, 0, 1),
+    "FIN": ("FA", b"", 0, 0, 1), "ACK of less": ("A", b"", 0, -1, 1), "ACK beyond": ("A", b"", 0, 1, 1),
+    "seq ahead": ("A", b"", 1, 0, 1), "seq behind": ("A", b"", -1, 0, 1), "RST": ("RA", b"", 0, 0, 1),
+}
+
+
+def _handshake(cfg: dict, syn: dict, variant: str, win: int, rtt: float, general: bool, monkeypatch):
+    """A SYN, its SYN-ACK, ``rtt`` later one handshake ACK of ``variant``; the general path alone when
+    ``general``. Returns the harness, the connection (or record) and the listener."""
+    from ustack.transport.tcp import synrecv
+
+    if general:
+        monkeypatch.setattr(synrecv, "_handshake_acked", lambda *a: False)
+    try:
+        h = Harness(**cfg)
+        h.clock.set(100.0)
+        lst, _ = _half_open(h, **syn)
+        synack = h.peer.expect(flags="SA")
+        h.clock.set(100.0 + rtt)
+        flags, data, dseq, dack, dts = _ACKS[variant]
+        ts = False
+        if syn["ts"] and synack.hdr.timestamps is not None and dts is not None:
+            ts = ((syn["ts"][0] + dts) & 0xFFFFFFFF, synack.hdr.timestamps[0])
+        h.peer.send(flags=flags, seq=syn["seq"] + 1 + dseq, ack=synack.seq + 1 + dack, ts=ts, win=win, payload=data)
+        return h, h.layer.connections.get(KEY), lst
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_handshake_ack_shortcut_leaves_what_the_general_path_does(seed, monkeypatch):
+    """Random options, configurations and ACKs (the exact form the shortcut takes and every near miss
+    it leaves to the general path): the same segments out, TCB, connection fields, timers, RTT
+    estimate, accept queue and counters as ``Connection.segment_arrives`` alone."""
+    rng = random.Random(seed)
+    seen = set()
+    for _ in range(40):
+        cfg = dict(window_scaling=rng.random() < 0.7, timestamps=rng.random() < 0.7, sack=rng.random() < 0.7,
+                   delayed_ack=rng.random() < 0.5)
+        syn = dict(mss=rng.choice((None, 1460)), wscale=rng.choice((None, 0, 7, 14)), sack_perm=rng.random() < 0.5,
+                   ts=rng.choice((False, (rng.getrandbits(32), 0))), win=rng.randrange(65536),
+                   seq=rng.getrandbits(32))
+        variant = rng.choice(sorted(_ACKS))
+        win, rtt = rng.randrange(65536), rng.choice((0.0, 0.0003, 0.05))
+        a, conn_a, lst_a = _handshake(cfg, syn, variant, win, rtt, False, monkeypatch)
+        b, conn_b, lst_b = _handshake(cfg, syn, variant, win, rtt, True, monkeypatch)
+        seen.add(variant)
+        assert a.host.out == b.host.out, variant
+        assert dict(a.stats.counters) == dict(b.stats.counters), variant
+        assert (lst_a.pending, lst_a.half_open) == (lst_b.pending, lst_b.half_open), variant
+        assert a.timers.live == b.timers.live, variant
+        assert type(conn_a) is type(conn_b), variant
+        if conn_a is None or type(conn_a) is SynReceived and conn_a.conn is None:
+            continue
+        for name in Tcb.__slots__:
+            assert getattr(conn_a.tcb, name) == getattr(conn_b.tcb, name), (variant, name)
+        for name in _CONN_FIELDS + ("segs_in", "segs_fast", "_keep_probes", "_charged"):
+            assert getattr(conn_a, name) == getattr(conn_b, name), (variant, name)
+        rtt_a, rtt_b = conn_a.sender.rtt, conn_b.sender.rtt
+        assert (rtt_a.srtt, rtt_a.rttvar, rtt_a.rto) == (rtt_b.srtt, rtt_b.rttvar, rtt_b.rto), variant
+        assert conn_a.sender.rtx_timer.deadline == conn_b.sender.rtx_timer.deadline, variant
+    assert "exact" in seen or seed != 0
+
+
+def test_the_handshake_ack_shortcut_takes_the_exact_ack_only(monkeypatch):
+    """The exact ACK is taken by the shortcut (its connection never runs the general path); with the
+    accept queue full it is left to the general path, which drops it (tcp.accept_queue_full)."""
+    from ustack.transport.tcp import synrecv
+
+    calls = []
+    real = Connection.segment_arrives
+    monkeypatch.setattr(Connection, "segment_arrives", lambda self, *a: (calls.append(a), real(self, *a))[1])
+    h = Harness(timestamps=True, syn_backlog=4)  # two records, one place in the accept queue
+    lst, _ = _half_open(h, backlog=1, ts=(77, 0))
+    synack = h.peer.expect(flags="SA")
+    h.peer.port, h.peer.snd_nxt = 5001, 3000  # a second SYN, from another port, before the first completes
+    h.peer.send(flags="S", ts=(90, 0))
+    synack2 = h.peer.expect(flags="SA")
+    h.peer.port = 5000
+    h.peer.send(flags="A", seq=1001, ack=synack.seq + 1, ts=(78, synack.hdr.timestamps[0]))
+    conn = h.layer.connections[KEY]
+    assert calls == [] and lst.pending == 1 and conn.state == State.ESTABLISHED and conn.tcb.ts_recent == 78
+    h.peer.expect_nothing()
+    rec = h.layer.connections[(LOCAL, 80, PEER, 5001)]
+    h.peer.port = 5001
+    h.peer.send(flags="A", seq=3001, ack=synack2.seq + 1, ts=(91, synack2.hdr.timestamps[0]))  # backlog 1: full
+    assert len(calls) == 1 and h.stats["drop.tcp.accept_queue_full"] == 1 and lst.pending == 1
+    assert rec.state == State.SYN_RECEIVED and synrecv._handshake_acked(rec.conn, calls[0][0], b"", h.now) is False
+    h.peer.expect_nothing()

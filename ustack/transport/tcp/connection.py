@@ -323,6 +323,8 @@ class Connection(UserCalls):
         st = self.tcb.state
         if st == SYN_SENT:
             self._syn_sent_arrives(seg, payload, now)
+        elif st == LAST_ACK and _final_ack(self, seg, payload):
+            pass  # our FIN is acknowledged: CLOSED (RFC 9293 3.10.7.4), the TCB deleted
         elif st != CLOSED:
             fast = self._fast
             if fast is not None and fast(self, seg, payload, now):
@@ -877,6 +879,38 @@ class Connection(UserCalls):
         if held != self._charged:
             self.layer.charge(held - self._charged)
             self._charged = held
+
+
+def _final_ack(conn: Connection, seg, payload) -> bool:
+    """LAST-ACK's last segment in its one common form, taken as the general path takes it; False
+    (nothing changed) for any other segment.
+
+    The form: ACK alone (no other flag, no data) at exactly RCV.NXT, acknowledging everything we sent
+    (SEG.ACK = SND.MAX, our FIN included), its TSval not older than TS.Recent when timestamps are on.
+    Every check of ``_synchronized_arrives`` passes for it and its only effect is the fifth step's in
+    LAST-ACK (``_process_ack``): "If our FIN is now acknowledged, delete the TCB, enter the CLOSED
+    state, and return" (RFC 9293 3.10.7.4). ``tests/tcp/test_tcp_close.py`` holds it to the general
+    path's result.
+    """
+    if seg.flags != ACK or payload:
+        return False
+    tcb = conn.tcb
+    ack = seg.ack
+    if seg.seq != tcb.rcv_nxt or ack != tcb.snd_max:
+        return False
+    sender = conn.sender
+    queued = len(sender.sndbuf)
+    if seq_diff(ack, tcb.snd_una) <= queued:
+        return False  # our FIN is not covered (not sent yet)
+    if tcb.ts_ok:
+        ts = seg.timestamps
+        if ts is None or seq_lt(ts[0], tcb.ts_recent):
+            return False
+    sender.bytes_acked += queued
+    tcb.snd_una = ack
+    tcb.fin_acked = True
+    conn.terminate()
+    return True
 
 
 def _unlinked(now: float) -> None:

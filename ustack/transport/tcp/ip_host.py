@@ -68,6 +68,10 @@ class TcpOverIp:
         ip = self.ip if len(dst) == 4 else self.ip6
         return ip is not None and ip.emit_tcp_options(src, dst, sport, dport, seq, ack, flags, window, options, now)
 
+    def tcp_push(self) -> None:
+        """Post what was written so far, now (one kick), not at the end of the poll round."""
+        self.ip.link.commit()
+
     def _layer(self, dst: bytes) -> IpLayer:
         ip = self.ip if len(dst) == 4 else self.ip6
         if ip is None:

@@ -134,6 +134,10 @@ class TcpHost(Protocol):
         into a TX slot and return True; or send nothing and return False, and the connection builds
         the segment (``output.syn_segment``) and calls ``tcp_output``."""
 
+    def tcp_push(self) -> None:
+        """Post the frames written so far at once (one kick) instead of at the end of the poll round:
+        a SYN-ACK is not held back by the rest of the round's burst."""
+
     def route_mtu(self, dst: bytes) -> int:
         """IP MTU toward ``dst`` (our MSS = MTU - 40, or - 60 over IPv6: ``wire.tcp.headers_len``)."""
 

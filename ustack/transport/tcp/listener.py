@@ -158,6 +158,9 @@ class Listener:
         self.layer.connections[rec.key] = rec  # outside the C flow table until built
         self._syn_queue.add(rec)
         rec.send_syn_ack(now)
+        # The SYN-ACK leaves now, not after the rest of the round's burst: the peer's connect()
+        # waits for it (another flow's ACK or FIN behind it in the burst would add its cost).
+        self.layer.host.tcp_push()
 
     # -- SYN cookies -------------------------------------------------------
 

@@ -32,8 +32,8 @@ from ustack.transport.tcp.connection import Connection, window_shift_for
 from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import syn_options, syn_segment
 from ustack.transport.tcp.rtt import ts_clock
-from ustack.transport.tcp.seq import seq_add
-from ustack.transport.tcp.tcb import SYN_RECEIVED
+from ustack.transport.tcp.seq import seq_add, seq_ge, seq_le, seq_lt
+from ustack.transport.tcp.tcb import CLOSED, SYN_RECEIVED, TIME_WAIT
 from ustack.wire.tcp import ACK, SYN, headers_len
 
 
@@ -135,8 +135,11 @@ class SynReceived:
         return conn
 
     def segment_arrives(self, seg, payload, now: float) -> None:
-        """A segment for this 4-tuple: the connection takes it as it would have in SYN-RECEIVED."""
-        self.build().segment_arrives(seg, payload, now)
+        """A segment for this 4-tuple: the connection takes it as it would have in SYN-RECEIVED (the
+        handshake's own ACK through ``_handshake_acked``, every other segment through the general path)."""
+        conn = self.build()
+        if not _handshake_acked(conn, seg, payload, now):
+            conn.segment_arrives(seg, payload, now)
 
     def _on_rtx_timer(self, now: float) -> None:
         """The SYN-ACK timed out: the connection's retransmission timeout handles it (backoff, SYN-ACK
@@ -153,3 +156,57 @@ class SynReceived:
         if name in SynReceived.__slots__ or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.build(), name)
+
+
+def _handshake_acked(conn, seg, payload, now: float) -> bool:
+    """The handshake's third segment in its one common form, taken as ``Connection.segment_arrives``
+    takes it in SYN-RECEIVED; False (nothing changed) for any other segment, which the general path gets.
+
+    The form: ACK alone (no other flag, no data) at exactly RCV.NXT, acknowledging exactly our SYN
+    (SND.UNA < SEG.ACK = SND.MAX), its TSval not older than TS.Recent when timestamps are on (RFC 7323
+    5.3), and room in the listener's accept queue. For it the general path's checks all pass (RFC
+    9293 3.10.7.4: acceptable at RCV.NXT with no text, no RST, no SYN, an acceptable ACK in
+    SYN-RECEIVED; RFC 5961 asks nothing more of it), so only their effects are left: the send window
+    from the ACK, the handshake's RTT sample, ESTABLISHED (the listener's accept queue), TS.Recent
+    (RFC 7323 4.3), whatever the application's callbacks queued meanwhile, the memory charge and
+    the connection's event. ``tests/tcp/test_tcp_synrecv.py`` holds it to the general path's result.
+    """
+    if seg.flags != ACK or payload:
+        return False
+    tcb = conn.tcb
+    seq = seg.seq
+    ack = seg.ack
+    if tcb.state != SYN_RECEIVED or seq != tcb.rcv_nxt or ack != tcb.snd_max or ack == tcb.snd_una:
+        return False
+    ts = seg.timestamps
+    if tcb.ts_ok and (ts is None or seq_lt(ts[0], tcb.ts_recent)):
+        return False
+    listener = conn.listener
+    if listener is not None and not listener.has_room():
+        return False
+    # Connection.segment_arrives' bookkeeping for every segment
+    conn.segs_in += 1
+    conn._last_rcv = now
+    conn._keep_probes = 0
+    sender = conn.sender
+    sender.probes_out = 0
+    # _synchronized_arrives, fifth step in SYN-RECEIVED
+    tcb.snd_una = ack
+    tcb.snd_wnd = seg.window << tcb.snd_wscale
+    tcb.max_snd_wnd = max(tcb.max_snd_wnd, tcb.snd_wnd)
+    tcb.snd_wl1 = seq
+    tcb.snd_wl2 = ack
+    conn._handshake_rtt(seg, now)
+    conn._become_established(now)
+    if tcb.ts_ok and ts is not None and seq_le(seq, tcb.last_ack_sent) and seq_ge(ts[0], tcb.ts_recent):
+        tcb.ts_recent = ts[0]
+        tcb.ts_recent_age = now
+    if tcb.state != CLOSED:
+        sender.output(now)
+        if conn.receiver.ack_now:
+            conn.out.send_ack(now)
+    if tcb.state == TIME_WAIT:  # (not from ESTABLISHED without a FIN; as segment_arrives, to be exact)
+        conn.layer.enter_time_wait(conn, conn.receiver.select_window(), now)
+    conn._recharge()
+    conn._notify()
+    return True
