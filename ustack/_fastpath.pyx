@@ -19,6 +19,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_tx.pxi: the transmit side: full-sized segments of new data from the send ring (TxPath)
 - _fp_rxq.pxi: the receive buffer's in-order chunks (ChunkQueue: views into held RX frames)
 - _fp_sndq.pxi: the send buffer's ring (SendRing: views for the segment writer, reservations)
+- _fp_echo.pxi: ICMP echo replies in C for sources the Python path answered (EchoResponder)
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -38,3 +39,4 @@ include "_fp_tcp.pxi"
 include "_fp_tmpl.pxi"
 include "_fp_ack.pxi"
 include "_fp_tx.pxi"
+include "_fp_echo.pxi"

@@ -442,6 +442,7 @@ cdef class FlowTable:
     cdef TcbLayout layout
     cdef EstablishedPath established
     cdef Py_ssize_t _burst_segs  # tcp.in_segs of the burst being delivered (-1: outside deliver_burst)
+    cdef public object echo      # an EchoResponder (_fp_echo.pxi) answering ICMP echo requests in C, or None
 
     def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
@@ -607,6 +608,9 @@ cdef class FlowTable:
                             continue
                     elif p.kind == CK_TCP6 and ours is not None:
                         if p.dst in ours and p.src not in ours and self._take(p, frame, now):
+                            continue
+                    elif p.kind == CK_ICMP and self.echo is not None:
+                        if self.echo.answer_frame(p, frame, now):
                             continue
                 deliver(frame, rec, now)
             except Exception as e:  # the barrier: one frame's bug never stops the burst

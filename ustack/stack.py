@@ -165,6 +165,8 @@ class Stack:
         # With the fast path the poll loop runs in C (FlowTable.deliver_burst): established flows' segments
         # go straight to their connections, every other frame to _deliver, in order.
         self._tcp_burst = self.tcp.flows.deliver_burst if self.tcp.fastpath else None
+        if self.tcp.fastpath:  # echo requests from a source answered before: in that same C loop (_fp_echo.pxi)
+            icmp.fast_echo = self.tcp.flows.echo = _fastpath.EchoResponder(self.link, stats.counters)
         self.protocols.register(PROTO_UDP, self.udp)
         self.protocols.register(PROTO_TCP, self._tcp_host)
         ip.redeliver = self._deliver

@@ -20,6 +20,9 @@
 - Incoming destination-unreachable / time-exceeded messages are matched to
   the transport named by the quoted header's protocol (``ProtocolTable``),
   which surfaces them on the endpoint.
+- With the fast path, once a source's echo request was answered here, its
+  next ones are answered in C (``_fastpath.EchoResponder``) from a cached
+  template of the same reply while its ARP entry stays fresh.
 - ``ping()`` sends an echo request; replies are delivered to the callback
   registered for their identifier.
 """
@@ -53,6 +56,9 @@ class IcmpLayer(IcmpBase):
                          max_buckets=max_buckets, global_rate=global_rate, global_burst=global_burst)
         self.iface = iface
         self.answer_broadcast_echo = answer_broadcast_echo
+        # the fast path's EchoResponder (_fastpath, the stack sets it): after a reply sent from here, the
+        # template of that source's replies goes to it, and its next requests are answered in C
+        self.fast_echo = None
 
     def _encode(self, msg: IcmpMessage, src: bytes, dst: bytes) -> bytearray:
         buf = bytearray(msg.length)
@@ -108,6 +114,10 @@ class IcmpLayer(IcmpBase):
             stats.drop("icmp.echo_no_route")
             return
         stats.inc("icmp.echo_replies_sent")
+        if self.fast_echo is not None and owned:
+            template = self.ip.echo_template(ours, pkt.src, now)
+            if template is not None:
+                self.fast_echo.learn(template)
 
     def _error_in(self, msg: IcmpMessage, now: float) -> None:
         quoted = msg.payload

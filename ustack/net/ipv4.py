@@ -42,7 +42,7 @@ from ustack.net.reassembly import Reassembler
 from ustack.net.route import Interface
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
-from ustack.wire.proto import PROTO_TCP, PROTO_UDP
+from ustack.wire.proto import PROTO_ICMP, PROTO_TCP, PROTO_UDP
 
 DEFAULT_TTL = 64
 HEADER_LEN = 20
@@ -231,6 +231,20 @@ class Ipv4Layer:
         return _fastpath.TcpTemplate(self.template(entry[0], src, dst, PROTO_TCP, self.ttl), self.gen, entry[1],
                                      self.iface.mtu, idents.counters, idents.bucket(src, dst, PROTO_TCP), self.link,
                                      self.stats.counters)
+
+    def echo_template(self, src: bytes, dst: bytes, now: float):
+        """The cached frame of an ICMP echo reply from ``src`` to ``dst`` (``_fastpath.EchoTemplate``: what
+        ``output`` writes for it), or None when the next hop is not fresh in the ARP cache or unroutable."""
+        try:
+            hop = self.iface.next_hop(dst)
+        except OSError:
+            return None
+        entry = self.arp.cache.get(hop)
+        if entry is None or not entry[1] > now or self.iface.is_broadcast(dst):
+            return None
+        idents = self.idents
+        return _fastpath.EchoTemplate(self.template(entry[0], src, dst, PROTO_ICMP, self.ttl), self.gen, entry[1],
+                                      self.iface.mtu, idents.counters, idents.bucket(src, dst, PROTO_ICMP))
 
     def invalidate(self) -> None:
         """Something a frame template copies changed (TTL, interface, route): rebuild them all."""
