@@ -45,9 +45,11 @@ cdef int _grant_quickacks(object delack, Py_ssize_t *do, int64_t rcv_wnd, int64_
 
 
 cdef int _ack_bulk(object receiver, Py_ssize_t *ro) except -1:
-    """``Receiver.ack_bulk``: the ACK now, or once at the end of the poll round the layer is delivering."""
+    """``Receiver.ack_bulk``: the ACK now, or once at the end of the poll round the layer is delivering
+    while it covers fewer than ``coalesce`` bytes."""
+    cdef int64_t limit = _iget(receiver, ro[R_COALESCE])
     layer = _fget(receiver, ro[R_BUDGET])
-    if _bget(receiver, ro[R_COALESCE]) and layer is not None and layer.in_round:
+    if limit and layer is not None and layer.in_round and _iget(receiver, ro[R_UNACKED]) < limit:
         if not _bget(receiver, ro[R_ACK_ROUND]):
             _fset(receiver, ro[R_ACK_ROUND], True)
             layer.ack_at_round_end(receiver._owner)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 
 from tests.stack.netsim import Net
-from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.config import ROUND_ACK_BYTES, TcpConfig
 
 PORT = 5002
 SEGMENT = 1448
 
 
-def _transfer(fastpath: bool, **tcp):
+def _transfer(fastpath: bool, size: int = 300 * 1024, chunk: int = 60000, **tcp):
     net = Net(seed=7, a_kw={"isn_secret": b"a" * 16, "fastpath": fastpath},
               b_kw={"isn_secret": b"b" * 16, "fastpath": fastpath, "tcp_config": TcpConfig(**tcp)})
     frames = []
@@ -48,12 +48,12 @@ def _transfer(fastpath: bool, **tcp):
         assert net.run(lambda: client.tcb.state.name == "ESTABLISHED", 5)
         server = lst.accept()
         got = bytearray()
-        server.on_event = lambda conn: got.extend(conn.recv(1 << 20, net.clock.now))  # read inside the round
-        data = bytes(range(256)) * 1200
+        server.on_event = lambda conn: got.extend(conn.recv(1 << 22, net.clock.now))  # read inside the round
+        data = (bytes(range(256)) * (size // 256 + 1))[:size]
         sent = 0
         while len(got) < len(data):
             if sent < len(data):
-                sent += client.send(data[sent:sent + 60000], net.clock.now)
+                sent += client.send(data[sent:sent + chunk], net.clock.now)
             assert net.run(lambda: False, 0.002) is False
         assert bytes(got) == data
         return frames, rounds, server.segs_fast
@@ -82,3 +82,18 @@ def test_without_ack_coalescing_every_second_segment_is_acked(fastpath):
     assert (segs_fast > 150) == fastpath
     bulk = [(rx, tx) for rx, tx in rounds if rx >= 4]
     assert len(bulk) > 3 and all(tx >= rx // 2 for rx, tx in bulk), bulk
+
+
+@pytest.mark.parametrize("fastpath", [True, False])
+def test_a_round_ack_covers_at_most_round_ack_bytes(fastpath):
+    """A round of more than 64 KiB of in-order data is ACKed at once each time the unacknowledged
+    bytes reach ``ROUND_ACK_BYTES`` (as a GRO receiver ACKs each aggregate), and once more at the
+    round's end: no stretch ACK of a whole 64-frame burst."""
+    frames, rounds, _ = _transfer(fastpath, size=3_000_000, chunk=1 << 20)
+    big = [(rx, tx) for rx, tx in rounds if rx * SEGMENT > ROUND_ACK_BYTES + 2 * SEGMENT]
+    assert big, max(rx for rx, _ in rounds)  # the window opened far enough for such rounds
+    assert all(tx >= 2 for _, tx in big), big
+    acks = [int.from_bytes(f[14 + 20 + 8:14 + 20 + 12], "big") for name, f in frames
+            if name == "b" and len(f) >= 14 + 20 + 20 and f[12:14] == b"\x08\x00" and f[14 + 9] == 6]
+    steps = [(b - a) % (1 << 32) for a, b in zip(acks, acks[1:])]
+    assert max(steps) < ROUND_ACK_BYTES + SEGMENT, max(steps)

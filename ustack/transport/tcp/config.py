@@ -17,6 +17,12 @@ from ustack.transport.tcp.congestion import ALGORITHMS
 # beyond what it holds (Linux's tcp_rmem[0] / tcp_wmem[0]), so every connection keeps moving.
 PRESSURE_MIN = 4096
 
+# One poll round's coalesced in-order ACK (Receiver.ack_bulk) covers at most this many bytes: past it the
+# ACK goes at once. A GRO receiver ACKs each aggregate, at most 64 KiB; a 256-frame AF_XDP round of
+# full segments would otherwise be one ACK per 370 KB, a stretch ACK of 256 segments (RFC 5681 4.2,
+# RFC 2525 2.13) that starves the sender's ACK clock.
+ROUND_ACK_BYTES = 65536
+
 # Loss recovery with SACK (transport/tcp/rack.py, recovery.py); without SACK it is always NewReno.
 LOSS_RECOVERIES = ("rack", "rfc6675", "newreno")
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from ustack.timers import UNARMED
-from ustack.transport.tcp.config import PRESSURE_MIN
+from ustack.transport.tcp.config import PRESSURE_MIN, ROUND_ACK_BYTES
 from ustack.transport.tcp.delack import DelayedAck
 from ustack.transport.tcp.rcvspace import ReceiveSpace
 from ustack.transport.tcp.recvbuf import ReceiveBuffer
@@ -91,7 +91,8 @@ class Receiver:
         # DelayedAck is what configure() would leave (config.validate: delack_timeout <= delack_max).
         self.delack = DelayedAck(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
-        self.coalesce = config.ack_coalescing  # ack_bulk may wait for the round's end
+        # ack_bulk may wait for the round's end, for at most this many bytes (0: ack_coalescing off)
+        self.coalesce = ROUND_ACK_BYTES if config.ack_coalescing else 0
         # receive-buffer auto-tuning (rcvspace.py): limit 0 when off
         self.space = ReceiveSpace(config.rcvbuf_ceiling if config.rcvbuf_auto else 0)
 
@@ -108,7 +109,7 @@ class Receiver:
         self.rcvbuf.max_runs = config.max_ooo_runs
         self.delack.configure(config.delayed_ack, config.delack_timeout, config.delack_max, config.max_quickacks)
         self.recv_high = config.recv_high_water if config.recv_high_water is not None else config.rcvbuf // 2
-        self.coalesce = config.ack_coalescing
+        self.coalesce = ROUND_ACK_BYTES if config.ack_coalescing else 0
 
     # -- text ------------------------------------------------------------
 
@@ -204,9 +205,10 @@ class Receiver:
     def ack_bulk(self) -> None:
         """The in-order policy owes an ACK (every second segment, quick-ACK mode): now, or, during a
         poll round's delivery (``budget.in_round``), once at the round's end (``ack_round``) unless the
-        connection's ``ack_coalescing`` is off."""
+        connection's ``ack_coalescing`` is off or the ACK would cover ``coalesce`` bytes or more
+        (config.ROUND_ACK_BYTES: no stretch ACK beyond what a GRO receiver sends)."""
         budget = self.budget
-        if self.coalesce and budget is not None and budget.in_round:
+        if self.coalesce and budget is not None and budget.in_round and self.unacked < self.coalesce:
             self._ack_at_round_end(budget)
         else:
             self.ack_now = True
