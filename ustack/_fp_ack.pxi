@@ -137,12 +137,13 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
                    object now) except -1:
     """``Output.send_ack(now)``: <SEQ=SND.MAX><ACK=RCV.NXT><CTL=ACK>, window and timestamps as ``Output.emit``."""
     cdef int64_t field
+    cdef bint sack
     rcvbuf = _fget(receiver, ro[R_RCVBUF])
     layer = _fget(receiver, ro[R_BUDGET])
-    if ((_bget(tcb, off[T_SACK_OK]) and (rcvbuf.ooo_bytes or receiver.dsack is not None))
-            or (layer is not None and layer.under_pressure)):
-        conn.out.send_ack(now)  # SACK or D-SACK blocks (RFC 2883) or a trimmed window: the Python way
+    if layer is not None and layer.under_pressure:
+        conn.out.send_ack(now)  # a trimmed window: the Python way
         return 0
+    sack = _bget(tcb, off[T_SACK_OK]) and (rcvbuf.ooo_bytes or receiver.dsack is not None)
     out = conn.out
     field = _select_window(tcb, off, receiver, ro)  # (_fp_tx.pxi)
     if _bget(tcb, off[T_TS_OK]):
@@ -154,6 +155,11 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
     ack = _fget(tcb, off[T_RCV_NXT])
     fwin = PyLong_FromLongLong(field)
     fast = out.fast
+    if sack and _send_sack(out, fast, receiver, seq, ack, fwin, ts, now):
+        _fset(tcb, off[T_LAST_ACK_SENT], ack)
+        receiver.dsack = None
+        _ack_sent(receiver, ro, do, now, False)
+        return 0
     if type(fast) is FlowEmitter:  # the flow's cached template, called without a Python frame
         sent = (<FlowEmitter>fast).send(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq, ack,
                                         TH_ACK, fwin, ts, _EMPTY, now)
@@ -166,4 +172,38 @@ cdef int _send_ack(object conn, object tcb, Py_ssize_t *off, object receiver, Py
     out.stats.counters["tcp.out_segs"] += 1
     _fset(tcb, off[T_LAST_ACK_SENT], ack)
     _ack_sent(receiver, ro, do, now, False)  # Receiver.ack_sent(now, False) (_fp_tx.pxi)
+    return 0
+
+
+cdef bint _send_sack(object out, object fast, object receiver, object seq, object ack, object fwin, object ts,
+                     object now) except -1:
+    """``Output.emit``'s SACK part for a pure ACK (RFC 2018 4, RFC 2883): first the ACKs for out-of-order runs
+    changed since the last ACK beyond what one reports (``Receiver.sack_backlog``), then the ACK with the
+    latest blocks (``Receiver.sack_blocks``), each from the flow's template (``FlowEmitter.send_sack``) or
+    built by ``Output.write``. False when there are no blocks after all (the caller sends the plain ACK)."""
+    cdef int limit = 3 if ts is not None else 4
+    counters = out.stats.counters
+    while True:
+        older = receiver.sack_backlog(limit)
+        if not older:
+            break
+        _emit_blocks(out, fast, seq, ack, fwin, ts, older, now)
+        out.segs_out += 1
+        counters["tcp.out_segs"] += 1
+        counters["tcp.sack_extra_acks"] += 1
+    blocks = receiver.sack_blocks(limit)
+    if not blocks:
+        return False
+    _emit_blocks(out, fast, seq, ack, fwin, ts, blocks, now)
+    out.segs_out += 1
+    counters["tcp.out_segs"] += 1
+    return True
+
+
+cdef int _emit_blocks(object out, object fast, object seq, object ack, object fwin, object ts, tuple blocks,
+                      object now) except -1:
+    """A pure ACK with SACK ``blocks``: from the template when the flow has one, else ``Output.write``."""
+    if type(fast) is not FlowEmitter or not (<FlowEmitter>fast).send_sack(
+            out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq, ack, TH_ACK, fwin, ts, blocks, now):
+        out.write(seq, ack, TH_ACK, fwin, ts, blocks, now)
     return 0

@@ -35,6 +35,7 @@
 from cpython.buffer cimport PyBUF_WRITABLE
 from cpython.float cimport PyFloat_AsDouble
 from cpython.list cimport PyList_GET_SIZE
+from cpython.long cimport PyLong_AsUnsignedLong
 
 
 cdef class Generation:
@@ -101,8 +102,10 @@ cdef class TcpTemplate:
 
     cdef int emit_ptr(self, uint16_t sport, uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags,
                       uint16_t window, bint has_ts, uint32_t tsv, uint32_t tsecr, const uint8_t *payload,
-                      Py_ssize_t plen) except -1:
-        """``emit`` with the payload as ``plen`` bytes at ``payload`` (the send ring's, for _fp_tx.pxi)."""
+                      Py_ssize_t plen, Py_ssize_t olen=0) except -1:
+        """``emit`` with the payload as ``plen`` bytes at ``payload`` (the send ring's, for _fp_tx.pxi).
+        ``olen``: the first ``olen`` bytes of it are TCP options after the timestamps (a multiple of 4,
+        ``emit_sack``), counted in the header's data offset."""
         cdef Py_ssize_t hl = 32 if has_ts else 20
         cdef Py_ssize_t used, n
         cdef Py_ssize_t lh = 40 if self.v6 else 20   # the IP header
@@ -134,6 +137,8 @@ cdef class TcpTemplate:
             else:
                 n = _tcp4_write(<uint8_t *>sb.buf, <const uint8_t *><const char *>self.header, ident, sport,
                                 dport, seq, ack, flags, window, has_ts, tsv, tsecr, payload, plen)
+            if olen:
+                _tcp_options_fixup(<uint8_t *>sb.buf, self.v6, hl, olen, plen)
         finally:
             PyBuffer_Release(&sb)
         # Link.sent(n)
@@ -144,6 +149,41 @@ cdef class TcpTemplate:
             link.sent(n)
         self.counters[self.sent_key] += 1
         return 1
+
+
+    cdef int emit_sack(self, uint16_t sport, uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags,
+                       uint16_t window, bint has_ts, uint32_t tsv, uint32_t tsecr, tuple blocks) except -1:
+        """A segment without data carrying SACK blocks ``((left, right), ...)`` (RFC 2018 3), its options as
+        ``TcpHeader.options_bytes`` writes them (NOP NOP timestamps, then NOP NOP SACK): 1, or 0 as ``emit``
+        (nothing sent; more blocks than fit is 0 too)."""
+        cdef uint8_t opts[36]
+        cdef Py_ssize_t n = len(blocks), k
+        if n < 1 or n > (3 if has_ts else 4):
+            return 0
+        opts[0] = 1
+        opts[1] = 1
+        opts[2] = 5
+        opts[3] = <uint8_t>(2 + 8 * n)
+        for k in range(n):
+            left, right = blocks[k]
+            _put32(opts + 4 + 8 * k, <uint32_t>PyLong_AsUnsignedLong(left))
+            _put32(opts + 8 + 8 * k, <uint32_t>PyLong_AsUnsignedLong(right))
+        return self.emit_ptr(sport, dport, seq, ack, flags, window, has_ts, tsv, tsecr, opts, 4 + 8 * n, 4 + 8 * n)
+
+
+cdef inline void _tcp_options_fixup(uint8_t *frame, bint v6, Py_ssize_t hl, Py_ssize_t olen,
+                                    Py_ssize_t plen) noexcept:
+    """A frame ``_tcp4_write``/``_tcp6_write`` wrote with options as the first ``olen`` bytes of its payload:
+    the data offset covers them, the TCP checksum again over the same bytes."""
+    cdef uint8_t *t = frame + (54 if v6 else 34)
+    t[12] = <uint8_t>(((hl + olen) // 4) << 4)
+    t[16] = 0
+    t[17] = 0
+    if v6:
+        _put16(t + 16, c_checksum(t, hl + plen, _pseudo6(frame + 14, 6, <uint32_t>(hl + plen))))
+    else:
+        _put16(t + 16, c_checksum(t, hl + plen, c_pseudo_sum(_be32(frame + 26), _be32(frame + 30), 6,
+                                                             <uint32_t>(hl + plen))))
 
 
 cdef class FlowEmitter:
@@ -162,16 +202,27 @@ cdef class FlowEmitter:
     def __call__(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now):
         return self.send(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) == 1
 
-    cdef int send(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) except -1:
-        """1 when written from the template, 0 when it declined; without one (an unresolved or unconfirmed
-        neighbour, no route, a host without templates for the family), what the host's own emitter did."""
+    def sack(self, src, dst, sport, dport, seq, ack, flags, window, ts, tuple blocks, now):
+        """``send_sack`` for Python (``Output.emit``): True when written from the template."""
+        return self.send_sack(src, dst, sport, dport, seq, ack, flags, window, ts, blocks, now) == 1
+
+    cdef int send_sack(self, src, dst, sport, dport, seq, ack, flags, window, ts, tuple blocks, now) except -1:
+        """A segment without data with SACK blocks from the template (``TcpTemplate.emit_sack``): 1, or 0 when
+        there is none or it declined (the caller builds the segment: ``Output.write``)."""
+        cdef TcpTemplate t = self._fresh(src, dst, sport, dport, now)
+        if t is None:
+            return 0
+        if ts is None:
+            return t.emit_sack(sport, dport, seq, ack, flags, window, False, 0, 0, blocks)
+        return t.emit_sack(sport, dport, seq, ack, flags, window, True, ts[0], ts[1], blocks)
+
+    cdef TcpTemplate _fresh(self, src, dst, sport, dport, now):
+        """The flow's template, rebuilt when stale (``send``'s first half), or None."""
         cdef TcpTemplate t = self.template
         cdef double when = PyFloat_AsDouble(now)
         if t is None or not t.fresh(when):
             t = None
             if self.refused is None or self.refused.value != self.refused_at:
-                # The host's answer: a template, or the Generation under which it has none to give (the
-                # neighbour not confirmed: only an ARP/NDP update, which bumps it, changes that), or None.
                 got = self.host.tcp_template(src, dst, sport, dport, now)
                 self.refused = None
                 if type(got) is Generation:
@@ -182,6 +233,14 @@ cdef class FlowEmitter:
                     t = <TcpTemplate?>got
                     self.builds += 1
             self.template = t
+        return t
+
+    cdef int send(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) except -1:
+        """1 when written from the template, 0 when it declined; without one (an unresolved or unconfirmed
+        neighbour, no route, a host without templates for the family), what the host's own emitter did."""
+        # The host's answer when stale: a template, or the Generation under which it has none to give (the
+        # neighbour not confirmed: only an ARP/NDP update, which bumps it, changes that), or None.
+        cdef TcpTemplate t = self._fresh(src, dst, sport, dport, now)
         if t is not None:  # (declined: too big for the MTU or the ring full, as Ipv4Layer.emit_tcp declines)
             if ts is None:
                 return t.emit(sport, dport, seq, ack, flags, window, False, 0, 0, payload)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.tcp.harness import Harness
-from tests.tcp.test_tcp_fastpath_diff import _in_lockstep, _step
+from tests.tcp.test_tcp_fastpath_diff import _apply_ooo, _in_lockstep, _ooo_state, _ooo_step, _step
 from tests.tcp.test_tcp_fastpath_diff import _open as _open_conn
 from ustack import _fastpath
 
@@ -111,3 +111,37 @@ def test_a_bulk_transfer_writes_its_acks_from_the_template():
     assert fast_out == slow_out and len(fast_out) >= 18
     assert counters["ipv6.packets_sent"] == len(fast_out)  # every ACK written from the template
     assert conn.out.fast.builds == 1
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.booleans(), st.booleans(), st.sampled_from([4, 6]), st.lists(_ooo_step, min_size=2, max_size=30))
+def test_sack_acks_from_templates_and_the_python_writer_agree(ts, wscale, family, steps):
+    """Holes, the segments above them (in C) and their ACKs with SACK and D-SACK blocks, written from the
+    template (``TcpTemplate.emit_sack``): byte-identical to the Python writer's, checksums included."""
+    fast_h, fast_conn, _ = _open(True, ts, wscale, True, "cubic", family)
+    slow_h, slow_conn, _ = _open(False, ts, wscale, True, "cubic", family)
+    _in_lockstep((fast_h, fast_conn), (slow_h, slow_conn), steps, _apply_ooo, _ooo_state)
+
+
+def test_acks_with_sack_blocks_are_written_from_the_template():
+    """Two holes with segments above each (three runs, then a D-SACK for a repeat): every ACK, SACK and
+    D-SACK blocks included, comes from the template, and the bytes are the Python writer's."""
+    steps = [("hole", 6, 1448, 1448, True, "keep"), ("hole", 0, 1448, 1448, False, "keep"),
+             ("seg", 1448 * 8, 1448, "A", 0, 65535, "now"), ("seg", 1448 * 9, 1448, "A", 0, 65535, "now"),
+             ("seg", 1448 * 9, 1448, "A", 0, 65535, "now"), ("hole", 0, 1448, 1448, False, "fill")]
+    for family in (4, 6):
+        outs = []
+        for fast in (True, False):
+            h, conn, counters = _open(fast, True, True, True, "cubic", family)
+            emitted = []
+            for step in steps:
+                o = []
+                _apply_ooo(h, conn, step, o)
+                emitted += o
+            outs.append((emitted, counters, _ooo_state(h, conn)))
+        (fast_out, counters, fast_state), (slow_out, _, slow_state) = outs
+        assert fast_out == slow_out and fast_state == slow_state
+        segs = [seg for batch in fast_out for seg in batch]
+        assert len(segs) >= 8
+        assert counters[f"ipv{family}.packets_sent"] == len(segs)  # all from the template
+        assert fast_state["stats"]["tcp.dsack_sent"] == 1

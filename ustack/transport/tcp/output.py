@@ -94,7 +94,7 @@ class Output:
     """The segment writer of one connection."""
 
     __slots__ = ("tcb", "receiver", "host", "stats", "fast", "local_addr", "local_port", "remote_addr",
-                 "remote_port", "segs_out")
+                 "remote_port", "segs_out", "fast_sack")
 
     def __init__(self, tcb: Tcb, receiver: Receiver, host, local: tuple, remote: tuple):
         self.tcb = tcb
@@ -104,6 +104,8 @@ class Output:
         # The flow's cached frame template (``FlowEmitter``) where the host offers one, else its emitter.
         emitter = getattr(host, "tcp_emitter", None)
         self.fast = emitter() if emitter is not None else host.tcp_output_segment
+        # A pure ACK with SACK blocks from the template too (``FlowEmitter.sack``), where the emitter has one.
+        self.fast_sack = getattr(self.fast, "sack", None)
         self.local_addr, self.local_port = local
         self.remote_addr, self.remote_port = remote
         self.segs_out = 0
@@ -118,20 +120,30 @@ class Output:
         if tcb.sack_ok and not payload:
             limit = 3 if ts else 4
             while older := rcv.sack_backlog(limit):  # more changed runs than one ACK reports (RFC 2018 4)
-                self.write(seq, ack, flags, window, ts, older, now)
+                self.write_sack(seq, ack, flags, window, ts, older, now)
                 self.segs_out += 1
                 self.stats.inc("tcp.out_segs")
                 self.stats.inc("tcp.sack_extra_acks")
             blocks = rcv.sack_blocks(limit)
         else:
             blocks = ()
-        if blocks or not self.fast(self.local_addr, self.remote_addr, self.local_port, self.remote_port, seq, ack,
-                                   flags, window, ts, payload, now):
+        if blocks:
+            self.write_sack(seq, ack, flags, window, ts, blocks, now)
+        elif not self.fast(self.local_addr, self.remote_addr, self.local_port, self.remote_port, seq, ack, flags,
+                           window, ts, payload, now):
             self.write(seq, ack, flags, window, ts, blocks, now, payload)
         self.segs_out += 1
         self.stats.inc("tcp.out_segs")
         tcb.last_ack_sent = ack
         rcv.ack_sent(now, bool(payload))
+
+    def write_sack(self, seq: int, ack: int, flags: int, window: int, ts, blocks: tuple, now: float) -> None:
+        """A segment without data carrying SACK ``blocks``: from the flow's template when it has one (the C
+        path's ``_emit_blocks`` does the same), else built here."""
+        fast_sack = self.fast_sack
+        if fast_sack is None or not fast_sack(self.local_addr, self.remote_addr, self.local_port, self.remote_port,
+                                              seq, ack, flags, window, ts, blocks, now):
+            self.write(seq, ack, flags, window, ts, blocks, now)
 
     def write(self, seq: int, ack: int, flags: int, window: int, ts, blocks: tuple, now: float, payload=b"") -> None:
         """Build an established segment here and hand it to the host (what the fast emitter declined).
