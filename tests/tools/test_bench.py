@@ -138,3 +138,22 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
 
     left = [n for n in netns.listnetns() if n.startswith((f"usbn{proc.pid}", f"usbr{proc.pid}"))]
     assert not left, left  # every namespace the run made is gone
+
+
+@pytest.mark.privileged
+def test_the_client_receive_work_is_steered_to_the_client_cpus():
+    """steer_peer_receive: RPS on every receive queue of the peer veth, the client's CPU mask; none: untouched."""
+    from ustack.tools.bench_runner import steer_peer_receive
+    from ustack.tools.netns import Topology
+
+    def masks(topo) -> set:
+        out = subprocess.run(["ip", "netns", "exec", topo.peer_ns, "sh", "-c",
+                              f"cat /sys/class/net/{topo.peer_ifname}/queues/rx-*/rps_cpus"],
+                             capture_output=True, text=True, check=True).stdout
+        return {int(m.replace(",", ""), 16) for m in out.split()}
+
+    with Topology.veth(tag="rps") as topo:
+        assert masks(topo) == {0}
+        assert steer_peer_receive(topo, None) is False and masks(topo) == {0}
+        assert steer_peer_receive(topo, {0}) is True and masks(topo) == {1}
+        assert steer_peer_receive(topo, {0, 1}) is True and masks(topo) == {3}
