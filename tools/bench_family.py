@@ -16,7 +16,7 @@ What it showed (README, "IPv6 beside IPv4"): ustack is the bottleneck of a push 
 there, into ustack's own ring) decide the rate. Under BBR the sender transmits from its own CPU in
 most IPv4 pushes and from ustack's in most IPv6 ones; under CUBIC neither family does and IPv6 /
 IPv4 is 1.0. With the client's receive work on the client's CPU (``--steer``: RPS on the peer veth,
-what ``ustack bench`` now sets up, as between two hosts) both families push at the same rate.
+``ustack bench --steer-client-rx``, as between two hosts) both families push at the same rate.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cc", default=None, help="the client's congestion control (TCP_CONGESTION), e.g. cubic")
     ap.add_argument("--rt", action="store_true", help="SCHED_FIFO for this process and the server")
     ap.add_argument("--steer", action="store_true",
-                    help="the client's receive work on its own CPU (RPS on the peer veth), as ustack bench does")
+                    help="the client's receive work on its own CPU (RPS on the peer veth), "
+                         "as ustack bench --steer-client-rx")
     args = ap.parse_args(argv)
     if args.rt:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # the server inherits it

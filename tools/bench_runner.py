@@ -72,8 +72,7 @@ class Placement:
         client, server = {cpus[0]}, {cpus[1]}
         return cls(client, server, f"server (ustack serve / kernel server / PyTCP; ring bench: this process) on CPU "
                                    f"{cpus[1]}, client (this process; ring bench: kernel sender/receiver) on CPU "
-                                   f"{cpus[0]}; kernel softirq work runs on the sending side's CPU, except the "
-                                   f"client's own receive work on veth, steered to the client's CPU (RPS)")
+                                   f"{cpus[0]}; kernel softirq work runs on the sending side's CPU")
 
     def spawn(self, popen, argv, cpus: Optional[set], **kw):
         """``popen(argv)`` pinned to ``cpus``: under taskset when there is one, else pinned right after the start."""
@@ -311,8 +310,8 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
     try:
         with Topology(topo_kind, tag="bn", ipv6=ipv6) as topo:
             widen_port_range(topo)
-            if topo_kind == "veth":
-                steer_peer_receive(topo, placement.client)
+            if topo_kind == "veth" and cfg.steer_client_rx and not steer_peer_receive(topo, placement.client):
+                log("    could not steer the client's receive work (RPS): left where it was")
             server = None
             try:
                 if kind == "kernel":

@@ -41,6 +41,8 @@ def test_quick_suite_and_overrides():
     cfg = bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--no-program", "--program-seconds", "2"]))
     assert (cfg.program, cfg.program_seconds) == (False, 2.0)
     assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--quick"])).program_seconds == 1.0
+    assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args([])).steer_client_rx is False
+    assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--steer-client-rx"])).steer_client_rx
 
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--rtt-count", "-3"], ["--bulk-seconds", "0"],
