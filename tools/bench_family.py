@@ -1,22 +1,27 @@
 """IPv4 against IPv6 bulk push into one dual-stack ``ustack serve`` (issue 13): alternated, medians.
 
-``python -m ustack.tools.bench_family [--backend packet] [--reps 10] [--bytes 10000000] [--cc bbr]
-[--rt] [--steer]`` builds the bench's veth topology (``bench_runner``: server and client pinned to their own
-CPUs), starts one server with both families, and pushes ``--bytes`` from a kernel socket in the
-peer namespace (``bench_clients.push``: the bench's own client, TCP_NODELAY, 64 KiB writes) to the
-discard service, IPv4 and IPv6 in turn, the order swapped every repetition. Per family: median MB/s
-and the client thread's CPU per push (its ``sendmsg`` work plus the kernel's softirq work that
-runs on its CPU). ``--cc`` sets the client socket's congestion control (TCP_CONGESTION; default:
-the namespace's, BBR on this kernel). ``--rt`` runs this process and the server SCHED_FIFO, so
-that other processes on a shared machine do not preempt them (what a quiet machine measures).
+``python -m ustack.tools.bench_family [--backend packet] [--reps 10] [--bytes 10000000] [--cc NAME]
+[--rt] [--steer] [--drop-in-stack-ns]`` builds the bench's veth topology (``bench_runner``: server
+and client pinned to their own CPUs), starts one server with both families, and pushes ``--bytes``
+from a kernel socket in the peer namespace (``bench_clients.push``: the bench's own client,
+TCP_NODELAY, 64 KiB writes) to the discard service, IPv4 and IPv6 in turn, the order swapped every
+repetition. Per family: median MB/s and the client thread's CPU per push (its ``sendmsg`` work plus
+the kernel's softirq work that runs on its CPU). ``--cc`` sets the client socket's congestion
+control (TCP_CONGESTION; default: the namespace's, BBR on this kernel). ``--rt`` runs this process
+and the server SCHED_FIFO, so that other processes on a shared machine do not preempt them (what a
+quiet machine measures).
 
 What it showed (README, "IPv6 beside IPv4"): ustack is the bottleneck of a push in both families
-(it polls busily all through), and the kernel sender's transmissions that run in ustack's TX kick
-(the kernel processes ustack's ACK in the softirq of ustack's ``sendto`` and sends more data from
-there, into ustack's own ring) decide the rate. Under BBR the sender transmits from its own CPU in
-most IPv4 pushes and from ustack's in most IPv6 ones; under CUBIC neither family does and IPv6 /
-IPv4 is 1.0. With the client's receive work on the client's CPU (``--steer``: RPS on the peer veth,
-``ustack bench --steer-client-rx``, as between two hosts) both families push at the same rate.
+(busy all through), and the rate depends on where the kernel sender transmits. On a veth pair the
+client kernel processes ustack's ACK in the softirq of ustack's own ``sendto``, on ustack's CPU; a
+sender that waits for ACKs (its send buffer full) then sends from there too, and that data reaches
+ustack's ring on the same CPU. A sender slower than ustack stays app-limited and sends from its own
+CPU. IPv6's client path is the cheaper one: on the packet backend the kernel of the server's
+namespace runs its IPv4 input (route lookup, ip_error) on every frame ustack receives, on the
+client's CPU, while its IPv6 is off; with that dropped at the veth's ingress
+(``--drop-in-stack-ns``) IPv4 falls to IPv6's rate. Under CUBIC both families send from ustack's CPU
+and IPv6 / IPv4 is 1.0; with the client's receive work on the client's CPU (``--steer``: RPS on the
+peer veth, ``ustack bench --steer-client-rx``, as between two hosts) both send from their own.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import argparse
 import os
 import socket
 import statistics
+import subprocess
 import time
 
 from ustack.tools.bench_clients import push, widen_port_range
@@ -56,7 +62,17 @@ def _with_cc(cc: str | None):
     return push_cc
 
 
-def run(backend: str, reps: int, nbytes: int, cc: str | None, steer: bool = False) -> dict:
+def drop_in_stack_namespace(topo) -> None:
+    """nftables netdev ingress drop on the stack's veth: the frames still reach ustack's packet socket (taps come
+    first) and AF_XDP (XDP comes first), but the kernel of the stack's namespace no longer runs its IPv4 input
+    (route lookup, ip_error) on each of them; its IPv6 is off there already (netns.Topology)."""
+    for rule in ("add table netdev ustack_bf",
+                 f'add chain netdev ustack_bf in {{ type filter hook ingress device "{topo.stack_ifname}" '
+                 "priority 0 ; policy drop ; }"):
+        subprocess.run(["ip", "netns", "exec", topo.stack_ns, "nft", rule], check=True, capture_output=True)
+
+
+def run(backend: str, reps: int, nbytes: int, cc: str | None, steer: bool = False, drop: bool = False) -> dict:
     placement = Placement.plan()
     placement.pin(0, placement.client)
     pusher = _with_cc(cc)
@@ -65,6 +81,8 @@ def run(backend: str, reps: int, nbytes: int, cc: str | None, steer: bool = Fals
         widen_port_range(topo)
         if steer and not steer_peer_receive(topo, placement.client):
             raise RuntimeError("could not set RPS on the peer veth")
+        if drop:
+            drop_in_stack_namespace(topo)
         server, mode = ustack_server(topo, backend, 1000, None)
         try:
             hosts = [("4", topo.stack_addr), ("6", topo.stack_addr6)]
@@ -88,12 +106,15 @@ def main(argv=None) -> int:
     ap.add_argument("--steer", action="store_true",
                     help="the client's receive work on its own CPU (RPS on the peer veth), "
                          "as ustack bench --steer-client-rx")
+    ap.add_argument("--drop-in-stack-ns", action="store_true",
+                    help="nftables drop at the stack veth's ingress: the server namespace's kernel skips its IP input")
     args = ap.parse_args(argv)
     if args.rt:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # the server inherits it
-    res = run(args.backend, args.reps, args.bytes, args.cc, args.steer)
+    res = run(args.backend, args.reps, args.bytes, args.cc, args.steer, args.drop_in_stack_ns)
     print(f"{args.backend} ({res['mode']}), {args.reps} x {args.bytes} B per family, client cc {args.cc or 'default'}"
-          f"{', client receive steered to its CPU' if args.steer else ''}")
+          f"{', client receive steered to its CPU' if args.steer else ''}"
+          f"{', IP input off in the stack namespace' if args.drop_in_stack_ns else ''}")
     med = {}
     for fam in "46":
         mbps = [m for m, _ in res["samples"][fam]]
