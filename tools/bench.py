@@ -125,6 +125,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
     p.add_argument("--no-loss", action="store_true",
                    help="skip the bulk-under-loss row (pipe at 1%% and 3%%, veth with nftables drops: bench_loss)")
+    p.add_argument("--steer-client-rx", action="store_true",
+                   help="RPS on the client's veth: its kernel receive work on the client's CPU as between two hosts "
+                        "(else it runs on the CPU that sent the frame: the server's for its ACKs and data)")
     p.add_argument("--loss", type=int, default=3, metavar="PERCENT",
                    help="TCP segments the kernel side drops each way in the loss row (default: %(default)s)")
     tune = p.add_argument_group("sizes (override the suite's)")
@@ -177,6 +180,8 @@ def cmd_bench(args) -> int:
         return 2
     cfg = BenchConfig.for_args(args)
     placement = Placement.plan()
+    if cfg.steer_client_rx and placement.client:
+        placement.text += "; the client's own receive work on veth steered to the client's CPU (RPS)"
     result = {
         "tool": "ustack bench", "format": 1,
         "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),

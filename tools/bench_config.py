@@ -71,6 +71,7 @@ class BenchConfig:
     connect_max: int = 20_000
     program: bool = True  # the unmodified-program rows (python -m http.server, ustack.tools.bench_program)
     program_seconds: float = 3.0  # of back-to-back HTTP requests per repetition
+    steer_client_rx: bool = False  # RPS on the client's veth (bench_runner.steer_peer_receive)
 
     def lat_count_for(self, size: int) -> int:
         """Round trips for one message size: fewer for the big ones (a 100 KB echo takes milliseconds)."""
@@ -94,4 +95,5 @@ class BenchConfig:
         cfg.rings = not args.no_rings
         cfg.latency = not getattr(args, "no_latency", False)
         cfg.program = not getattr(args, "no_program", False)
+        cfg.steer_client_rx = bool(getattr(args, "steer_client_rx", False))
         return cfg

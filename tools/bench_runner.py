@@ -21,6 +21,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -103,6 +104,28 @@ def _topology_class(placement: Placement):
             return placement.spawn(super().stack_popen, argv, placement.server, **kw)
 
     return PinnedTopology
+
+
+def steer_peer_receive(topo, cpus: Optional[set]) -> bool:
+    """RPS on the peer veth's receive queues: the client's kernel receive work on the client's CPUs.
+
+    On a veth pair the receiving end's softirq runs on the CPU that transmitted
+    the frame, so without this the client kernel's processing of the server's
+    ACKs -- and the data it then sends from there, delivered on the same CPU
+    into a user-space server's ring -- runs inside the server's TX kick, on the
+    server's CPU (issue 13: IPv6 push 0.6-0.8x of IPv4 under BBR, bimodal IPv4).
+    Between two hosts the client's NIC interrupts run on the client. True when set.
+    """
+    if not cpus:
+        return False
+    mask = format(sum(1 << c for c in cpus), "x")
+    script = f"for q in /sys/class/net/{topo.peer_ifname}/queues/rx-*/rps_cpus; do echo {mask} > $q; done"
+    try:  # sysfs shows a namespace's devices only when mounted inside it: ip netns exec does that
+        done = subprocess.run(["ip", "netns", "exec", topo.peer_ns, "sh", "-c", script], capture_output=True,
+                              timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def median_or_none(values):
@@ -287,6 +310,8 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
     try:
         with Topology(topo_kind, tag="bn", ipv6=ipv6) as topo:
             widen_port_range(topo)
+            if topo_kind == "veth" and cfg.steer_client_rx and not steer_peer_receive(topo, placement.client):
+                log("    could not steer the client's receive work (RPS): left where it was")
             server = None
             try:
                 if kind == "kernel":

@@ -381,7 +381,7 @@ from cpython.list cimport PyList_GET_ITEM
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.sequence cimport PySequence_GetSlice
 from libc.stdint cimport uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 cdef struct FlowKey:
     uint64_t la[2]       # addresses as loaded from the packed bytes (memcpy), IPv4 zero-padded
@@ -429,6 +429,16 @@ cdef inline bint _key_of(FlowKey *k, bytes laddr, int lport, bytes raddr, int rp
     return True
 
 
+cdef inline bint _addr_among(const uint8_t *addr, bytes packed) noexcept:
+    """Whether the 16-byte ``addr`` is one of the 16-byte addresses laid end to end in ``packed``."""
+    cdef const char *base = <const char *>packed
+    cdef Py_ssize_t off, n = len(packed)
+    for off in range(0, n - 15, 16):
+        if memcmp(base + off, addr, 16) == 0:
+            return True
+    return False
+
+
 cdef class FlowTable:
     """Established-flow demux in C: (local addr, local port, remote addr, remote port) -> connection (IPv4 and IPv6)."""
 
@@ -443,6 +453,8 @@ cdef class FlowTable:
     cdef EstablishedPath established
     cdef Py_ssize_t _burst_segs  # tcp.in_segs of the burst being delivered (-1: outside deliver_burst)
     cdef public object echo      # an EchoResponder (_fp_echo.pxi) answering ICMP echo requests in C, or None
+    cdef object _ours_seen       # the last preferred-address set deliver_burst was given (issue 13) ...
+    cdef bytes _ours_packed      # ... and its addresses end to end, compared in C (no bytes object per segment)
 
     def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
@@ -456,6 +468,7 @@ cdef class FlowTable:
         self._free = []
         self.counters = counters
         self._burst_segs = -1
+        self._ours_packed = b""
 
     def __dealloc__(self):
         PyMem_Free(self._slots)
@@ -581,6 +594,9 @@ cdef class FlowTable:
         cdef Py_ssize_t i, n = len(records)
         cdef Packet p
         ours = iface6.preferred_set if iface6 is not None else None
+        if ours is not None and ours is not self._ours_seen:  # a new set (NDP replaces it on change)
+            self._ours_packed = b"".join(a for a in ours if len(a) == 16)
+            self._ours_seen = ours
         self._burst_segs = 0
         try:
             self._deliver_burst(frames, records, n, now, deliver, failed, ours, hold)
@@ -607,7 +623,9 @@ cdef class FlowTable:
                         if self._take(p, frame, now):
                             continue
                     elif p.kind == CK_TCP6 and ours is not None:
-                        if p.dst in ours and p.src not in ours and self._take(p, frame, now):
+                        packed = self._ours_packed
+                        if (_addr_among(p._dst, packed) and not _addr_among(p._src, packed)
+                                and self._take(p, frame, now)):
                             continue
                     elif p.kind == CK_ICMP and self.echo is not None:
                         if self.echo.answer_frame(p, frame, now):

@@ -181,3 +181,30 @@ def test_the_application_hears_of_a_fast_path_burst_once_per_poll_round():
     a.poll(clock.now)
     assert server.segs_fast == 3 and len(server.receiver.rcvbuf) == 3 * 1448  # one burst, taken in C
     assert events == [(server.segs_fast, len(server.receiver.rcvbuf))]  # one event, after the whole burst
+
+
+def test_the_c_demux_takes_an_ipv6_segment_only_while_its_destination_is_preferred_and_its_source_is_not():
+    """deliver_burst compares the addresses with iface6's preferred set in C, and follows a new set at once."""
+    from types import SimpleNamespace
+
+    pair, server, client = _established(True, 6)
+    clock, a, b = pair.clock, pair.a, pair.b
+    ours, peer = parse("fd00::1"), parse("fd00::2")
+    handed = []
+
+    def burst(preferred: frozenset) -> None:
+        tcb = server.tcb
+        frame = _tcp6_frame(a.link.mac, b.link.mac, client.local_port, 80, tcb.rcv_nxt, tcb.snd_nxt,
+                            (tcb.ts_recent + 1, 0), b"data")
+        records = a._classifier.classify([memoryview(frame)])
+        a.tcp.flows.deliver_burst([memoryview(frame)], records, clock.now, lambda f, r, now: handed.append(r.kind),
+                                  lambda exc: handed.append(exc), SimpleNamespace(preferred_set=preferred))
+
+    burst(frozenset((parse("fe80::1"), ours)))  # ours among others: taken by the flow in C
+    assert server.segs_fast == 1 and handed == [] and server.recv(100, clock.now) == b"data"
+    burst(frozenset((parse("fe80::1"),)))  # our address no longer preferred (deprecated, removed): Python screens
+    assert server.segs_fast == 1 and handed == [K_TCP6]
+    burst(frozenset((ours, peer)))  # a source address of our own: Python screens it too
+    assert server.segs_fast == 1 and handed == [K_TCP6, K_TCP6]
+    burst(frozenset((ours,)))
+    assert server.segs_fast == 2 and handed == [K_TCP6, K_TCP6]

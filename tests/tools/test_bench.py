@@ -41,6 +41,8 @@ def test_quick_suite_and_overrides():
     cfg = bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--no-program", "--program-seconds", "2"]))
     assert (cfg.program, cfg.program_seconds) == (False, 2.0)
     assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--quick"])).program_seconds == 1.0
+    assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args([])).steer_client_rx is False
+    assert bench_config.BenchConfig.for_args(bench.build_parser().parse_args(["--steer-client-rx"])).steer_client_rx
 
 
 @pytest.mark.parametrize("argv", [["--reps", "0"], ["--rtt-count", "-3"], ["--bulk-seconds", "0"],
@@ -138,3 +140,22 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
 
     left = [n for n in netns.listnetns() if n.startswith((f"usbn{proc.pid}", f"usbr{proc.pid}"))]
     assert not left, left  # every namespace the run made is gone
+
+
+@pytest.mark.privileged
+def test_the_client_receive_work_is_steered_to_the_client_cpus():
+    """steer_peer_receive: RPS on every receive queue of the peer veth, the client's CPU mask; none: untouched."""
+    from ustack.tools.bench_runner import steer_peer_receive
+    from ustack.tools.netns import Topology
+
+    def masks(topo) -> set:
+        out = subprocess.run(["ip", "netns", "exec", topo.peer_ns, "sh", "-c",
+                              f"cat /sys/class/net/{topo.peer_ifname}/queues/rx-*/rps_cpus"],
+                             capture_output=True, text=True, check=True).stdout
+        return {int(m.replace(",", ""), 16) for m in out.split()}
+
+    with Topology.veth(tag="rps") as topo:
+        assert masks(topo) == {0}
+        assert steer_peer_receive(topo, None) is False and masks(topo) == {0}
+        assert steer_peer_receive(topo, {0}) is True and masks(topo) == {1}
+        assert steer_peer_receive(topo, {0, 1}) is True and masks(topo) == {3}
