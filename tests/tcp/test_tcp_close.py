@@ -280,9 +280,85 @@ def test_the_last_ack_shortcut_leaves_what_the_general_path_does(ts, unacked, va
     assert conn_a.state == conn_b.state and set(a.layer.connections) == set(b.layer.connections)
     for name in conn_a.tcb.__slots__:
         assert getattr(conn_a.tcb, name) == getattr(conn_b.tcb, name), name
-    for name in ("segs_in", "_last_rcv", "_charged", "error"):
+    for name in ("segs_in", "_last_rcv", "_charged"):
         assert getattr(conn_a, name) == getattr(conn_b, name), name
+    assert repr(conn_a.error) == repr(conn_b.error)
     assert conn_a.sender.bytes_acked == conn_b.sender.bytes_acked
     assert a.timers.live == b.timers.live and a.layer.mem_used == b.layer.mem_used
     if variant == "exact" and not unacked:
         assert conn_a.state == State.CLOSED and not a.layer.connections
+
+
+# The peer's FIN: (flags, data, seq offset from RCV.NXT, ack offset from SND.MAX, TSval change)
+_FIN = {
+    "exact": ("FA", b"", 0, 0, 1), "same TSval": ("FA", b"", 0, 0, 0), "older TSval": ("FA", b"", 0, 0, -3),
+    "no timestamp": ("FA", b"", 0, 0, None), "PSH": ("FPA", b"", 0, 0, 1), "data": ("FPA", b"bye", 0, 0, 1),
+    "ACK of less": ("FA", b"", 0, -1, 1), "ACK beyond": ("FA", b"", 0, 1, 1), "seq ahead": ("FA", b"", 1, 0, 1),
+    "seq behind": ("FA", b"", -1, 0, 1), "FIN without ACK": ("F", b"", 0, 0, 1), "RST": ("RA", b"", 0, 0, 1),
+}
+
+
+def _peer_fin(where: str, ts: bool, sent: bytes, variant: str, general: bool, monkeypatch):
+    """A connection in ``where`` (ESTABLISHED after a passive open, FIN-WAIT-1 or FIN-WAIT-2 after an
+    active close; ``sent``: data of ours the FIN acknowledges), then one segment of ``variant``;
+    through the general path alone when ``general``."""
+    from ustack.transport.tcp import connection
+
+    if general:
+        monkeypatch.setattr(connection, "_peer_fin", lambda *a: False)
+    try:
+        h = Harness(delayed_ack=False, timestamps=True)
+        h.peer.use_ts = ts
+        if where.startswith("ESTABLISHED"):
+            _, conn = h.open_passive()
+            if where.endswith("closing"):  # the application closes on EOF, from its event callback
+                conn.on_event = lambda c: c.close() if c.eof and not c.wr_shutdown else None
+        else:
+            conn = h.open_active()
+        if sent:
+            conn.send(sent, now=h.now)
+            h.peer.expect(flags="PA", payload=sent)
+        last = None
+        if not where.startswith("ESTABLISHED"):
+            conn.close(now=h.now)
+            last = h.peer.expect(flags="FA")
+            if where == "FIN_WAIT_2":
+                h.peer.ack(ack=last.seq + 1)
+        assert conn.state.name == where.split()[0]
+        h.clock.set(h.now + 0.01)
+        flags, data, dseq, dack, dts = _FIN[variant]
+        tsopt = False
+        if ts and dts is not None:
+            tsopt = ((h.peer.ts_clock + dts) & 0xFFFFFFFF, h.peer.ts_recent)
+        h.peer.send(flags=flags, seq=h.peer.snd_nxt + dseq, ack=conn.tcb.snd_max + dack, ts=tsopt, payload=data)
+        h.layer.flush(h.now)
+        return h, conn
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("where", ["ESTABLISHED", "ESTABLISHED closing", "FIN_WAIT_1", "FIN_WAIT_2"])
+@pytest.mark.parametrize("ts", [True, False])
+@pytest.mark.parametrize("sent", [b"", b"tail"])
+@pytest.mark.parametrize("variant", sorted(_FIN))
+def test_the_peer_fin_shortcut_leaves_what_the_general_path_does(where, ts, sent, variant, monkeypatch):
+    """The peer's FIN (the form ``connection._peer_fin`` takes, and each near miss it leaves to the
+    general path): the same segments out, state, TCB, counters, layer tables and timers."""
+    a, conn_a = _peer_fin(where, ts, sent, variant, False, monkeypatch)
+    b, conn_b = _peer_fin(where, ts, sent, variant, True, monkeypatch)
+    assert a.host.out == b.host.out
+    assert dict(a.stats.counters) == dict(b.stats.counters)
+    assert conn_a.state == conn_b.state and set(a.layer.connections) == set(b.layer.connections)
+    for name in conn_a.tcb.__slots__:
+        assert getattr(conn_a.tcb, name) == getattr(conn_b.tcb, name), name
+    for name in ("segs_in", "_last_rcv", "_charged", "eof"):
+        assert getattr(conn_a, name) == getattr(conn_b, name), name
+    assert repr(conn_a.error) == repr(conn_b.error)
+    sa, sb = conn_a.sender, conn_b.sender
+    assert (sa.bytes_acked, sa.rtt.srtt, sa.rtt.rto, sa.cc.window) == (sb.bytes_acked, sb.rtt.srtt, sb.rtt.rto, sb.cc.window)
+    assert a.timers.live == b.timers.live and a.layer.mem_used == b.layer.mem_used
+    assert [t.deadline for t in (sa.rtx_timer, conn_a._close_timer)] == [t.deadline for t in (sb.rtx_timer, conn_b._close_timer)]
+    if variant == "exact":
+        assert conn_a.state.name == {"ESTABLISHED": "CLOSE_WAIT", "ESTABLISHED closing": "LAST_ACK",
+                                     "FIN_WAIT_1": "TIME_WAIT",
+                                     "FIN_WAIT_2": "TIME_WAIT"}[where]

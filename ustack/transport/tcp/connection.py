@@ -334,7 +334,8 @@ class Connection(UserCalls):
                     self._notify_due = True  # the application hears of the burst once (TcpLayer.flush)
                     self.layer.notify_later(self)
                 return
-            self._synchronized_arrives(seg, payload, now)
+            if not (st in RECEIVING and _peer_fin(self, seg, payload, now)):
+                self._synchronized_arrives(seg, payload, now)
             if self.tcb.state == TIME_WAIT:
                 # Only a light record stays (timewait.py); the window is the one the last ACK carried.
                 self.layer.enter_time_wait(self, self.receiver.select_window(), now)
@@ -911,6 +912,43 @@ def _final_ack(conn: Connection, seg, payload) -> bool:
     tcb.fin_acked = True
     conn.terminate()
     return True
+
+
+def _peer_fin(conn: Connection, seg, payload, now: float) -> bool:
+    """The peer's FIN in its one common form, in a state that receives (ESTABLISHED, FIN-WAIT-1 or
+    -2), taken as ``_synchronized_arrives`` takes it; False (nothing changed) for any other segment.
+
+    The form: FIN and ACK alone (no other flag, no data) at exactly RCV.NXT, acknowledging everything
+    we sent (SEG.ACK = SND.MAX), its TSval not older than TS.Recent when timestamps are on. Every
+    check before the fifth step passes for it (RFC 9293 3.10.7.4: acceptable at RCV.NXT even in a
+    zero window, as the general path finds; no RST, no SYN), so what is left are the ACK's effects
+    (``_process_ack``, which cannot drop an ACK of exactly SND.MAX here), TS.Recent (RFC 7323 4.3),
+    the FIN (eighth step) and what the general path sends after it. ``tests/tcp/test_tcp_close.py``
+    holds it to the general path's result.
+    """
+    if seg.flags != _FIN_ACK or payload:
+        return False
+    tcb = conn.tcb
+    seq = seg.seq
+    if seq != tcb.rcv_nxt or seg.ack != tcb.snd_max or tcb.fin_rcvd:
+        return False
+    ts = seg.timestamps
+    if tcb.ts_ok and (ts is None or seq_lt(ts[0], tcb.ts_recent)):
+        return False
+    if not conn._process_ack(seg, 0, now):  # (never for SEG.ACK = SND.MAX in these states)
+        return True
+    if tcb.ts_ok and seq_le(seq, tcb.last_ack_sent) and seq_ge(ts[0], tcb.ts_recent):
+        tcb.ts_recent = ts[0]
+        tcb.ts_recent_age = now
+    conn._fin_arrives(now)
+    if tcb.state != CLOSED:
+        conn.sender.output(now)
+        if conn.receiver.ack_now:
+            conn.out.send_ack(now)
+    return True
+
+
+_FIN_ACK = FIN | ACK
 
 
 def _unlinked(now: float) -> None:
