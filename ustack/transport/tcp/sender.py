@@ -80,7 +80,7 @@ class Sender:
                  "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
                  "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next",
-                 "tx", "rto_tsval", "rs", "pacer", "pace_timer")
+                 "tx", "rto_tsval", "rs", "pacer", "pace_timer", "sndbuf_max")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
                  low_water: Callable[[], None], mss: int, cork_timer, pace_timer=None):
@@ -116,6 +116,7 @@ class Sender:
 
     def configure(self, config: TcpConfig) -> None:
         self.sndbuf.capacity = config.sndbuf
+        self.sndbuf_max = config.sndbuf_max if config.sndbuf_auto else 0  # growth limit for a pacing controller
         self.rtt.min_rto, self.rtt.max_rto = config.min_rto, config.max_rto
         self.nodelay = config.nodelay
         self.cork = config.cork
@@ -247,8 +248,13 @@ class Sender:
                 # the rate sample of this ACK, then the model (BBR) on every ACK, in recovery too; before
                 # the recovery sends (the draft's order: the model, then transmission)
                 rs.on_ack(ack, seg.sack_blocks, now)
-                self.cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
-                                       self.rtt.srtt, now)
+                cc = self.cc
+                cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
+                                  self.rtt.srtt, now)
+                want = 2 * cc.window  # Linux's tcp_sndbuf_expand: room for twice cwnd
+                sndbuf = self.sndbuf
+                if want > sndbuf.capacity and sndbuf.capacity < self.sndbuf_max:
+                    sndbuf.capacity = min(want, self.sndbuf_max)
             recovery.after_ack(ack, seg.sack_blocks, now)
             recovery.arm_timer(now)
 
