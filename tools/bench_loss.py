@@ -1,7 +1,7 @@
 """Bulk TCP under random loss: ustack beside the kernel in the same run (``ustack bench``'s loss row).
 
     python -m ustack.tools.bench_loss [--loss 3] [--bytes 20000000] [--reps 3] [--pipe-only]
-                                      [--backend packet] [--echo BYTES] [--congestion newreno,cubic]
+                                      [--backend packet] [--echo BYTES] [--congestion cubic,bbr]
 
 Two parts:
 
@@ -27,7 +27,7 @@ Two parts:
   tcp_congestion_control``: BBR on some machines, which does not slow down
   for random loss); when that is not ustack's algorithm, Linux -> Linux runs
   a second time with the kernel sender on ustack's algorithm
-  (``TCP_CONGESTION``: CUBIC, or Reno for NewReno), row ``linux_<name>``,
+  (``TCP_CONGESTION``: CUBIC, BBR, or Reno for NewReno), row ``linux_<name>``,
   and ustack -> kernel is compared with that row as well: the same loss
   and the same congestion control. Kernel -> ustack has the kernel's
   default sender, as the ``linux`` row.
@@ -54,7 +54,7 @@ NFT_RULES = """table inet ustack_loss {{
 """
 PORT = 7100
 # ustack's congestion controls by the name Linux gives the same algorithm (TCP_CONGESTION)
-LINUX_NAMES = {"cubic": "cubic", "newreno": "reno", "reno": "reno"}
+LINUX_NAMES = {"cubic": "cubic", "newreno": "reno", "reno": "reno", "bbr": "bbr"}
 
 
 def kernel_congestion() -> str:
@@ -390,7 +390,8 @@ def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, a
     variants = [(f"_{a}", dict(knobs, congestion=a)) for a in algorithms] or [("", knobs)]
     for suffix, _ in variants:
         runs["ustack_to_kernel" + suffix] = []
-        runs["kernel_to_ustack" + suffix] = []
+    # kernel -> ustack once, with the first algorithm: ustack only receives (its controller never acts)
+    runs["kernel_to_ustack" + variants[0][0]] = []
     with _Pinned():
         for _ in range(reps):  # interleaved, so that the machine's load falls on every row alike
             runs["linux"].append({"mb_s": linux_to_linux(size, percent)})
@@ -398,7 +399,8 @@ def veth_rows(size: int, percent: int, reps: int, backend: str, echo: int = 0, a
                 runs["linux_" + a].append({"mb_s": linux_to_linux(size, percent, LINUX_NAMES[a.lower()])})
             for suffix, kn in variants:
                 runs["ustack_to_kernel" + suffix].append(ustack_to_kernel(size, percent, backend, **kn))
-                runs["kernel_to_ustack" + suffix].append(kernel_to_ustack(size, percent, backend, **kn))
+            runs["kernel_to_ustack" + variants[0][0]].append(kernel_to_ustack(size, percent, backend,
+                                                                              **variants[0][1]))
         knobs = variants[0][1]
         if echo:
             runs["echo"] = [kernel_to_ustack(echo, percent, backend, echo=True, **knobs)]
@@ -449,8 +451,9 @@ def main(argv=None) -> int:
     p.add_argument("--echo", type=int, default=0, help="also echo this many bytes each way through ustack")
     p.add_argument("--pipe-only", action="store_true", help="only the pipe part (no privileges needed)")
     p.add_argument("--congestion", default=None,
-                   help="ustack's congestion control on veth: cubic or newreno (default: the stack's, cubic); "
-                        "a comma-separated list (newreno,cubic) runs ustack's rows once per algorithm, interleaved")
+                   help="ustack's congestion control on veth: cubic, newreno or bbr (default: the stack's, cubic); "
+                        "a comma-separated list (cubic,bbr) runs ustack -> kernel once per algorithm, interleaved "
+                        "(kernel -> ustack and the echo with the first)")
     args = p.parse_args(argv)
     if not 0 <= args.loss < 100 or args.bytes <= 0 or args.reps <= 0:
         p.error("need 0 <= --loss < 100, --bytes > 0, --reps > 0")

@@ -23,6 +23,8 @@ from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
 from ustack.capture import PcapDevice
 from ustack.device import DeviceError
 from ustack.stack import Stack
+from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.congestion import ALGORITHMS
 from ustack.tools.cli_types import byte_count, float_range, int_range, port  # noqa: F401  (re-exported)
 
 BACKENDS = ("pipe", "tap", "packet", "afxdp")
@@ -61,8 +63,10 @@ def open_stack(args, clock):
             device.close()
             raise
     gateway, gateway6 = split_gateways(args.gateway)
+    congestion = getattr(args, "congestion", None)
     stack = Stack(device, args.addr, gateway=gateway, gateway6=gateway6, mtu=args.mtu,
-                  fastpath=environment.fastpath())
+                  fastpath=environment.fastpath(),
+                  tcp_config=TcpConfig(congestion=congestion) if congestion else None)
     return stack, extras
 
 
@@ -133,6 +137,8 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gateway", action="append",
                    help="default gateway inside the subnet (repeat it for an IPv6 one)")
     p.add_argument("--mtu", type=int_range(MIN_MTU, MAX_MTU, "an IPv4 MTU"), help="IP MTU (default: the device's)")
+    p.add_argument("--congestion", choices=sorted(ALGORITHMS),
+                   help="TCP congestion control of every connection (default: cubic); bbr paces")
     p.add_argument("--pcap", help="write every frame in and out to this pcap file (created 0600; not a symlink)")
     p.add_argument("--pcap-snaplen", type=int_range(1, 262144, "a snap length"), default=65535, metavar="BYTES",
                    help="bytes of each frame to keep in the pcap (default: all)")

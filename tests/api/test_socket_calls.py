@@ -313,3 +313,34 @@ def test_so_sndtimeo_bounds_a_blocking_connect_with_einprogress_like_linux(net):
         assert s.connection.state.name == "SYN_SENT"  # still trying, as Linux
     finally:
         s.close()
+
+
+def test_tcp_congestion_selects_the_algorithm_by_name_as_linux(net):
+    """setsockopt(IPPROTO_TCP, TCP_CONGESTION, b"bbr") before or after connect; getsockopt answers the name
+    NUL-padded to the length asked; an unknown name is ENOENT, as in Linux."""
+    da, db = net
+    lst = usocket(da)
+    lst.bind(("0.0.0.0", 7390))
+    lst.listen(4)
+    lst.settimeout(5)
+    cli = usocket(db)
+    cli.settimeout(5)
+    try:
+        assert cli.getsockopt(std.IPPROTO_TCP, std.TCP_CONGESTION, 16) == b"cubic".ljust(16, b"\0")
+        cli.setsockopt(std.IPPROTO_TCP, std.TCP_CONGESTION, b"bbr")
+        cli.connect((A, 7390))
+        srv, _ = lst.accept()
+        assert cli._conn.sender.cc.name == "bbr" and cli._conn.sender.rs is not None
+        assert cli.getsockopt(std.IPPROTO_TCP, std.TCP_CONGESTION, 16) == b"bbr".ljust(16, b"\0")
+        with pytest.raises(OSError) as e:
+            cli.setsockopt(std.IPPROTO_TCP, std.TCP_CONGESTION, b"vegas")
+        assert e.value.errno == errno.ENOENT
+        cli.setsockopt(std.IPPROTO_TCP, std.TCP_CONGESTION, b"reno\0")  # on a live connection
+        assert cli._conn.sender.cc.name == "newreno" and cli._conn.sender.rs is None
+        cli.sendall(b"x" * 100000)
+        cli.shutdown(std.SHUT_WR)
+        assert read_all(srv) == b"x" * 100000
+        srv.close()
+    finally:
+        cli.close()
+        lst.close()

@@ -99,8 +99,9 @@ def test_bench_loss_veth_lines_give_rtos_per_10_mb():
 
 
 def test_bench_loss_compares_congestion_controls_interleaved_in_one_run(monkeypatch):
-    """``--congestion newreno,cubic``: ustack's veth rows once per algorithm, each run with its knob,
-    the algorithms alternating within every repetition (the machine's load falls on both alike)."""
+    """``--congestion newreno,cubic,bbr``: ustack -> kernel once per algorithm, each run with its knob,
+    the algorithms alternating within every repetition (the machine's load falls on all alike); kernel
+    -> ustack once, with the first (ustack only receives there: its controller never acts)."""
     from ustack.tools import bench_loss
 
     calls = []
@@ -119,21 +120,23 @@ def test_bench_loss_compares_congestion_controls_interleaved_in_one_run(monkeypa
     monkeypatch.setattr(bench_loss, "linux_to_linux", linux)
     monkeypatch.setattr(bench_loss, "ustack_to_kernel", fake("u2k"))
     monkeypatch.setattr(bench_loss, "kernel_to_ustack", fake("k2u"))
-    # The kernel's default is BBR: Linux -> Linux runs again on each of ustack's algorithms (Linux's
-    # names for them), interleaved too.
-    veth = bench_loss.veth_rows(1000, 3, 2, "packet", algorithms=("newreno", "cubic"), kernel_default="bbr")
-    one = [("linux", None), ("linux", "reno"), ("linux", "cubic"), ("u2k", "newreno"), ("k2u", "newreno"),
-           ("u2k", "cubic"), ("k2u", "cubic")]
+    # The kernel's default is BBR: Linux -> Linux runs again on each of ustack's other algorithms (Linux's
+    # names for them), interleaved too; ustack's BBR is compared with the default row.
+    veth = bench_loss.veth_rows(1000, 3, 2, "packet", algorithms=("newreno", "cubic", "bbr"), kernel_default="bbr")
+    one = [("linux", None), ("linux", "reno"), ("linux", "cubic"), ("u2k", "newreno"), ("u2k", "cubic"),
+           ("u2k", "bbr"), ("k2u", "newreno")]
     assert calls == one * 2
     assert list(veth) == ["linux", "linux_newreno", "linux_cubic", "ustack_to_kernel_newreno",
-                          "kernel_to_ustack_newreno", "ustack_to_kernel_cubic", "kernel_to_ustack_cubic"]
+                          "ustack_to_kernel_cubic", "ustack_to_kernel_bbr", "kernel_to_ustack_newreno"]
     lines = bench_loss.format_lines([], veth, 3)
     assert lines[0].startswith("bulk under loss, veth 3% each way, linux (bbr): 20.0 MB/s (1.00x Linux -> Linux)")
     assert lines[2].startswith("bulk under loss, veth 3% each way, linux cubic: 10.0 MB/s (0.50x Linux -> Linux)")
     # ustack -> kernel beside Linux -> Linux on the same algorithm as well
-    assert lines[5].startswith("bulk under loss, veth 3% each way, ustack to kernel cubic: 12.0 MB/s "
+    assert lines[4].startswith("bulk under loss, veth 3% each way, ustack to kernel cubic: 12.0 MB/s "
                                "(0.60x Linux -> Linux; 1.20x Linux -> Linux cubic)")
     assert "(0.50x Linux -> Linux; 1.25x Linux -> Linux newreno)" in lines[3]
+    assert lines[5].startswith("bulk under loss, veth 3% each way, ustack to kernel bbr: 12.0 MB/s "
+                               "(0.60x Linux -> Linux)")
     assert "Linux -> Linux cubic" not in lines[6]  # kernel -> ustack: the kernel's default sender
     calls.clear()
     veth = bench_loss.veth_rows(1000, 3, 1, "packet", kernel_default="cubic")  # the default is ustack's

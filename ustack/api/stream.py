@@ -8,7 +8,7 @@ recvfrom_into, recvmsg, recvmsg_into (no ancillary data), shutdown, close,
 dup, detach, makefile, settimeout, setblocking, getsockname, getpeername,
 setsockopt/getsockopt (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_RCVBUF,
 SO_SNDBUF, SO_KEEPALIVE, SO_REUSEADDR, SO_REUSEPORT, SO_LINGER, SO_RCVTIMEO,
-SO_SNDTIMEO, TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG, SO_ERROR). SO_REUSEPORT has
+SO_SNDTIMEO, TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG, TCP_CONGESTION, SO_ERROR). SO_REUSEPORT has
 Linux's meaning: listening sockets that all set it before bind share one
 (address, port), each with its own accept queue, new connections spread
 over them by a keyed hash of the 4-tuple (ustack.transport.tcp.reuseport);
@@ -46,9 +46,11 @@ from ustack.api.base import (AF_INET6, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG
                              writable_views)
 from ustack.net.addr import ANY4, ANY6
 from ustack.transport.ports import conflicts
+from ustack.transport.tcp.congestion import ALGORITHMS
 from ustack.transport.tcp.tcb import State
 
 IPPROTO_TCP = _std.IPPROTO_TCP
+TCP_CONGESTION = getattr(_std, "TCP_CONGESTION", 13)  # Linux's option number
 
 _SOCKOPT_KNOBS = {
     (SOL_SOCKET, _std.SO_RCVBUF): "rcvbuf",
@@ -671,6 +673,14 @@ class StreamSocket(SocketBase):
             else:
                 raise TypeError("SO_LINGER takes struct.pack('ii', onoff, seconds)")
             return
+        if level == IPPROTO_TCP and optname == TCP_CONGESTION:
+            # the algorithm by name, as Linux takes it ("bbr", "cubic", "reno"; NUL-padded bytes or str)
+            name = (bytes(value).split(b"\0", 1)[0].decode("ascii", "replace") if isinstance(value, (bytes, bytearray))
+                    else str(value))
+            if name.lower() not in ALGORITHMS:
+                raise OSError(errno.ENOENT, "No such file or directory (unknown congestion control)")
+            self.configure(congestion=name.lower())
+            return
         knob = _SOCKOPT_KNOBS.get((level, optname))
         if knob is None:
             raise OSError(errno.ENOPROTOOPT, "Protocol not available")
@@ -707,6 +717,10 @@ class StreamSocket(SocketBase):
             return struct.pack("ii", *(self._linger or (0, 0)))
         if level == SOL_SOCKET and optname == _std.SO_OOBINLINE:
             return self._oobinline
+        if level == IPPROTO_TCP and optname == TCP_CONGESTION:
+            cfg = self._conn.config if self._conn is not None else self.stack.tcp.config.derive(**self._knobs)
+            name = cfg.congestion.encode()
+            return name.ljust(buflen, b"\0")[:buflen] if buflen else name  # Linux: the name, NUL-padded to buflen
         knob = _SOCKOPT_KNOBS.get((level, optname))
         if knob is None:
             raise OSError(errno.ENOPROTOOPT, "Protocol not available")

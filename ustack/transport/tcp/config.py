@@ -30,6 +30,10 @@ LOSS_RECOVERIES = ("rack", "rfc6675", "newreno")
 @dataclass(slots=True)
 class TcpConfig:
     sndbuf: int = 256 * 1024  # send buffer capacity (bytes)
+    # Send-buffer growth for a pacing controller (BBR, whose cwnd is 2 BDP + 3 send quanta): the buffer grows to
+    # twice cwnd, up to sndbuf_max (Linux's tcp_sndbuf_expand, tcp_wmem[2]); setting sndbuf turns it off, as in Linux.
+    sndbuf_auto: bool = True
+    sndbuf_max: int = 4 << 20
     rcvbuf: int = 256 * 1024  # receive buffer capacity: the initial one while auto-tuning (Linux tcp_rmem[1])
     # Receive-buffer auto-tuning (transport/tcp/rcvspace.py): the buffer grows, once per RTT, to twice what the
     # application read in an RTT, up to rcvbuf_max (Linux tcp_rmem[2]); the window scale covers rcvbuf_max.
@@ -95,6 +99,8 @@ class TcpConfig:
             return dataclasses.replace(self)
         if "rcvbuf" in knobs and "rcvbuf_auto" not in knobs:
             knobs["rcvbuf_auto"] = False
+        if "sndbuf" in knobs and "sndbuf_auto" not in knobs:
+            knobs["sndbuf_auto"] = False
         cfg = dataclasses.replace(self, **knobs)
         cfg.validate()
         return cfg

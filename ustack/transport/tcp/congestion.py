@@ -28,10 +28,18 @@ sender reports:
 Loss recovery (duplicate ACKs, NewReno's window inflation, SACK's pipe) is
 not here: see ``ustack.transport.tcp.recovery``, which calls
 ``on_congestion`` and ``on_recovery_end``. ``make(name, mss, cwnd=None,
-ssthresh=None)`` builds a controller by name ("newreno", "reno", "cubic")
-from public values only, which is also how a live connection switches
-algorithm. CUBIC is the default (``TcpConfig.congestion``), as in Linux;
-the C pure-ACK path (``_fp_tx.pxi``) mirrors both algorithms' growth.
+ssthresh=None)`` builds a controller by name ("newreno", "reno", "cubic",
+"bbr") from public values only, which is also how a live connection
+switches algorithm. CUBIC is the default (``TcpConfig.congestion``), as in
+Linux; the C pure-ACK path (``_fp_tx.pxi``) mirrors NewReno's and CUBIC's
+growth.
+
+A model-based controller (BBR, ``bbr``) sets ``paces``: the sender then
+keeps a delivery rate sampler (``ratesample``) and a pacer (``pacing``),
+calls ``on_rate_sample(sampler, pipe, recovering, srtt, now)`` on every ACK
+(in loss recovery too) and sends new data no faster than ``pacing_rate``
+in bursts of at most ``quantum`` bytes; such a connection's ACKs and
+transmissions take the Python path (the C path handles NewReno and CUBIC).
 """
 
 from __future__ import annotations
@@ -39,8 +47,11 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Protocol
 
-INFINITE_SSTHRESH = 1 << 30
+from ustack.transport.tcp.bbr import Bbr
+from ustack.transport.tcp.window import INFINITE_SSTHRESH, Window, initial_window
 
+__all__ = ["INFINITE_SSTHRESH", "Window", "initial_window", "slow_start", "recovery_exit_window", "CongestionControl",
+           "NewReno", "Cubic", "Bbr", "ALGORITHMS", "make"]
 
 def slow_start(cwnd: int, acked: int, ssthresh: int) -> int:
     """The window after an ACK of ``acked`` new bytes in slow start: every byte counts, up to ssthresh.
@@ -54,15 +65,6 @@ def slow_start(cwnd: int, acked: int, ssthresh: int) -> int:
     """
     grown = cwnd + acked
     return grown if grown < ssthresh else max(ssthresh, cwnd)
-
-
-def initial_window(mss: int) -> int:
-    """RFC 5681 3.1 equation (3): IW by segment size."""
-    if mss > 2190:
-        return 2 * mss
-    if mss > 1095:
-        return 3 * mss
-    return 4 * mss
 
 
 def recovery_exit_window(ssthresh: int, in_flight: int, mss: int) -> int:
@@ -107,51 +109,6 @@ class CongestionControl(Protocol):
 
     def restore(self, snap: tuple) -> None:
         """Undo a spurious reduction."""
-
-
-class Window:
-    """What every algorithm keeps: SMSS, cwnd and ssthresh, and the MSS rules (RFC 5681 3.1).
-
-    Not a congestion control by itself: NewReno and CUBIC each add their
-    own growth and decrease on top (loss recovery is apart, see ``recovery``).
-    """
-
-    __slots__ = ("mss", "cwnd", "ssthresh")
-
-    def __init__(self, mss: int, cwnd: int | None = None, ssthresh: int | None = None):
-        self.mss = mss
-        self.cwnd = initial_window(mss) if cwnd is None else cwnd
-        self.ssthresh = INFINITE_SSTHRESH if ssthresh is None else ssthresh  # 3.1: "arbitrarily high"
-
-    @property
-    def window(self) -> int:
-        return self.cwnd
-
-    def set_mss(self, mss: int) -> None:
-        if self.ssthresh == INFINITE_SSTHRESH and self.cwnd == initial_window(self.mss):
-            self.cwnd = initial_window(mss)
-        self.mss = mss
-
-    def lower_mss(self, mss: int) -> None:
-        self.mss = mss
-
-    def snapshot(self) -> tuple:
-        """The state a loss response changes, kept so that a spurious one can be undone (RFC 3708, RFC 4015)."""
-        return tuple(getattr(self, name) for name in self._undo_slots())
-
-    def restore(self, snap: tuple) -> None:
-        """Undo a spurious reduction: the window and threshold as they were (never lower than now)."""
-        cwnd, ssthresh = self.cwnd, self.ssthresh
-        for name, value in zip(self._undo_slots(), snap):
-            setattr(self, name, value)
-        self.cwnd = max(self.cwnd, cwnd)
-        self.ssthresh = max(self.ssthresh, ssthresh)
-
-    def _undo_slots(self) -> tuple:
-        return ("cwnd", "ssthresh")
-
-    def end_reduction(self, now: float) -> None:
-        self.cwnd = self.ssthresh
 
 
 class NewReno(Window):
@@ -269,7 +226,7 @@ class Cubic(Window):
         self.cwnd = self.mss  # 4.8: the loss window
 
 
-ALGORITHMS = MappingProxyType({"newreno": NewReno, "reno": NewReno, "cubic": Cubic})
+ALGORITHMS = MappingProxyType({"newreno": NewReno, "reno": NewReno, "cubic": Cubic, "bbr": Bbr})
 
 
 def make(name: str, mss: int, cwnd: int | None = None, ssthresh: int | None = None) -> CongestionControl:

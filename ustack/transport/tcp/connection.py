@@ -132,7 +132,8 @@ class Connection(UserCalls):
                           (self.remote_addr, self.remote_port))
         self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(cls._on_rtx_timer, self),
                              timers.timer(cls._on_persist_timer, self), self._send_low_water,
-                             min(self._own_mss, 536), timers.timer(cls._on_cork_timer, self))
+                             min(self._own_mss, 536), timers.timer(cls._on_cork_timer, self),
+                             timers.timer(cls._on_pace_timer, self))
         self.receiver.rtt = self.sender.rtt
         self._keepalive_timer = UNARMED
         self._close_timer = UNARMED
@@ -681,7 +682,7 @@ class Connection(UserCalls):
         sender = self.sender
         receiver = self.receiver
         for timer in (sender.rtx_timer, sender.persist_timer, sender.cork_timer, receiver.delack_timer,
-                      self._keepalive_timer, self._close_timer):
+                      self._keepalive_timer, self._close_timer, sender.pace_timer):
             if timer is not UNARMED:
                 timer.cancel()
                 timer.owner = None
@@ -841,6 +842,10 @@ class Connection(UserCalls):
 
     def _on_cork_timer(self, now: float) -> None:
         if self.sender.cork_timeout(now):
+            self._notify()
+
+    def _on_pace_timer(self, now: float) -> None:
+        if self.sender.pace_timeout(now):
             self._notify()
 
     def _on_keepalive_timer(self, now: float) -> None:

@@ -54,7 +54,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from ustack.transport.tcp.congestion import make
+from ustack.transport.tcp.pacing import Pacer
 from ustack.transport.tcp.rack import RTO, RackRecovery
+from ustack.transport.tcp.ratesample import RateSampler
 from ustack.transport.tcp.recovery import NewRenoRecovery, SackRecovery
 from ustack.transport.tcp.rtt import RttEstimator, ts_clock, tsecr_rtt
 from ustack.transport.tcp.sendbuf import SendBuffer
@@ -78,10 +80,10 @@ class Sender:
                  "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
                  "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next",
-                 "tx", "rto_tsval")
+                 "tx", "rto_tsval", "rs", "pacer", "pace_timer", "sndbuf_max")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
-                 low_water: Callable[[], None], mss: int, cork_timer):
+                 low_water: Callable[[], None], mss: int, cork_timer, pace_timer=None):
         self.tcb = tcb
         self.out = out
         self.stats = stats
@@ -106,10 +108,15 @@ class Sender:
         self.psh_next = False  # the next data segment carries PSH (a tail loss probe: the receiver ACKs it at once)
         self.tx = None  # the C transmit path (``_fastpath.TxPath``: full-sized new segments), set by the connection
         self.rto_tsval = None  # our TSval when the last timeout retransmitted; older echoes are no RTT samples
+        self.pace_timer = pace_timer  # fires when the pacer lets data go again (a controller that paces)
+        self.rs = None  # delivery rate estimation (``ratesample``), for a controller that paces (BBR)
+        self.pacer = None  # pacing (``pacing``), for the same
+        self._model_parts()
         self.configure(config)
 
     def configure(self, config: TcpConfig) -> None:
         self.sndbuf.capacity = config.sndbuf
+        self.sndbuf_max = config.sndbuf_max if config.sndbuf_auto else 0  # growth limit for a pacing controller
         self.rtt.min_rto, self.rtt.max_rto = config.min_rto, config.max_rto
         self.nodelay = config.nodelay
         self.cork = config.cork
@@ -124,6 +131,29 @@ class Sender:
         new = make(name, self.tcb.snd_mss, cc.window, cc.ssthresh)
         if new.name != cc.name:
             self.cc = new
+            self._model_parts()
+
+    def _model_parts(self) -> None:
+        """A controller that paces (BBR) gets the delivery rate sampler and the pacer; others neither."""
+        if getattr(self.cc, "paces", False):
+            if self.rs is None:
+                self.rs = RateSampler()
+                self.pacer = Pacer()
+        else:
+            self.rs = self.pacer = None
+            if self.pace_timer is not None and self.pace_timer.deadline is not None:
+                self.pace_timer.cancel()
+
+    def pipe(self) -> int:
+        """Bytes in flight: sent, not acknowledged, not SACKed and not marked lost (RFC 6675's pipe, as
+        RACK-TLP counts it)."""
+        tcb = self.tcb
+        recovery = self.recovery
+        sacked = getattr(recovery, "sacked_bytes", None)
+        if sacked is None:
+            sacked = self.rs.sacked if self.rs is not None else 0
+        n = seq_diff(tcb.snd_max, tcb.snd_una) - sacked - getattr(recovery, "lost_bytes", 0)
+        return n if n > 0 else 0
 
     # -- the handshake ---------------------------------------------------
 
@@ -213,6 +243,18 @@ class Sender:
                 self.persist_backoff = 0
         if tcb.state in SENDING:
             recovery = self.recovery
+            rs = self.rs
+            if rs is not None:
+                # the rate sample of this ACK, then the model (BBR) on every ACK, in recovery too; before
+                # the recovery sends (the draft's order: the model, then transmission)
+                rs.on_ack(ack, seg.sack_blocks, now)
+                cc = self.cc
+                cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
+                                  self.rtt.srtt, now)
+                want = 2 * cc.window  # Linux's tcp_sndbuf_expand: room for twice cwnd
+                sndbuf = self.sndbuf
+                if want > sndbuf.capacity and sndbuf.capacity < self.sndbuf_max:
+                    sndbuf.capacity = min(want, self.sndbuf_max)
             recovery.after_ack(ack, seg.sack_blocks, now)
             recovery.arm_timer(now)
 
@@ -266,6 +308,9 @@ class Sender:
         self.out.emit(seq, flags, now, payload)
         end = seq_add(seq, n + 1 if fin else n)
         self.recovery.on_send(seq, n + 1 if fin else n, now)
+        if self.rs is not None:
+            self.rs.on_send(tcb.snd_una, seq, n + 1 if fin else n, now)
+            self.pacer.spend(n, self.cc.quantum)
         if seq_lt(seq, tcb.snd_max):
             self.retransmits += 1
             self.stats.inc("tcp.retrans_segs")
@@ -316,13 +361,23 @@ class Sender:
             self.force = self.push = False
             if self.cork_timer.deadline is not None:
                 self.cork_timer.cancel()
+            if self.rs is not None and not len(sndbuf):
+                self.rs.mark_app_limited(self.pipe())  # nothing to send: the application's limit
             return
         if budget is None and self.tx is not None and self.tx.output_whole(self, now):
             return  # the common case (full segments of new data, a tail Nagle holds) done whole in C
+        paced = False
         if budget is None:
             cwnd = self.recovery.window(self.cc.window)
             if cwnd is None:
                 return  # SACK recovery sends new data itself
+            if self.pacer is not None:
+                # pacing: no more than the pacer's allowance beyond what is out (whole segments)
+                cc = self.cc
+                limit = seq_diff(tcb.snd_nxt, tcb.snd_una) + self.pacer.allowance(cc.pacing_rate, cc.quantum,
+                                                                                  tcb.snd_mss, now)
+                if limit < cwnd:
+                    window, cwnd, paced = cwnd, limit, True
         else:
             cwnd = 0  # unused: the budget stands in for the congestion window
         buffered = len(sndbuf)
@@ -345,7 +400,14 @@ class Sender:
         send_data = self.send_data
         tx = self.tx
         if tx is not None and budget is None:
-            tx.burst(self, cwnd, now)  # the full-sized segments of new data first, in C (_fp_tx.pxi)
+            if self.rs is None:
+                tx.burst(self, cwnd, now)  # the full-sized segments of new data first, in C (_fp_tx.pxi)
+            else:
+                nxt = tcb.snd_nxt
+                if tx.burst(self, cwnd, now):  # (its segments told to the rate sampler and the pacer as one)
+                    n = seq_diff(tcb.snd_nxt, nxt)
+                    self.rs.on_send(una, nxt, n, now)
+                    self.pacer.spend(n, self.cc.quantum)
         while True:
             nxt = tcb.snd_nxt
             off = seq_diff(nxt, una)
@@ -377,6 +439,8 @@ class Sender:
                 budget -= n
             if fin:
                 break
+        if self.rs is not None and budget is None:
+            self._paced_after(cwnd if paced else None, window if paced else cwnd, now)
         # Timers: something outstanding needs the retransmission timer; unsent
         # data with nothing outstanding needs the persist timer.
         if self.rtx_timer.deadline is None and self.persist_timer.deadline is None:
@@ -394,6 +458,34 @@ class Sender:
                 cork_timer.arm(now + CORK_LIMIT)
         elif cork_timer.deadline is not None and (not self.cork or seq_diff(tcb.snd_nxt, tcb.snd_una) >= len(sndbuf)):
             cork_timer.cancel()
+
+    def _paced_after(self, paced: int | None, cwnd: int, now: float) -> None:
+        """After an output of a pacing controller (``paced``: the pacer's limit when it was below the
+        window): the pacing timer when the pacer held back a segment the windows allow (not Nagle or
+        SWS avoidance); the rate sampler told when the application left the window unused."""
+        tcb = self.tcb
+        off = seq_diff(tcb.snd_nxt, tcb.snd_una)
+        unsent = len(self.sndbuf) - off
+        if unsent <= 0:
+            pipe = self.pipe()
+            if pipe < cwnd:
+                self.rs.mark_app_limited(pipe)
+            return
+        nxt = min(unsent, tcb.snd_mss)
+        if paced is not None and paced - off < nxt <= min(tcb.snd_wnd, cwnd) - off:
+            cc = self.cc
+            timer = self.pace_timer
+            at = self.pacer.wake_at(cc.pacing_rate, cc.quantum, now)
+            if timer is not None and (timer.deadline is None or at < timer.deadline):
+                timer.arm(at)
+
+    def pace_timeout(self, now: float) -> bool:
+        """The pacing timer: the pacer lets data go again. False when there was nothing to send."""
+        tcb = self.tcb
+        if tcb.state not in SENDING or seq_diff(tcb.snd_nxt, tcb.snd_una) >= len(self.sndbuf):
+            return False
+        self.output(now)
+        return True
 
     # -- timeouts --------------------------------------------------------
 
@@ -491,3 +583,5 @@ class Sender:
         self.rtx_timer.cancel()
         self.persist_timer.cancel()
         self.cork_timer.cancel()
+        if self.pace_timer is not None:
+            self.pace_timer.cancel()
