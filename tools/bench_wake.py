@@ -8,11 +8,10 @@ client) on CPU 0, as ``ustack bench`` places them:
   compiler into a temporary directory), the smallest responder there is: an AF_PACKET socket, no
   stack; sleeping in poll(2) between requests, or spinning on recv(2). ``sleep`` is the floor of any
   server that sleeps between requests; ``spin`` what is left without the wake-up;
-- ``ustack/<backend>``: ``ustack serve`` with its defaults (anticipating steady spaced flows); with
-  ``--compare`` also ``ustack/<backend> --no-anticipate``, interleaved with them.
+- ``ustack/<backend>``: ``ustack serve`` with its defaults (and ``--anticipate`` with ``--anticipate``).
 
 Usage: ``python -m ustack.tools.bench_wake [--count 200] [--reps 3] [--backends afxdp,packet]
-[--compare]``; prints the median p50 per row (µs), its ratio to the kernel's, the server's CPU
+[--anticipate]``; prints the median p50 per row (µs), its ratio to the kernel's, the server's CPU
 share during the pings and, for the probe, the median time of its send(2).
 """
 
@@ -52,7 +51,7 @@ def _pinned(argv: list) -> list:
     return [taskset, "-c", str(SERVER_CPU), *argv] if taskset else argv
 
 
-def one_row(row: str, count: int, probe: str) -> dict:
+def one_row(row: str, count: int, probe: str, anticipate: bool) -> dict:
     """One repetition of one row: ping p50 (µs), server CPU share (%), probe send() median (µs)."""
     from ustack.tools import bench_servers
     from ustack.tools.bench_clients import ping_rtts
@@ -69,12 +68,11 @@ def one_row(row: str, count: int, probe: str) -> dict:
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"wake_probe did not start: {proc.stderr.read()}")
         else:
-            backend = row.split("/", 1)[1].split()[0]
-            extra = row.split()[1:]
+            backend = row.split("/", 1)[1]
             argv_hook = bench_servers.Server.__init__
 
             def pinned_init(self, topo_, argv, env=None, _init=argv_hook):
-                _init(self, topo_, _pinned(list(argv) + extra), env)
+                _init(self, topo_, _pinned(list(argv) + (["--anticipate"] if anticipate else [])), env)
 
             bench_servers.Server.__init__ = pinned_init
             try:
@@ -103,28 +101,26 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, default=200, help="pings per repetition (10 ms apart)")
     p.add_argument("--reps", type=int, default=3, help="repetitions, rows interleaved (medians reported)")
     p.add_argument("--backends", default="afxdp,packet", help="ustack rows (comma-separated; '' for none)")
-    p.add_argument("--compare", action="store_true", help="each ustack row with --no-anticipate too")
+    p.add_argument("--anticipate", action="store_true", help="the ustack rows with --anticipate")
     args = p.parse_args(argv)
     os.sched_setaffinity(0, {CLIENT_CPU})
-    rows = ["kernel", "probe sleep", "probe spin"]
-    for b in filter(None, args.backends.split(",")):
-        rows += [f"ustack/{b}"] + ([f"ustack/{b} --no-anticipate"] if args.compare else [])
+    rows = ["kernel", "probe sleep", "probe spin"] + [f"ustack/{b}" for b in args.backends.split(",") if b]
     results: dict = {row: [] for row in rows}
     with tempfile.TemporaryDirectory() as tmp:
         probe = build_probe(tmp)
         for rep in range(args.reps):
             for row in rows:
-                r = one_row(row, args.count, probe)
+                r = one_row(row, args.count, probe, args.anticipate)
                 results[row].append(r)
                 print(f"  rep {rep + 1}/{args.reps} {row}: ping p50 {r['p50']:.0f} µs, server CPU {r['cpu']:.1f}%"
                       + (f", send() {r['send_us']:.1f} µs" if "send_us" in r else ""), flush=True)
     kernel = statistics.median(r["p50"] for r in results["kernel"])
-    print(f"{'row':26s} {'ping p50 µs':>12s} {'x kernel':>9s} {'CPU %':>6s} {'send() µs':>10s}")
+    print(f"{'row':16s} {'ping p50 µs':>12s} {'x kernel':>9s} {'CPU %':>6s} {'send() µs':>10s}")
     for row in rows:
         p50 = statistics.median(r["p50"] for r in results[row])
         cpu = statistics.median(r["cpu"] for r in results[row])
         sends = [r["send_us"] for r in results[row] if "send_us" in r]
-        print(f"{row:26s} {p50:12.0f} {p50 / kernel:9.2f} {cpu:6.1f} "
+        print(f"{row:16s} {p50:12.0f} {p50 / kernel:9.2f} {cpu:6.1f} "
               f"{statistics.median(sends) if sends else float('nan'):10.1f}")
     return 0
 

@@ -110,7 +110,7 @@ def start_stack(args, name: str):
         print(f"ustack {name}: {describe_error(e)}", file=sys.stderr)
         return None
     return stack, Driver(stack, clock, busy_poll=getattr(args, "busy_poll", DEFAULT_BUSY_POLL),
-                         anticipate=getattr(args, "anticipate", None)), extras
+                         anticipate=getattr(args, "anticipate", False)), extras
 
 
 def wait_ipv6_ready(stack, driver, timeout: float = 5.0) -> bool:
@@ -148,12 +148,12 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
                    help="spin on the RX ring this long after each round that received frames before "
                         f"sleeping, like SO_BUSY_POLL (default {DEFAULT_BUSY_POLL * 1e6:.0f} µs; 0: never spin; "
                         "longer than a flow's spacing: lower latency, one CPU busy while it flows)")
-    p.add_argument("--anticipate", action="store_true", default=None,
-                   help="(the default) anticipate steady spaced flows: once requests come at a steady "
+    p.add_argument("--anticipate", action="store_true",
+                   help="anticipate steady spaced flows (off by default): once requests come at a steady "
                         "period of ~6 ms to 1 s the poller wakes just before each is due and spins ~0.3 ms "
                         "around it, at most 5%% of a CPU (ustack.api.arrivals)"),
-    p.add_argument("--no-anticipate", dest="anticipate", action="store_false", default=None,
-                   help="sleep until the stack's next deadline or a frame, whatever the traffic")
+    p.add_argument("--no-anticipate", dest="anticipate", action="store_false",
+                   help="(the default) sleep until the stack's next deadline or a frame")
     p.add_argument("--queue", type=int_range(0, 65535, "a queue number"), help="afxdp: NIC queue to bind")
     p.add_argument("--xdp-mode", choices=("auto", "native", "generic"), help="afxdp: XDP attach mode")
     p.add_argument("--zerocopy", choices=("auto", "on", "off"), help="afxdp: zero-copy mode")

@@ -229,31 +229,3 @@ def test_a_stopped_flow_costs_at_most_max_misses_windows_then_the_driver_sleeps(
     # after the last request: a sleep up to each of the MAX_MISSES windows, then until told otherwise
     assert all(t is not None and t < P for t in after[:MAX_MISSES])
     assert all(t is None for t in after[MAX_MISSES:]) and len(after) > MAX_MISSES
-
-
-def test_the_driver_anticipates_by_default_except_on_a_manual_clock():
-    """Issue 10: on by default (a sleeping poller pays the VM's wake-up per spaced request); a manual
-    clock does not move while a thread sleeps toward a window, so tests driving one get no predictor."""
-    from ustack.api.clock import ManualClock, MonotonicClock
-
-    stack = PeriodicStack([])
-    assert Driver(stack, MonotonicClock(), auto_start=False).arrivals is not None
-    assert Driver(stack, auto_start=False).arrivals is not None
-    assert Driver(stack, ManualClock(1.0)).arrivals is None
-    assert Driver(stack, ManualClock(1.0), anticipate=True).arrivals is not None
-    assert Driver(stack, MonotonicClock(), auto_start=False, anticipate=False).arrivals is None
-    own = ArrivalPredictor(lead=1e-4)
-    assert Driver(stack, MonotonicClock(), auto_start=False, anticipate=own).arrivals is own
-
-
-def test_serve_anticipates_unless_told_not_to():
-    import argparse
-
-    from ustack.tools.cli_stack import add_stack_arguments
-
-    p = argparse.ArgumentParser()
-    add_stack_arguments(p)
-    base = ["--addr", "198.18.0.2/24"]
-    assert p.parse_args(base).anticipate is None  # the Driver's default: on
-    assert p.parse_args(base + ["--anticipate"]).anticipate is True
-    assert p.parse_args(base + ["--no-anticipate"]).anticipate is False

@@ -16,8 +16,7 @@ start a thread. The wait policy (DESIGN.md "How the stack runs"):
   (e.g. 0.02 s against pings 10 ms apart) keeps the thread awake, and one
   CPU busy, for as long as that flow lasts;
 - a steady spaced flow (requests every few ms, each finding the stack
-  asleep) is anticipated (``anticipate``, on by default except on a manual
-  clock; ustack.api.arrivals): once its
+  asleep) is anticipated (``anticipate``, ustack.api.arrivals): once its
   period is known the leader sleeps until just before the next request is
   due and spins through a short window around it, so the request meets an
   awake thread instead of paying the wake-up; at most a few % of one CPU
@@ -82,18 +81,13 @@ class Driver:
     """
 
     def __init__(self, stack, clock=None, *, busy_poll: float = DEFAULT_BUSY_POLL,
-                 auto_start: Optional[bool] = None, anticipate=None):
+                 auto_start: Optional[bool] = None, anticipate=False):
         if not busy_poll >= 0:
             raise ValueError(f"busy_poll must be a number of seconds >= 0, not {busy_poll!r}")
         self.stack = stack
-        # True: anticipate steady spaced flows with the default predictor; False: never; None (the default):
-        # True unless time is manual (a test's clock does not move while the thread would sleep toward a
-        # window); or an ArrivalPredictor of one's own (its lead, lag and CPU share). On by default since
-        # issue 10: a thread asleep between the requests of a spaced flow pays the VM's wake-up for each
-        # (python -m ustack.tools.bench_wake: even a C responder sleeping in poll(2) is 1.7-2.5x the
-        # kernel's ping) and anticipating costs ~3% of a CPU while such a flow lasts, nothing when idle.
-        if anticipate is None:
-            anticipate = not isinstance(clock, ManualClock)
+        # True: anticipate steady spaced flows with the default predictor; False/None (the default,
+        # as Linux's busy polling is opt-in): never;
+        # or an ArrivalPredictor of one's own (its lead, lag and CPU share)
         self.arrivals: Optional[ArrivalPredictor] = (
             ArrivalPredictor() if anticipate is True else (anticipate or None))
         # None: start on demand unless time is manual (a test driving a ManualClock polls by itself,

@@ -17,7 +17,7 @@ tap, packet, afxdp; default packet), USTACK_IFNAME (required except for
 pipe), USTACK_GATEWAY, USTACK_PCAP (a capture file, created 0600),
 USTACK_MTU, USTACK_FASTPATH (0: the TCP fast path in C off,
 ``ustack.api.environment``), USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``),
-USTACK_ANTICIPATE (0: do not anticipate steady spaced flows, ``ustack.api.arrivals``; on by default),
+USTACK_ANTICIPATE (1: anticipate steady spaced flows, ``ustack.api.arrivals``; off by default),
 USTACK_LOOPBACK (1: 127/8 and ::1 on an in-process ustack loopback
 interface, ``ustack.api.loopback``, instead of the kernel's), USTACK_ASYNCIO (native, the default: asyncio's loops poll the stack
 themselves, ``ustack.api.aio``; stock: asyncio's own loop on readiness fds). With
@@ -52,7 +52,7 @@ class Session:
     def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
                  pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL,
                  asyncio: str = "native", loopback: bool = False, fastpath: Optional[bool] = None,
-                 anticipate: Optional[bool] = None):
+                 anticipate: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         if backend != "pipe" and not ifname:
@@ -136,9 +136,8 @@ def settings(environ: Mapping[str, str]) -> Optional[dict]:
         kw["fastpath"] = environment.fastpath(environ)
     if environ.get(PREFIX + "LOOPBACK", "") not in ("", "0"):
         kw["loopback"] = True
-    anticipate = environ.get(PREFIX + "ANTICIPATE", "")
-    if anticipate:
-        kw["anticipate"] = anticipate != "0"
+    if environ.get(PREFIX + "ANTICIPATE", "") not in ("", "0"):
+        kw["anticipate"] = True
     busy = environ.get(PREFIX + "BUSY_POLL")
     if busy:
         try:
