@@ -269,10 +269,9 @@ def notes_for(result: dict) -> list[str]:
         notes.append("the client is one Python process on kernel sockets and the kernel row's server is Python too "
                      "(one selector loop): the kernel row is bounded by them, not by the kernel stack alone")
     if any(row["stack"] == "ustack" for row in rows.values()):
-        notes.append("ustack serve busy-polls its device for 50 µs (ustack.api.driver) before it sleeps, and wakes "
-                     "just before the next request of a steady spaced flow (the ping; ustack.api.arrivals); the "
-                     "kernel server sleeps in epoll and pays a wake-up per request, so ping-pong RTTs of ustack can "
-                     "come out below the kernel's")
+        notes.append("ustack serve busy-polls its device for 50 µs (ustack.api.driver) before it sleeps; the kernel "
+                     "server sleeps in epoll and pays a wake-up per request, so ping-pong RTTs of ustack can come "
+                     "out below the kernel's")
     methods = {row["latency"]["ping"]["method"] for row in rows.values() if row.get("latency")}
     if methods:
         notes.append(f"ping: {' / '.join(sorted(methods))} echo requests from the kernel client "
