@@ -187,15 +187,14 @@ cdef class EstablishedPath:
                 if run is None:
                     return 0  # a new run, a hole filled, a duplicate: ReceiveBuffer.write, the Python way
             if co != NULL:
-                if ((not ooo_off and _bget(rcvbuf, bo[B_OOO_BYTES])) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None
-                        or _bget(conn, co[N_ORPHANED])):
+                if _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or _bget(conn, co[N_ORPHANED]):
                     return 0
                 layer = _fget(conn, co[N_LAYER])
                 if _bget(layer, lo[L_UNDER_PRESSURE]) or (PyLong_AsLongLong(_fget(layer, lo[L_CONFIG]).tcp_mem)
                                                            - _iget(layer, lo[L_MEM_USED])) < dlen:  # _mem_room
                     return 0  # the memory budget's soft or hard level: the Python path trims and drops
             else:
-                if (not ooo_off and rcvbuf.ooo_bytes) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
+                if _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
                     return 0
                 layer = conn.layer
                 if layer.under_pressure or _mem_room(layer) < dlen:
@@ -273,15 +272,19 @@ cdef class EstablishedPath:
 
     cdef int _text_in_order(self, tcb, receiver, rcvbuf, Py_ssize_t *bo, payload, Py_ssize_t dlen, now,
                             bint push) except -1:
-        """Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs): a view into
-        the RX frame, held, when the stack's RxHold takes it (ReceiveBuffer.append); then RCV.NXT and the
-        ACK policy (``_in_order``)."""
-        cdef Py_ssize_t before
+        """Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0): a view into the RX
+        frame, held, when the stack's RxHold takes it (ReceiveBuffer.append), then the out-of-order runs it
+        reaches (``_absorb_runs``); then RCV.NXT and the ACK policy (``_in_order``).""" 
+        cdef Py_ssize_t before, adv = dlen
+        cdef bint had_gap
         chunks = _fget(rcvbuf, bo[B_CHUNKS]) if bo != NULL else rcvbuf._chunks
         before = (<ChunkQueue>chunks).nbytes
+        had_gap = _bget(rcvbuf, bo[B_OOO_BYTES]) if bo != NULL else bool(rcvbuf.ooo_bytes)
         (<ChunkQueue>chunks)._append(payload)  # ReceiveBuffer.append: its ChunkQueue's, without a Python call
-        _in_order(tcb, self.layout._off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen,
-                  before, now, push)
+        if had_gap:  # the segment fills (part of) the first hole: the runs it reaches join the in-order bytes
+            adv = _absorb_runs(rcvbuf, bo, <ChunkQueue>chunks, before, dlen)
+        _in_order(tcb, self.layout._off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, adv,
+                  dlen, had_gap, before, now, push)
         return 0
 
     cdef bint _fits(self, conn) except -1:
@@ -811,3 +814,37 @@ cdef int _ooo_append(object receiver, Py_ssize_t *ro, object tcb, Py_ssize_t *of
             _fset(receiver, ro[R_ACK_ROUND], True)
             budget.ack_at_round_end(_fget(receiver, ro[R_OWNER]))
     return 0
+
+
+cdef Py_ssize_t _absorb_runs(object rcvbuf, Py_ssize_t *bo, ChunkQueue chunks, Py_ssize_t before,
+                             Py_ssize_t dlen) except -1:
+    """``ReceiveBuffer.write``'s second half for ``dlen`` bytes just appended at RCV.NXT with runs held: the
+    runs slide down by what was appended, those reached join the in-order chunks (no copy: a view of the
+    run, no longer ours to change), ``ooo_bytes`` and ``last_run`` follow; returns how far RCV.NXT moves."""
+    cdef Py_ssize_t shift = dlen, start, skip, n
+    runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else rcvbuf._runs
+    ooo = _iget(rcvbuf, bo[B_OOO_BYTES]) if bo != NULL else PyLong_AsLongLong(rcvbuf.ooo_bytes)
+    while runs and runs[0][0] <= shift:
+        entry = runs.pop(0)
+        start = entry[0]
+        run = entry[1]
+        n = len(run)
+        ooo -= n
+        skip = shift - start
+        if skip < n:
+            chunks._push(memoryview(run)[skip:], None)
+            shift += n - skip
+    for r in runs:
+        r[0] -= shift
+    last = _fget(rcvbuf, bo[B_LAST_RUN]) if bo != NULL else rcvbuf.last_run
+    if last is not None:
+        last = last - shift
+        if last <= 0:
+            last = None
+    if bo != NULL:
+        _fset(rcvbuf, bo[B_OOO_BYTES], PyLong_FromLongLong(ooo))
+        _fset(rcvbuf, bo[B_LAST_RUN], last)
+    else:
+        rcvbuf.ooo_bytes = ooo
+        rcvbuf.last_run = last
+    return chunks.nbytes - before

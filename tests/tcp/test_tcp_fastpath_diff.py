@@ -530,7 +530,7 @@ def test_segments_above_a_hole_run_in_c(sack, in_round):
     """Ten segments above a lost one: the first opens a run (Python), the other nine extend it in C; the
     first three out-of-order segments at this RCV.NXT are ACKed at once (RFC 5681 4.2), with SACK the rest
     once at the round's end (or at once, outside a round), without SACK each at once; the retransmission
-    fills the hole (Python) and the reader gets every byte."""
+    fills the hole (in C: the run joins the in-order bytes) and the reader gets every byte."""
     steps = [("hole", 10, 1448, 1448, in_round, "keep"), ("seg", 0, 1448, "A", 0, 65535, "now"), ("read", 1 << 20)]
     fast_h, fast_conn = _open(True, True, True, sack, "cubic")
     slow_h, slow_conn = _open(False, True, True, sack, "cubic")
@@ -557,6 +557,9 @@ def test_segments_above_a_hole_run_in_c(sack, in_round):
             if sack:
                 blocks = [TcpHeader.parse(seg, fast_h.local, fast_h.peer.addr).sack_blocks for seg in acks]
                 assert blocks[-1] == ((base + 1448, base + 1448 * 11),)
+        if i == 1:
+            assert fast_conn.segs_fast == 10  # the retransmission that fills the hole too
+            assert fast_conn.receiver.rcvbuf.ooo_bytes == 0 and len(fast_conn.receiver.rcvbuf) == 11 * 1448
     assert outs[2][0] == _hole_payload(base, 1448) + b"".join(
         _hole_payload(base + 1448 * (k + 1), 1448) for k in range(10))
     assert fast_conn.tcb.rcv_nxt == (base + 1448 * 11) & 0xFFFFFFFF
