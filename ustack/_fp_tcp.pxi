@@ -142,7 +142,8 @@ cdef class EstablishedPath:
         dlen = len(payload)
         if seq != rcv_nxt:
             # Out of order: only data that extends the highest out-of-order run (the next segment
-            # above a hole, the common case under loss) is taken here (``_ooo_last_run``).
+            # above a hole, the common case under loss) or opens a new one above it is taken here
+            # (``_ooo_last_run``).
             ooo_off = <int32_t>(seq - rcv_nxt)
             if dlen == 0 or ooo_off <= 0:
                 return 0
@@ -234,7 +235,7 @@ cdef class EstablishedPath:
                 sender.on_ack(seg, dlen, now)
             _ts_recent(tcb, off, ts_ok, p, now)  # (after the ACK, as the Python path)
             if ooo_off:
-                _ooo_append(receiver, self.receiver_layout._off, tcb, off, rcvbuf, bo, run, payload, dlen)
+                _ooo_append(receiver, self.receiver_layout._off, tcb, off, rcvbuf, bo, run, payload, dlen, ooo_off)
             else:
                 self._text_in_order(tcb, receiver, rcvbuf, bo, payload, dlen, now, flags & TH_PSH)
             # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
@@ -679,7 +680,7 @@ cdef enum:
     L_MEM_USED = 1
     L_UNDER_PRESSURE = 2
 
-RCVBUF_FIELDS = ("_chunks", "ooo_bytes", "lent", "_runs", "_tick", "last_run")
+RCVBUF_FIELDS = ("_chunks", "ooo_bytes", "lent", "_runs", "_tick", "last_run", "max_runs")
 cdef enum:
     B_CHUNKS = 0
     B_OOO_BYTES = 1
@@ -687,6 +688,7 @@ cdef enum:
     B_RUNS = 3
     B_TICK = 4
     B_LAST_RUN = 5
+    B_MAX_RUNS = 6
 
 
 cdef inline int _arrived_at(object conn, Py_ssize_t *co, object sender, Py_ssize_t *so, object now) except -1:
@@ -743,47 +745,65 @@ cdef enum:
     OOO_DUP_THRESH = 3  # scoreboard.DUP_THRESH (RFC 6675 2), as ``Receiver.ooo_ack`` reads it
 
 
+cdef object _NEW_RUN = ()  # what _ooo_last_run answers for data above every run: a new run at the top
+
+
 cdef object _ooo_last_run(object rcvbuf, Py_ssize_t *bo, int64_t ooo_off):
     """The highest out-of-order run (``[start, bytearray, stamp]``) when data at ``ooo_off`` bytes past
-    RCV.NXT starts exactly at its end (``ReceiveBuffer._insert`` then extends it in place), else None."""
+    RCV.NXT starts exactly at its end (``ReceiveBuffer._insert`` then extends it in place); ``_NEW_RUN`` when
+    it starts past the end of every run (or none is held) and the run bound (``max_runs``) leaves room for one
+    more (``_insert`` then adds it at the top: the first segment above a new hole); else None."""
     cdef Py_ssize_t n
+    cdef int64_t end
     runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else getattr(rcvbuf, "_runs", None)
     if type(runs) is not list:
         return None
     n = PyList_GET_SIZE(runs)
-    if n == 0:
-        return None
-    run = <object>PyList_GET_ITEM(runs, n - 1)
-    if type(run) is not list or PyList_GET_SIZE(run) != 3:
-        return None
-    start = <object>PyList_GET_ITEM(run, 0)
-    buf = <object>PyList_GET_ITEM(run, 1)
-    if type(start) is not int or type(buf) is not bytearray:
-        return None
-    if PyLong_AsLongLong(start) + PyByteArray_GET_SIZE(buf) != ooo_off:
-        return None
-    return run
+    if n:
+        run = <object>PyList_GET_ITEM(runs, n - 1)
+        if type(run) is not list or PyList_GET_SIZE(run) != 3:
+            return None
+        start = <object>PyList_GET_ITEM(run, 0)
+        buf = <object>PyList_GET_ITEM(run, 1)
+        if type(start) is not int or type(buf) is not bytearray:
+            return None
+        end = PyLong_AsLongLong(start) + PyByteArray_GET_SIZE(buf)
+        if end == ooo_off:
+            return run
+        if end > ooo_off:
+            return None  # below the top of the highest run: overlaps, holes, duplicates (Python)
+    max_runs = _fget(rcvbuf, bo[B_MAX_RUNS]) if bo != NULL else rcvbuf.max_runs
+    if n >= max_runs:
+        return None  # the run bound: dropped and counted the Python way (tcp.ooo_overflow)
+    return _NEW_RUN
 
 
 cdef int _ooo_append(object receiver, Py_ssize_t *ro, object tcb, Py_ssize_t *off, object rcvbuf, Py_ssize_t *bo,
-                     list run, object payload, Py_ssize_t dlen) except -1:
-    """``Receiver.receive`` for data extending ``run`` (``_ooo_last_run``): the bytes appended to the run
-    (``ReceiveBuffer._insert``: stamp, ``ooo_bytes``, ``last_run``), ``tcp.ooo_segs`` counted, then
+                     object run, object payload, Py_ssize_t dlen, int64_t ooo_off) except -1:
+    """``Receiver.receive`` for data extending ``run`` (``_ooo_last_run``), or opening a new run at the top
+    (``run`` is ``_NEW_RUN``, ``ooo_off`` past RCV.NXT): the bytes appended to the run (``ReceiveBuffer._insert``:
+    stamp, ``ooo_bytes``, ``last_run``), ``tcp.ooo_segs`` counted, then
     ``Receiver.ooo_ack``: the ACK now for the first DupThresh out-of-order segments at this RCV.NXT (or
     without SACK), else once at the round's end (``tcp.sack_compressed``)."""
     cdef Py_buffer pb
     cdef Py_ssize_t n0
     cdef int64_t acks
-    buf = run[1]
-    n0 = PyByteArray_GET_SIZE(buf)
-    PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
-    try:
-        if pb.len != dlen:
-            raise ValueError("payload length changed")
-        PyByteArray_Resize(buf, n0 + dlen)  # (amortised growth, as bytearray +=)
-        memcpy(PyByteArray_AS_STRING(buf) + n0, pb.buf, dlen)
-    finally:
-        PyBuffer_Release(&pb)
+    if run is _NEW_RUN:  # a new run at the top (ReceiveBuffer._insert: a copy of the data)
+        run = [PyLong_FromLongLong(ooo_off), bytearray(payload), None]
+        runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else rcvbuf._runs
+        runs.append(run)
+        buf = run[1]
+    else:
+        buf = run[1]
+        n0 = PyByteArray_GET_SIZE(buf)
+        PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
+        try:
+            if pb.len != dlen:
+                raise ValueError("payload length changed")
+            PyByteArray_Resize(buf, n0 + dlen)  # (amortised growth, as bytearray +=)
+            memcpy(PyByteArray_AS_STRING(buf) + n0, pb.buf, dlen)
+        finally:
+            PyBuffer_Release(&pb)
     if bo != NULL:
         tick = PyLong_FromLongLong(_iget(rcvbuf, bo[B_TICK]) + 1)
         _fset(rcvbuf, bo[B_TICK], tick)
