@@ -144,9 +144,10 @@ cdef class EstablishedPath:
             # Out of order: only data that extends the highest out-of-order run (the next segment
             # above a hole, the common case under loss) or opens a new one above it is taken here
             # (``_ooo_last_run``).
+            # Data wholly below RCV.NXT (a spurious retransmission) is answered here too (``_old_duplicate``).
             ooo_off = <int32_t>(seq - rcv_nxt)
-            if dlen == 0 or ooo_off <= 0:
-                return 0
+            if dlen == 0 or (ooo_off < 0 and <int32_t>(seq + <uint32_t>dlen - rcv_nxt) > 0):
+                return 0  # no data, or data partly new (the Python path trims it)
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
@@ -159,7 +160,15 @@ cdef class EstablishedPath:
         if type(receiver) is not self.receiver_layout.cls or type(
                 _fget(receiver, self.receiver_layout._off[R_DELACK])) is not self.delack_layout.cls:
             return 0  # not the classes the layouts describe: the Python path
-        if dlen == 0:
+        if ooo_off < 0:
+            if whole:
+                if co != NULL:
+                    _arrived_at(conn, co, sender, so, now)
+                else:
+                    _arrived(conn, sender, now)
+            _old_duplicate(conn, tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, seq, dlen,
+                           now)
+        elif dlen == 0:
             # A pure ACK for new data.
             if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
                 return 0
@@ -239,7 +248,7 @@ cdef class EstablishedPath:
             else:
                 self._text_in_order(tcb, receiver, rcvbuf, bo, payload, dlen, now, flags & TH_PSH)
             # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
-        if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
+        if ooo_off >= 0 and _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if so != NULL:
                 busy = (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
                         or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
@@ -868,3 +877,18 @@ cdef Py_ssize_t _absorb_runs(object rcvbuf, Py_ssize_t *bo, ChunkQueue chunks, P
         rcvbuf.ooo_bytes = ooo
         rcvbuf.last_run = last
     return chunks.nbytes - before
+
+
+cdef int _old_duplicate(object conn, object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do,
+                        uint32_t seq, Py_ssize_t dlen, object now) except -1:
+    """A data segment wholly below RCV.NXT (acceptable by PAWS, not by sequence: RFC 9293 3.10.7.4 first step):
+    dropped (``tcp.unacceptable``), its range reported as a D-SACK block (RFC 2883 4, with SACK), and the ACK
+    sent at once without the ACK field processed, as ``Connection._synchronized_arrives`` and
+    ``Receiver.duplicate`` do."""
+    counters = (<object>_fget(receiver, ro[R_STATS])).counters
+    counters["drop.tcp.unacceptable"] += 1
+    if _bget(tcb, off[T_SACK_OK]):
+        receiver.dsack = (PyLong_FromUnsignedLong(seq), PyLong_FromUnsignedLong(<uint32_t>(seq + <uint32_t>dlen)))
+        _fset(receiver, ro[R_ACK_NOW], True)
+    _send_ack(conn, tcb, off, receiver, ro, do, now)
+    return 0

@@ -293,16 +293,16 @@ def test_data_that_opens_a_zero_window_cancels_persist_as_the_python_path_does()
     assert fast_conn.sender.persist_timer.deadline is None and fast_conn.tcb.snd_max != fast_conn.tcb.iss + 1
 
 
-def test_stale_timestamp_and_old_segment_fall_through_to_paws_and_acceptability():
+def test_stale_timestamp_falls_through_to_paws_and_an_old_segment_is_answered_in_c():
     fast_conn, _ = _run_both([
         ("burst", 3, 1448, "A", 0),
         ("seg", 0, 1448, "A", 0, 65535, "old"),  # PAWS: dropped with an ACK (the Python path)
         ("seg", -1448, 1448, "A", 0, 65535, "now"),  # the same data, a fresh timestamp: in order, in C
-        ("seg", -1448, 1448, "A", 0, 65535, "now"),  # again: a duplicate, unacceptable, ACKed (Python)
+        ("seg", -1448, 1448, "A", 0, 65535, "now"),  # again: a duplicate, unacceptable, ACKed (in C)
         ("burst", 2, 1448, "PA", 0),
     ])
     stats = fast_conn.host.stats
-    assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 and fast_conn.segs_fast == 6
+    assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 and fast_conn.segs_fast == 7
 
 
 @pytest.mark.parametrize("fast", [True, False])
