@@ -58,14 +58,29 @@ cdef int _ack_bulk(object receiver, Py_ssize_t *ro) except -1:
     return 0
 
 
+cdef int _ack_gap(object receiver, Py_ssize_t *ro) except -1:
+    """``Receiver.ack_gap``: the ACK of a filled gap now, or (during a poll round) at the round's end and once
+    more then (``gap_round``)."""
+    layer = _fget(receiver, ro[R_BUDGET])
+    if _bget(receiver, ro[R_COALESCE]) and layer is not None and layer.in_round:
+        receiver.gap_round = True
+        if not _bget(receiver, ro[R_ACK_ROUND]):
+            _fset(receiver, ro[R_ACK_ROUND], True)
+            layer.ack_at_round_end(_fget(receiver, ro[R_OWNER]))
+    else:
+        _fset(receiver, ro[R_ACK_NOW], True)
+    return 0
+
+
 cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do, object rcvbuf,
-                   Py_ssize_t dlen, Py_ssize_t before, object now, bint push) except -1:
-    """``Receiver.in_order(dlen, dlen, False, before, now, push)`` for data appended at RCV.NXT."""
+                   Py_ssize_t adv, Py_ssize_t dlen, bint had_gap, Py_ssize_t before, object now, bint push) except -1:
+    """``Receiver.in_order(adv, dlen, had_gap, before, now, push)`` for a segment of ``dlen`` bytes appended at
+    RCV.NXT that made ``adv`` bytes in order (more when it filled a gap: ``had_gap``)."""
     cdef int64_t rcv_mss, free, unacked
     cdef double t = PyFloat_AsDouble(now), m, half, ato, ato_min, rto, cap, srtt
     cdef Py_ssize_t held
-    _fset(tcb, off[T_RCV_NXT], PyLong_FromUnsignedLong(<uint32_t>(<uint32_t>_iget(tcb, off[T_RCV_NXT]) + dlen)))
-    _fset(receiver, ro[R_BYTES_RECEIVED], PyLong_FromLongLong(_iget(receiver, ro[R_BYTES_RECEIVED]) + dlen))
+    _fset(tcb, off[T_RCV_NXT], PyLong_FromUnsignedLong(<uint32_t>(<uint32_t>_iget(tcb, off[T_RCV_NXT]) + adv)))
+    _fset(receiver, ro[R_BYTES_RECEIVED], PyLong_FromLongLong(_iget(receiver, ro[R_BYTES_RECEIVED]) + adv))
     rcv_mss = _iget(tcb, off[T_RCV_MSS])
     if dlen > rcv_mss:
         rcv_mss = min(<int64_t>dlen, _iget(tcb, off[T_MSS_BASE]))
@@ -95,10 +110,12 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
         elif m > rto:
             _grant_quickacks(delack, do, free, rcv_mss)
     _fset(delack, do[D_LRCVTIME], now)
-    unacked = _iget(receiver, ro[R_UNACKED]) + dlen
+    unacked = _iget(receiver, ro[R_UNACKED]) + adv
     _fset(receiver, ro[R_UNACKED], PyLong_FromLongLong(unacked))
     if not _bget(delack, do[D_ENABLED]):
         _fset(receiver, ro[R_ACK_NOW], True)
+    elif had_gap:
+        _ack_gap(receiver, ro)  # this segment filled (part of) a gap
     elif unacked >= 2 * rcv_mss:
         _ack_bulk(receiver, ro)  # every second full-sized segment (RFC 5681 4.2)
     elif _iget(delack, do[D_QUICK]) > 0 and not _bget(delack, do[D_PINGPONG]):

@@ -142,10 +142,12 @@ cdef class EstablishedPath:
         dlen = len(payload)
         if seq != rcv_nxt:
             # Out of order: only data that extends the highest out-of-order run (the next segment
-            # above a hole, the common case under loss) is taken here (``_ooo_last_run``).
+            # above a hole, the common case under loss) or opens a new one above it is taken here
+            # (``_ooo_last_run``).
+            # Data wholly below RCV.NXT (a spurious retransmission) is answered here too (``_old_duplicate``).
             ooo_off = <int32_t>(seq - rcv_nxt)
-            if dlen == 0 or ooo_off <= 0:
-                return 0
+            if dlen == 0 or (ooo_off < 0 and <int32_t>(seq + <uint32_t>dlen - rcv_nxt) > 0):
+                return 0  # no data, or data partly new (the Python path trims it)
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
@@ -158,7 +160,15 @@ cdef class EstablishedPath:
         if type(receiver) is not self.receiver_layout.cls or type(
                 _fget(receiver, self.receiver_layout._off[R_DELACK])) is not self.delack_layout.cls:
             return 0  # not the classes the layouts describe: the Python path
-        if dlen == 0:
+        if ooo_off < 0:
+            if whole:
+                if co != NULL:
+                    _arrived_at(conn, co, sender, so, now)
+                else:
+                    _arrived(conn, sender, now)
+            _old_duplicate(conn, tcb, off, receiver, self.receiver_layout._off, self.delack_layout._off, seq, dlen,
+                           now)
+        elif dlen == 0:
             # A pure ACK for new data.
             if not (_seq_lt(una, ack) and _seq_le(ack, snd_max)) or _bget(tcb, off[T_FIN_QUEUED]):
                 return 0
@@ -187,15 +197,14 @@ cdef class EstablishedPath:
                 if run is None:
                     return 0  # a new run, a hole filled, a duplicate: ReceiveBuffer.write, the Python way
             if co != NULL:
-                if ((not ooo_off and _bget(rcvbuf, bo[B_OOO_BYTES])) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None
-                        or _bget(conn, co[N_ORPHANED])):
+                if _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or _bget(conn, co[N_ORPHANED]):
                     return 0
                 layer = _fget(conn, co[N_LAYER])
                 if _bget(layer, lo[L_UNDER_PRESSURE]) or (PyLong_AsLongLong(_fget(layer, lo[L_CONFIG]).tcp_mem)
                                                            - _iget(layer, lo[L_MEM_USED])) < dlen:  # _mem_room
                     return 0  # the memory budget's soft or hard level: the Python path trims and drops
             else:
-                if (not ooo_off and rcvbuf.ooo_bytes) or _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
+                if _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or conn.orphaned:
                     return 0
                 layer = conn.layer
                 if layer.under_pressure or _mem_room(layer) < dlen:
@@ -235,11 +244,11 @@ cdef class EstablishedPath:
                 sender.on_ack(seg, dlen, now)
             _ts_recent(tcb, off, ts_ok, p, now)  # (after the ACK, as the Python path)
             if ooo_off:
-                _ooo_append(receiver, self.receiver_layout._off, tcb, off, rcvbuf, bo, run, payload, dlen)
+                _ooo_append(receiver, self.receiver_layout._off, tcb, off, rcvbuf, bo, run, payload, dlen, ooo_off)
             else:
                 self._text_in_order(tcb, receiver, rcvbuf, bo, payload, dlen, now, flags & TH_PSH)
             # (a view into the RX frame, held, when the stack's RxHold takes it: ReceiveBuffer.append)
-        if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
+        if ooo_off >= 0 and _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
             if so != NULL:
                 busy = (_iget(tcb, off[T_SND_MAX]) != _iget(tcb, off[T_SND_UNA])
                         or _iget(tcb, off[T_SND_NXT]) != _iget(tcb, off[T_SND_UNA]) or _bget(tcb, off[T_FIN_QUEUED])
@@ -273,15 +282,19 @@ cdef class EstablishedPath:
 
     cdef int _text_in_order(self, tcb, receiver, rcvbuf, Py_ssize_t *bo, payload, Py_ssize_t dlen, now,
                             bint push) except -1:
-        """Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0, no runs): a view into
-        the RX frame, held, when the stack's RxHold takes it (ReceiveBuffer.append); then RCV.NXT and the
-        ACK policy (``_in_order``)."""
-        cdef Py_ssize_t before
+        """Seventh step: the text, appended in order (ReceiveBuffer.write at offset 0): a view into the RX
+        frame, held, when the stack's RxHold takes it (ReceiveBuffer.append), then the out-of-order runs it
+        reaches (``_absorb_runs``); then RCV.NXT and the ACK policy (``_in_order``).""" 
+        cdef Py_ssize_t before, adv = dlen
+        cdef bint had_gap
         chunks = _fget(rcvbuf, bo[B_CHUNKS]) if bo != NULL else rcvbuf._chunks
         before = (<ChunkQueue>chunks).nbytes
+        had_gap = _bget(rcvbuf, bo[B_OOO_BYTES]) if bo != NULL else bool(rcvbuf.ooo_bytes)
         (<ChunkQueue>chunks)._append(payload)  # ReceiveBuffer.append: its ChunkQueue's, without a Python call
-        _in_order(tcb, self.layout._off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, dlen,
-                  before, now, push)
+        if had_gap:  # the segment fills (part of) the first hole: the runs it reaches join the in-order bytes
+            adv = _absorb_runs(rcvbuf, bo, <ChunkQueue>chunks, before, dlen)
+        _in_order(tcb, self.layout._off, receiver, self.receiver_layout._off, self.delack_layout._off, rcvbuf, adv,
+                  dlen, had_gap, before, now, push)
         return 0
 
     cdef bint _fits(self, conn) except -1:
@@ -698,7 +711,7 @@ cdef enum:
     L_MEM_USED = 1
     L_UNDER_PRESSURE = 2
 
-RCVBUF_FIELDS = ("_chunks", "ooo_bytes", "lent", "_runs", "_tick", "last_run")
+RCVBUF_FIELDS = ("_chunks", "ooo_bytes", "lent", "_runs", "_tick", "last_run", "max_runs")
 cdef enum:
     B_CHUNKS = 0
     B_OOO_BYTES = 1
@@ -706,6 +719,7 @@ cdef enum:
     B_RUNS = 3
     B_TICK = 4
     B_LAST_RUN = 5
+    B_MAX_RUNS = 6
 
 
 cdef inline int _arrived_at(object conn, Py_ssize_t *co, object sender, Py_ssize_t *so, object now) except -1:
@@ -762,47 +776,65 @@ cdef enum:
     OOO_DUP_THRESH = 3  # scoreboard.DUP_THRESH (RFC 6675 2), as ``Receiver.ooo_ack`` reads it
 
 
+cdef object _NEW_RUN = ()  # what _ooo_last_run answers for data above every run: a new run at the top
+
+
 cdef object _ooo_last_run(object rcvbuf, Py_ssize_t *bo, int64_t ooo_off):
     """The highest out-of-order run (``[start, bytearray, stamp]``) when data at ``ooo_off`` bytes past
-    RCV.NXT starts exactly at its end (``ReceiveBuffer._insert`` then extends it in place), else None."""
+    RCV.NXT starts exactly at its end (``ReceiveBuffer._insert`` then extends it in place); ``_NEW_RUN`` when
+    it starts past the end of every run (or none is held) and the run bound (``max_runs``) leaves room for one
+    more (``_insert`` then adds it at the top: the first segment above a new hole); else None."""
     cdef Py_ssize_t n
+    cdef int64_t end
     runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else getattr(rcvbuf, "_runs", None)
     if type(runs) is not list:
         return None
     n = PyList_GET_SIZE(runs)
-    if n == 0:
-        return None
-    run = <object>PyList_GET_ITEM(runs, n - 1)
-    if type(run) is not list or PyList_GET_SIZE(run) != 3:
-        return None
-    start = <object>PyList_GET_ITEM(run, 0)
-    buf = <object>PyList_GET_ITEM(run, 1)
-    if type(start) is not int or type(buf) is not bytearray:
-        return None
-    if PyLong_AsLongLong(start) + PyByteArray_GET_SIZE(buf) != ooo_off:
-        return None
-    return run
+    if n:
+        run = <object>PyList_GET_ITEM(runs, n - 1)
+        if type(run) is not list or PyList_GET_SIZE(run) != 3:
+            return None
+        start = <object>PyList_GET_ITEM(run, 0)
+        buf = <object>PyList_GET_ITEM(run, 1)
+        if type(start) is not int or type(buf) is not bytearray:
+            return None
+        end = PyLong_AsLongLong(start) + PyByteArray_GET_SIZE(buf)
+        if end == ooo_off:
+            return run
+        if end > ooo_off:
+            return None  # below the top of the highest run: overlaps, holes, duplicates (Python)
+    max_runs = _fget(rcvbuf, bo[B_MAX_RUNS]) if bo != NULL else rcvbuf.max_runs
+    if n >= max_runs:
+        return None  # the run bound: dropped and counted the Python way (tcp.ooo_overflow)
+    return _NEW_RUN
 
 
 cdef int _ooo_append(object receiver, Py_ssize_t *ro, object tcb, Py_ssize_t *off, object rcvbuf, Py_ssize_t *bo,
-                     list run, object payload, Py_ssize_t dlen) except -1:
-    """``Receiver.receive`` for data extending ``run`` (``_ooo_last_run``): the bytes appended to the run
-    (``ReceiveBuffer._insert``: stamp, ``ooo_bytes``, ``last_run``), ``tcp.ooo_segs`` counted, then
+                     object run, object payload, Py_ssize_t dlen, int64_t ooo_off) except -1:
+    """``Receiver.receive`` for data extending ``run`` (``_ooo_last_run``), or opening a new run at the top
+    (``run`` is ``_NEW_RUN``, ``ooo_off`` past RCV.NXT): the bytes appended to the run (``ReceiveBuffer._insert``:
+    stamp, ``ooo_bytes``, ``last_run``), ``tcp.ooo_segs`` counted, then
     ``Receiver.ooo_ack``: the ACK now for the first DupThresh out-of-order segments at this RCV.NXT (or
     without SACK), else once at the round's end (``tcp.sack_compressed``)."""
     cdef Py_buffer pb
     cdef Py_ssize_t n0
     cdef int64_t acks
-    buf = run[1]
-    n0 = PyByteArray_GET_SIZE(buf)
-    PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
-    try:
-        if pb.len != dlen:
-            raise ValueError("payload length changed")
-        PyByteArray_Resize(buf, n0 + dlen)  # (amortised growth, as bytearray +=)
-        memcpy(PyByteArray_AS_STRING(buf) + n0, pb.buf, dlen)
-    finally:
-        PyBuffer_Release(&pb)
+    if run is _NEW_RUN:  # a new run at the top (ReceiveBuffer._insert: a copy of the data)
+        run = [PyLong_FromLongLong(ooo_off), bytearray(payload), None]
+        runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else rcvbuf._runs
+        runs.append(run)
+        buf = run[1]
+    else:
+        buf = run[1]
+        n0 = PyByteArray_GET_SIZE(buf)
+        PyObject_GetBuffer(payload, &pb, PyBUF_SIMPLE)
+        try:
+            if pb.len != dlen:
+                raise ValueError("payload length changed")
+            PyByteArray_Resize(buf, n0 + dlen)  # (amortised growth, as bytearray +=)
+            memcpy(PyByteArray_AS_STRING(buf) + n0, pb.buf, dlen)
+        finally:
+            PyBuffer_Release(&pb)
     if bo != NULL:
         tick = PyLong_FromLongLong(_iget(rcvbuf, bo[B_TICK]) + 1)
         _fset(rcvbuf, bo[B_TICK], tick)
@@ -832,4 +864,53 @@ cdef int _ooo_append(object receiver, Py_ssize_t *ro, object tcb, Py_ssize_t *of
         if not _bget(receiver, ro[R_ACK_ROUND]):  # Receiver._ack_at_round_end
             _fset(receiver, ro[R_ACK_ROUND], True)
             budget.ack_at_round_end(_fget(receiver, ro[R_OWNER]))
+    return 0
+
+
+cdef Py_ssize_t _absorb_runs(object rcvbuf, Py_ssize_t *bo, ChunkQueue chunks, Py_ssize_t before,
+                             Py_ssize_t dlen) except -1:
+    """``ReceiveBuffer.write``'s second half for ``dlen`` bytes just appended at RCV.NXT with runs held: the
+    runs slide down by what was appended, those reached join the in-order chunks (no copy: a view of the
+    run, no longer ours to change), ``ooo_bytes`` and ``last_run`` follow; returns how far RCV.NXT moves."""
+    cdef Py_ssize_t shift = dlen, start, skip, n
+    runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else rcvbuf._runs
+    ooo = _iget(rcvbuf, bo[B_OOO_BYTES]) if bo != NULL else PyLong_AsLongLong(rcvbuf.ooo_bytes)
+    while runs and runs[0][0] <= shift:
+        entry = runs.pop(0)
+        start = entry[0]
+        run = entry[1]
+        n = len(run)
+        ooo -= n
+        skip = shift - start
+        if skip < n:
+            chunks._push(memoryview(run)[skip:], None)
+            shift += n - skip
+    for r in runs:
+        r[0] -= shift
+    last = _fget(rcvbuf, bo[B_LAST_RUN]) if bo != NULL else rcvbuf.last_run
+    if last is not None:
+        last = last - shift
+        if last <= 0:
+            last = None
+    if bo != NULL:
+        _fset(rcvbuf, bo[B_OOO_BYTES], PyLong_FromLongLong(ooo))
+        _fset(rcvbuf, bo[B_LAST_RUN], last)
+    else:
+        rcvbuf.ooo_bytes = ooo
+        rcvbuf.last_run = last
+    return chunks.nbytes - before
+
+
+cdef int _old_duplicate(object conn, object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do,
+                        uint32_t seq, Py_ssize_t dlen, object now) except -1:
+    """A data segment wholly below RCV.NXT (acceptable by PAWS, not by sequence: RFC 9293 3.10.7.4 first step):
+    dropped (``tcp.unacceptable``), its range reported as a D-SACK block (RFC 2883 4, with SACK), and the ACK
+    sent at once without the ACK field processed, as ``Connection._synchronized_arrives`` and
+    ``Receiver.duplicate`` do."""
+    counters = (<object>_fget(receiver, ro[R_STATS])).counters
+    counters["drop.tcp.unacceptable"] += 1
+    if _bget(tcb, off[T_SACK_OK]):
+        receiver.dsack = (PyLong_FromUnsignedLong(seq), PyLong_FromUnsignedLong(<uint32_t>(seq + <uint32_t>dlen)))
+        _fset(receiver, ro[R_ACK_NOW], True)
+    _send_ack(conn, tcb, off, receiver, ro, do, now)
     return 0

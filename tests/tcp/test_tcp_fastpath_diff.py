@@ -293,16 +293,16 @@ def test_data_that_opens_a_zero_window_cancels_persist_as_the_python_path_does()
     assert fast_conn.sender.persist_timer.deadline is None and fast_conn.tcb.snd_max != fast_conn.tcb.iss + 1
 
 
-def test_stale_timestamp_and_old_segment_fall_through_to_paws_and_acceptability():
+def test_stale_timestamp_falls_through_to_paws_and_an_old_segment_is_answered_in_c():
     fast_conn, _ = _run_both([
         ("burst", 3, 1448, "A", 0),
         ("seg", 0, 1448, "A", 0, 65535, "old"),  # PAWS: dropped with an ACK (the Python path)
         ("seg", -1448, 1448, "A", 0, 65535, "now"),  # the same data, a fresh timestamp: in order, in C
-        ("seg", -1448, 1448, "A", 0, 65535, "now"),  # again: a duplicate, unacceptable, ACKed (Python)
+        ("seg", -1448, 1448, "A", 0, 65535, "now"),  # again: a duplicate, unacceptable, ACKed (in C)
         ("burst", 2, 1448, "PA", 0),
     ])
     stats = fast_conn.host.stats
-    assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 and fast_conn.segs_fast == 6
+    assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 and fast_conn.segs_fast == 7
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -527,10 +527,10 @@ def test_out_of_order_data_in_c_agrees_with_python(ts, wscale, sack, family, ste
 @pytest.mark.parametrize("sack", [True, False])
 @pytest.mark.parametrize("in_round", [True, False])
 def test_segments_above_a_hole_run_in_c(sack, in_round):
-    """Ten segments above a lost one: the first opens a run (Python), the other nine extend it in C; the
+    """Ten segments above a lost one, all in C: the first opens a run, the other nine extend it; the
     first three out-of-order segments at this RCV.NXT are ACKed at once (RFC 5681 4.2), with SACK the rest
     once at the round's end (or at once, outside a round), without SACK each at once; the retransmission
-    fills the hole (Python) and the reader gets every byte."""
+    fills the hole (in C: the run joins the in-order bytes) and the reader gets every byte."""
     steps = [("hole", 10, 1448, 1448, in_round, "keep"), ("seg", 0, 1448, "A", 0, 65535, "now"), ("read", 1 << 20)]
     fast_h, fast_conn = _open(True, True, True, sack, "cubic")
     slow_h, slow_conn = _open(False, True, True, sack, "cubic")
@@ -551,12 +551,30 @@ def test_segments_above_a_hole_run_in_c(sack, in_round):
         assert _ooo_state(fast_h, fast_conn) == _ooo_state(slow_h, slow_conn), f"step {i} {step}"
         outs.append(fast_out)
         if i == 0:
-            assert fast_conn.segs_fast == 9  # every segment extending the run
+            assert fast_conn.segs_fast == 10  # the first opens the run, the others extend it
             acks = fast_out[0]
             assert len(acks) == (4 if sack and in_round else 10)
             if sack:
                 blocks = [TcpHeader.parse(seg, fast_h.local, fast_h.peer.addr).sack_blocks for seg in acks]
                 assert blocks[-1] == ((base + 1448, base + 1448 * 11),)
+        if i == 1:
+            assert fast_conn.segs_fast == 11  # the retransmission that fills the hole too
+            assert fast_conn.receiver.rcvbuf.ooo_bytes == 0 and len(fast_conn.receiver.rcvbuf) == 11 * 1448
     assert outs[2][0] == _hole_payload(base, 1448) + b"".join(
         _hole_payload(base + 1448 * (k + 1), 1448) for k in range(10))
     assert fast_conn.tcb.rcv_nxt == (base + 1448 * 11) & 0xFFFFFFFF
+
+
+def test_a_new_run_past_the_run_bound_is_dropped_the_python_way():
+    """``max_ooo_runs`` 2: two segments above two holes open runs in C; a third above a third hole would
+    open one more: the Python path drops it (``tcp.ooo_overflow``) and ACKs at once, with the same bytes."""
+    fast_h, fast_conn = _open(True, True, True, True, "cubic")
+    slow_h, slow_conn = _open(False, True, True, True, "cubic")
+    for conn in (fast_conn, slow_conn):
+        conn.configure(max_ooo_runs=2)
+    steps = [("seg", 1448, 1448, "A", 0, 65535, "now"), ("seg", 4344, 1448, "A", 0, 65535, "now"),
+             ("seg", 7240, 1448, "A", 0, 65535, "now"), ("seg", 5792, 1448, "A", 0, 65535, "now")]
+    _in_lockstep((fast_h, fast_conn), (slow_h, slow_conn), steps, _apply_ooo, _ooo_state)
+    assert fast_conn.host.stats["drop.tcp.ooo_overflow"] == 1
+    assert fast_conn.segs_fast == 3  # the two new runs and the extension of the second
+    assert fast_conn.receiver.rcvbuf.runs() == [(1448, 2896), (4344, 7240)]
