@@ -52,8 +52,12 @@
 # Timers are re-armed through ``_arm``: ``Timer.arm``'s lazy case (later than
 # the heap entry) without a Python call.
 # A window that opens from zero (the persist timer's) and an unknown
-# algorithm go the Python way. ``cc_on_ack`` and ``rtt_sample`` expose the
-# two transcriptions to the tests.
+# algorithm go the Python way; a controller that paces (BBR: the sender has
+# a rate sampler, ``rs``) has its ACK's work done here and its model updated
+# by ``Sender.sample_ack`` (Python) before the recovery's ``after_ack``, as
+# ``Sender.on_ack`` orders them; its transmissions are ``Sender.output``'s
+# (``output`` here declines them: pacing). ``cc_on_ack`` and ``rtt_sample``
+# expose the two transcriptions to the tests.
 #
 # Python this file relies on by name: ``Sender`` (tcb, out, sndbuf, recovery,
 # psh_next, rtt_seq, rtt_time, rtx_timer, rtx_kind, rtt.rto), ``Output``
@@ -208,7 +212,7 @@ cdef class TxPath:
         cdef Py_ssize_t *eo = self.rtt_layout._off
         cdef uint32_t ack = p.ack, una, seq, wl1, rt
         cdef int64_t advanced, before, acked, seg_wnd, old_wnd, send_low
-        cdef bint ts_ok, sampled = False
+        cdef bint ts_ok, sampled = False, paced
         cdef int kind
         cdef Py_ssize_t *so
         if type(sender) is not self._sender_cls and not self._learn_sender(sender):
@@ -219,9 +223,11 @@ cdef class TxPath:
         rtt = _fget(sender, so[X_RTT])
         cc = _fget(sender, so[X_CC])
         kind = self._cc_kind(cc)
+        # a controller that paces (BBR): the ACK's work here, its model in Python (``Sender.sample_ack``)
+        paced = kind == 0 and _fget(sender, so[X_RS]) is not None
         old_wnd = _iget(tcb, off[T_SND_WND])
-        if (type(sndbuf) is not SendRing or type(rtt) is not self.rtt_layout.cls or kind == 0 or old_wnd == 0
-                or _fget(sender, so[X_RTO_TSVAL]) is not None):
+        if (type(sndbuf) is not SendRing or type(rtt) is not self.rtt_layout.cls or (kind == 0 and not paced)
+                or old_wnd == 0 or _fget(sender, so[X_RTO_TSVAL]) is not None):
             # another algorithm, a window opening from zero, or echoes from before a timeout still to be
             # told apart (Sender.sample_tsecr's rto_tsval): the Python way
             sender.on_ack(p, 0, now)
@@ -287,6 +293,8 @@ cdef class TxPath:
         # in a sending state (ESTABLISHED, unless the low-water callback closed): the recovery's own work
         state = _iget(tcb, off[T_STATE])
         if state == TCPS_ESTABLISHED or state == 5 or state == 7 or state == 8 or state == 9:  # tcb.SENDING
+            if paced:
+                sender.sample_ack(ack_o, (), now)
             if not self.after_ack(sender, tcb, recovery, now, True):
                 recovery.after_ack(ack_o, (), now)
                 recovery.arm_timer(now)
@@ -819,7 +827,7 @@ cdef object _TWO = 2
 # ``Sender``'s slots ``TxPath.on_ack`` reads and writes (by offset: a Cython attribute read by name is ~140
 # instructions; a pure ACK made ~15 of them).
 TXS_FIELDS = ("sndbuf", "rtt", "cc", "rto_tsval", "ack_tsecr", "bytes_acked", "rtx_count", "rtt_seq", "rtt_time",
-              "recovery", "rtx_kind", "rtx_timer", "send_low")
+              "recovery", "rtx_kind", "rtx_timer", "send_low", "rs")
 cdef enum:
     X_SNDBUF = 0
     X_RTT = 1
@@ -834,3 +842,4 @@ cdef enum:
     X_RTX_KIND = 10
     X_RTX_TIMER = 11
     X_SEND_LOW = 12
+    X_RS = 13

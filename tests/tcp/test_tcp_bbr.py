@@ -217,7 +217,7 @@ def test_paced_sender_releases_half_a_quantum_per_timer(fastpath):
     sender = conn.sender
     mss = conn.tcb.snd_mss
     cc = sender.cc
-    cc.pacing_rate = mss * 1000.0  # one segment per ms; the quantum is then its floor, two segments
+    cc.set_rate(mss * 1000.0)  # one segment per ms; the quantum is then its floor, two segments
     cc.cwnd = 100 * mss  # the window does not limit here
     assert cc.quantum == 2 * mss
     t0 = clock.now

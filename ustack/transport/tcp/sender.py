@@ -243,20 +243,25 @@ class Sender:
                 self.persist_backoff = 0
         if tcb.state in SENDING:
             recovery = self.recovery
-            rs = self.rs
-            if rs is not None:
-                # the rate sample of this ACK, then the model (BBR) on every ACK, in recovery too; before
-                # the recovery sends (the draft's order: the model, then transmission)
-                rs.on_ack(ack, seg.sack_blocks, now)
-                cc = self.cc
-                cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
-                                  self.rtt.srtt, now)
-                want = 2 * cc.window  # Linux's tcp_sndbuf_expand: room for twice cwnd
-                sndbuf = self.sndbuf
-                if want > sndbuf.capacity and sndbuf.capacity < self.sndbuf_max:
-                    sndbuf.capacity = min(want, self.sndbuf_max)
+            if self.rs is not None:
+                self.sample_ack(ack, seg.sack_blocks, now)
             recovery.after_ack(ack, seg.sack_blocks, now)
             recovery.arm_timer(now)
+
+    def sample_ack(self, ack: int, sack_blocks, now: float) -> None:
+        """A controller that paces: the rate sample of this ACK, then the model (BBR) on every ACK, in
+        recovery too, before the recovery sends (the draft's order: the model, then transmission); the
+        send buffer grows to twice cwnd (Linux's tcp_sndbuf_expand). The C ACK path calls it too."""
+        rs = self.rs
+        rs.on_ack(ack, sack_blocks, now)
+        cc = self.cc
+        recovery = self.recovery
+        cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
+                          self.rtt.srtt, now)
+        want = 2 * cc.window
+        sndbuf = self.sndbuf
+        if want > sndbuf.capacity and sndbuf.capacity < self.sndbuf_max:
+            sndbuf.capacity = min(want, self.sndbuf_max)
 
     def _advance(self, ack: int, advanced: int, ts, now: float) -> None:
         """SND.UNA moves to ``ack``, ``advanced`` sequence numbers on."""
