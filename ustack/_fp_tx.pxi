@@ -327,15 +327,20 @@ cdef class TxPath:
         when the caller must run it. Its loop would then send the full-sized segments of new data (the
         burst) and stop at a segment it holds back or has no room for: none left, or a short one the
         window cuts that sender SWS avoidance holds (RFC 9293 3.8.6.2.1); its timers would need no
-        more than the burst's RTO arm and the recovery's ``arm_timer`` for new data (RFC 8985 7.2)."""
+        more than the burst's RTO arm and the recovery's ``arm_timer`` for new data (RFC 8985 7.2).
+        A controller that paces (BBR: ``sender.rs`` set) has the loop's limit lowered to the pacer's
+        allowance, as ``Sender.output`` lowers it, and its burst told to ``Sender.paced_sent``."""
         cdef Py_ssize_t *off = self.layout._off
-        cdef int64_t mss, buffered, wnd, lim, o, n, avail, usable
+        cdef int64_t mss, buffered, wnd, lim, o, n, avail, usable, cwnd, plim = 0, lim_w
         cdef int kind
         cdef uint32_t una, nxt
+        cdef bint paced = False
         cc = sender.cc
         kind = self._cc_kind(cc)
         sndbuf = sender.sndbuf
-        if (kind == 0 or type(sndbuf) is not SendRing or _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED
+        if kind == 0 and sender.rs is not None:
+            paced = True
+        if ((kind == 0 and not paced) or type(sndbuf) is not SendRing or _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED
                 or _bget(tcb, off[T_FIN_QUEUED]) or sender.force or sender.push or sender.cork
                 or sender.cork_timer.deadline is not None):
             return 0
@@ -345,7 +350,10 @@ cdef class TxPath:
         if wnd == 0 or nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
             return 0
         recovery = sender.recovery
-        cwnd_o = _fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND])
+        if paced:
+            cwnd_o = cc.cwnd
+        else:
+            cwnd_o = _fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND])
         if not (self._rack_plain(recovery) and _iget(recovery, self.rack_layout._off[K_DUPACKS]) == 0):
             cwnd_o = recovery.window(cwnd_o)  # (RACK outside recovery without duplicate ACKs: cwnd itself)
         if cwnd_o is None:
@@ -355,12 +363,18 @@ cdef class TxPath:
             return 0
         # where the loop would stop: past the full segments, the next one held or nothing to send
         buffered = (<SendRing>sndbuf)._len
-        lim = PyLong_AsLongLong(cwnd_o)
+        cwnd = PyLong_AsLongLong(cwnd_o)
+        lim = cwnd
         if wnd < lim:
             lim = wnd
+        lim_w = lim
         o = <int64_t>(nxt - una)
         if o > buffered:
             return 0
+        if paced:  # the pacer's allowance (whole segments; refilled to ``now``, so asking again is the same)
+            plim = o + PyLong_AsLongLong(sender.pacer.allowance(cc.pacing_rate, cc.quantum, mss, now))
+            if plim < lim:
+                lim = plim
         if o + mss <= lim and o + mss <= buffered:
             o += ((min(lim, buffered) - o) // mss) * mss
         avail = buffered - o
@@ -378,17 +392,26 @@ cdef class TxPath:
             elif n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
                 return 0  # one SWS avoidance lets go: the Python loop
         if o == <int64_t>(nxt - una):  # nothing to send
+            if paced and (avail <= 0 or (plim < lim_w and self._pace_rearm(sender, cc, now))):
+                return 0  # the application's limit to note, or the pacing timer to arm: the Python loop
             if (sender.rtx_timer.deadline is None and sender.persist_timer.deadline is None
                     and (nxt != una or avail)):
                 return 0  # a timer to start (the RTO, or the persist timer): the Python loop
             self.outputs += 1
             return 1
-        if self._burst(sender, PyLong_AsLongLong(cwnd_o), now) <= 0:
+        if self._burst(sender, lim if paced else cwnd, now) <= 0:
             return 0  # declined before sending anything
+        if paced:
+            sender.paced_sent(PyLong_FromUnsignedLong(nxt), plim if plim < cwnd else None, cwnd_o, now)
         if not (self._rack_plain(recovery) and self._rack_arm_timer(sender, tcb, recovery, now)):
             recovery.arm_timer(now)  # new data: RACK-TLP may run the timer as the PTO (RFC 8985 7.2)
         self.outputs += 1
         return 1
+
+    cdef bint _pace_rearm(self, sender, cc, now) except -1:
+        """The pacing timer is not armed, or the pacer would wake earlier than it (``Sender._paced_after``)."""
+        deadline = sender.pace_timer.deadline
+        return deadline is None or sender.pacer.wake_at(cc.pacing_rate, cc.quantum, now) < deadline
 
     cdef Py_ssize_t _burst(self, sender, int64_t cwnd, now) except -1:
         cdef Py_ssize_t *off = self.layout._off

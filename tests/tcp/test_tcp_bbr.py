@@ -69,6 +69,15 @@ def test_ack_compression_app_limited_and_retransmissions():
     assert s.rtt == 8 * T  # the second segment was sent once
 
 
+def test_a_cumulative_ack_cutting_a_later_burst_delivers_its_part():
+    rs = RateSampler()
+    rs.on_send(0, 0, MSS, 0.0)
+    rs.on_send(0, 1000, 4 * MSS, T)  # one record for a burst of four segments
+    s = rs.on_ack(3000, (), 4 * T)  # the first segment and two of the burst
+    assert s.newly_delivered == 3000 and s.rtt == 3 * T and s.send_elapsed == T
+    assert [r[:2] for r in rs.records] == [[3000, 5000]]
+
+
 # -- the state machine (draft-cardwell-iccrg-bbr-congestion-control-00 4.3) ----------------------------
 
 def feed(bbr, rs, now, rate, rtt, delivered, pipe, app_limited=False, recovering=False):
@@ -246,3 +255,48 @@ def test_echo_under_loss_with_bbr_is_exact(loss, size, max_rto):
         assert info.timeouts <= max_rto, info
         assert info.retransmits
     assert conn.sender.cc.mode in (PROBE_BW, DRAIN, STARTUP)
+
+
+def _bulk(fastpath: bool, loss: float, size: int = 2_000_000):
+    """``size`` bytes b -> a with BBR over a 1 ms RTT pipe, the receiver ACKing every second segment."""
+    from ustack.net.addr import parse
+
+    pair = PipePair(seed=5, delay=0.0005, loss=loss, fastpath=fastpath)
+    clock = pair.clock
+    lst = pair.a.tcp.listen((bytes(4), 80), 4, ack_coalescing=False)
+    conn = pair.b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now, congestion="bbr")
+    data = bytes((i * 7 + i // 1000) % 251 for i in range(size))
+    view = memoryview(data)
+    got = bytearray()
+    state = {"sent": 0, "server": None}
+
+    def step(now):
+        if state["server"] is None:
+            state["server"] = lst.accept()
+        acted = False
+        if state["sent"] < size and conn.state == State.ESTABLISHED:
+            n = conn.send(view[state["sent"]:state["sent"] + 65536], now)
+            state["sent"] += n
+            acted = n > 0
+        if state["server"] is not None:
+            while data := state["server"].recv(1 << 20, now):
+                got.extend(data)
+                acted = True
+        return acted
+
+    assert pair.run(step, lambda: len(got) >= size, max_time=60.0)
+    assert bytes(got) == data
+    cc = conn.sender.cc
+    info = conn.info()
+    return (clock.now, info.retransmits, info.timeouts, cc.cwnd, cc.btl_bw, cc.min_rtt, cc.mode, cc.pacing_rate,
+            (conn.tcb.snd_max - conn.tcb.iss) % (1 << 32), conn.sender.rs.delivered)
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.03])
+def test_bbr_in_c_and_in_python_send_the_same(loss):
+    """The C paths (ACKs in TxPath.on_ack, paced output in TxPath.output) and the Python ones give the same
+    transfer: the same simulated end, retransmissions, model and pacing rate."""
+    on = _bulk(True, loss)
+    off = _bulk(False, loss)
+    assert on == off
+    assert on[2] == 0

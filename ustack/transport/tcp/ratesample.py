@@ -156,8 +156,8 @@ class RateSampler:
         rtt_rec = None
         delivered = 0
         if new > self.una:
-            if recs and recs[0][0] < new < recs[0][1]:
-                self._split(new)
+            if recs and new < recs[-1][1]:
+                self._split(new)  # a record the ACK cuts (one burst, partly acknowledged)
             k = 0
             for r in recs:
                 if r[1] > new:

@@ -484,6 +484,15 @@ class Sender:
             if timer is not None and (timer.deadline is None or at < timer.deadline):
                 timer.arm(at)
 
+    def paced_sent(self, nxt: int, paced: int | None, cwnd: int, now: float) -> None:
+        """The C path's output sent new data from ``nxt`` for a pacing controller: its segments told to
+        the rate sampler and the pacer as one, then what ``output`` does after its loop (``_paced_after``)."""
+        tcb = self.tcb
+        n = seq_diff(tcb.snd_nxt, nxt)
+        self.rs.on_send(tcb.snd_una, nxt, n, now)
+        self.pacer.spend(n, self.cc.quantum)
+        self._paced_after(paced, cwnd, now)
+
     def pace_timeout(self, now: float) -> bool:
         """The pacing timer: the pacer lets data go again. False when there was nothing to send."""
         tcb = self.tcb
