@@ -413,6 +413,15 @@ class Sender:
                     n = seq_diff(tcb.snd_nxt, nxt)
                     self.rs.on_send(una, nxt, n, now)
                     self.pacer.spend(n, self.cc.quantum)
+        elif tx is not None and self.rs is not None and budget >= mss:
+            # a pacing controller's new data in loss recovery: the full segments within the budget in C too
+            # (what the loop below would send first; the recovery's on_send is called per segment there)
+            nxt = tcb.snd_nxt
+            if tx.burst(self, seq_diff(nxt, una) + budget, now):
+                n = seq_diff(tcb.snd_nxt, nxt)
+                self.rs.on_send(una, nxt, n, now)
+                self.pacer.spend(n, self.cc.quantum)
+                budget -= n
         while True:
             nxt = tcb.snd_nxt
             off = seq_diff(nxt, una)
