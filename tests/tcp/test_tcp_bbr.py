@@ -30,11 +30,11 @@ def test_rate_samples_on_a_scripted_ack_sequence():
     assert (s.newly_delivered, s.delivered, s.interval, s.rtt) == (2000, 2000, 2 * T, 2 * T)
     assert s.delivery_rate == 2000 / (2 * T) == 128000.0 and not s.is_app_limited
     rs.on_send(3000, 5000, 2 * MSS, 2 * T)  # sent with C.delivered = 2000, C.delivered_time = 2T
-    s = rs.on_ack(3000, ((4000, 5000),), 3 * T)  # a SACK of the fourth segment: the burst record is split
+    s = rs.on_ack(3000, ((4000, 5000),), 3 * T, MSS)  # a SACK of the fourth segment: the burst record is split
     assert (s.newly_delivered, s.delivered, s.prior_delivered, s.interval) == (1000, 3000, 0, 3 * T)
     assert s.delivery_rate == 3000 / (3 * T) and rs.sacked == 1000
     # the cumulative ACK covers the third segment and the two sent at 2T; the SACKed one counts once
-    s = rs.on_ack(7000, ((4000, 5000),), 4 * T)
+    s = rs.on_ack(7000, ((4000, 5000),), 4 * T, MSS)
     assert (s.newly_delivered, s.delivered, s.prior_delivered) == (3000, 4000, 2000)
     assert (s.send_elapsed, s.ack_elapsed, s.interval, s.rtt) == (2 * T, 2 * T, 2 * T, 2 * T)
     assert s.delivery_rate == 4000 / (2 * T) == 256000.0
@@ -76,6 +76,20 @@ def test_a_cumulative_ack_cutting_a_later_burst_delivers_its_part():
     s = rs.on_ack(3000, (), 4 * T)  # the first segment and two of the burst
     assert s.newly_delivered == 3000 and s.rtt == 3 * T and s.send_elapsed == T
     assert [r[:2] for r in rs.records] == [[3000, 5000]]
+
+
+def test_sack_edges_count_whole_segments_and_records_stay_bounded():
+    """A SACK block counts only the whole segments it covers; odd edges (a hostile peer's) cut records at
+    segment boundaries only, so there are never more records than segments."""
+    rs = RateSampler()
+    rs.on_send(0, 0, 10 * MSS, 0.0)  # one record for ten segments
+    s = rs.on_ack(0, ((1500, 3700),), T, MSS)  # covers the second segment only ([2000, 3000))
+    assert s.newly_delivered == 1000 and rs.sacked == 1000
+    for k in range(1, 200):  # many odd edges
+        rs.on_ack(0, ((k * 37 % 9000 + 1, k * 37 % 9000 + 600),), T, MSS)
+    assert len(rs.records) <= 10 and rs.sacked == 1000
+    s = rs.on_ack(0, ((0, 10 * MSS),), 2 * T, MSS)
+    assert s.newly_delivered == 9000 and rs.sacked == 10000
 
 
 # -- the state machine (draft-cardwell-iccrg-bbr-congestion-control-00 4.3) ----------------------------

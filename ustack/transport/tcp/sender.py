@@ -253,7 +253,7 @@ class Sender:
         recovery too, before the recovery sends (the draft's order: the model, then transmission); the
         send buffer grows to twice cwnd (Linux's tcp_sndbuf_expand). The C ACK path calls it too."""
         rs = self.rs
-        rs.on_ack(ack, sack_blocks, now)
+        rs.on_ack(ack, sack_blocks, now, self.tcb.snd_mss)
         cc = self.cc
         recovery = self.recovery
         cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
