@@ -36,6 +36,14 @@ The output loop sends what the windows allow, in this order of rules:
   3.8.6.1) or forces a small segment (the SWS override timeout), backing off
   exponentially up to ``persist_max``.
 
+A controller that paces (BBR: ``cc.paces``) adds two parts: ``rs``, the
+delivery rate sampler (``ratesample``: every transmission recorded, every
+ACK sampled, then ``cc.on_rate_sample`` before the recovery sends), and
+``pacer`` (``pacing``): outside loss recovery new data goes no further than
+the pacer's allowance, and the pacing timer (``pace_timer``) runs the loop
+again when it held a segment back; the send buffer then grows to twice
+cwnd (``sndbuf_max``). Other controllers have neither and send as before.
+
 ``snd_nxt`` is pulled back to SND.UNA by a timeout (go-back-N) and when the
 peer's window closes with data outstanding (then probing, as BSD does);
 ``snd_max`` keeps the highest sequence number sent.
