@@ -314,3 +314,11 @@ def test_bbr_in_c_and_in_python_send_the_same(loss):
     off = _bulk(False, loss)
     assert on == off
     assert on[2] == 0
+
+
+@pytest.mark.parametrize("recovery,sack", [("rfc6675", True), ("newreno", False)])
+def test_bbr_with_the_other_recoveries_is_exact(recovery, sack):
+    """BBR beside RFC 6675 and NewReno recovery (no SACK: the sampler counts cumulative ACKs only)."""
+    conn, server = echo(300_000, 0.03, reorder=0.01, congestion="bbr", loss_recovery=recovery, sack=sack)
+    info = conn.info()
+    assert info.congestion == "bbr" and info.loss_recovery == recovery and info.retransmits
