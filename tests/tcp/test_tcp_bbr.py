@@ -322,3 +322,41 @@ def test_bbr_with_the_other_recoveries_is_exact(recovery, sack):
     conn, server = echo(300_000, 0.03, reorder=0.01, congestion="bbr", loss_recovery=recovery, sack=sack)
     info = conn.info()
     assert info.congestion == "bbr" and info.loss_recovery == recovery and info.retransmits
+
+
+def test_send_buffer_grows_to_twice_cwnd_for_bbr_unless_set():
+    """BBR's send buffer follows cwnd (Linux's tcp_sndbuf_expand) up to sndbuf_max; an explicit sndbuf
+    (SO_SNDBUF) keeps it, as in Linux; CUBIC keeps the configured buffer."""
+    from ustack.transport.tcp.config import TcpConfig
+
+    cfg = TcpConfig()
+    assert cfg.sndbuf_auto and not cfg.derive(sndbuf=65536).sndbuf_auto
+    with pytest.raises(ValueError):
+        cfg.derive(sndbuf_max=-1)
+    for knobs, grows in (({"congestion": "bbr"}, True), ({"congestion": "bbr", "sndbuf": 262144}, False),
+                         ({"congestion": "cubic"}, False)):
+        pair = PipePair(seed=2, delay=0.0005)
+        lst, conn = pair.connect(80, **knobs)
+        data = bytes(1_000_000)
+        st = {"sent": 0, "got": 0, "server": None}
+
+        def step(now):
+            if st["server"] is None:
+                st["server"] = lst.accept()
+            acted = False
+            if st["sent"] < len(data) and conn.state == State.ESTABLISHED:
+                n = conn.send(data[st["sent"]:st["sent"] + 65536], now)
+                st["sent"] += n
+                acted = n > 0
+            if st["server"] is not None:
+                while chunk := st["server"].recv(1 << 20, now):
+                    st["got"] += len(chunk)
+                    acted = True
+            return acted
+
+        assert pair.run(step, lambda: st["got"] >= len(data), max_time=30.0)
+        capacity = conn.sender.sndbuf.capacity
+        if grows:
+            assert capacity > 262144 and capacity == min(2 * conn.sender.cc.window, cfg.sndbuf_max)
+        else:
+            assert capacity == 262144
