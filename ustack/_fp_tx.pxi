@@ -52,8 +52,12 @@
 # Timers are re-armed through ``_arm``: ``Timer.arm``'s lazy case (later than
 # the heap entry) without a Python call.
 # A window that opens from zero (the persist timer's) and an unknown
-# algorithm go the Python way. ``cc_on_ack`` and ``rtt_sample`` expose the
-# two transcriptions to the tests.
+# algorithm go the Python way; a controller that paces (BBR: the sender has
+# a rate sampler, ``rs``) has its ACK's work done here and its model updated
+# by ``Sender.sample_ack`` (Python) before the recovery's ``after_ack``, as
+# ``Sender.on_ack`` orders them; its transmissions are ``Sender.output``'s
+# (``output`` here declines them: pacing). ``cc_on_ack`` and ``rtt_sample``
+# expose the two transcriptions to the tests.
 #
 # Python this file relies on by name: ``Sender`` (tcb, out, sndbuf, recovery,
 # psh_next, rtt_seq, rtt_time, rtx_timer, rtx_kind, rtt.rto), ``Output``
@@ -210,7 +214,7 @@ cdef class TxPath:
         cdef Py_ssize_t *eo = self.rtt_layout._off
         cdef uint32_t ack = p.ack, una, seq, wl1, rt
         cdef int64_t advanced, before, acked, seg_wnd, old_wnd, send_low
-        cdef bint ts_ok, sampled = False
+        cdef bint ts_ok, sampled = False, paced
         cdef int kind
         cdef Py_ssize_t *so
         if type(sender) is not self._sender_cls and not self._learn_sender(sender):
@@ -221,9 +225,11 @@ cdef class TxPath:
         rtt = _fget(sender, so[X_RTT])
         cc = _fget(sender, so[X_CC])
         kind = self._cc_kind(cc)
+        # a controller that paces (BBR): the ACK's work here, its model in Python (``Sender.sample_ack``)
+        paced = kind == 0 and _fget(sender, so[X_RS]) is not None
         old_wnd = _iget(tcb, off[T_SND_WND])
-        if (type(sndbuf) is not SendRing or type(rtt) is not self.rtt_layout.cls or kind == 0 or old_wnd == 0
-                or _fget(sender, so[X_RTO_TSVAL]) is not None):
+        if (type(sndbuf) is not SendRing or type(rtt) is not self.rtt_layout.cls or (kind == 0 and not paced)
+                or old_wnd == 0 or _fget(sender, so[X_RTO_TSVAL]) is not None):
             # another algorithm, a window opening from zero, or echoes from before a timeout still to be
             # told apart (Sender.sample_tsecr's rto_tsval): the Python way
             sender.on_ack(p, 0, now)
@@ -289,6 +295,8 @@ cdef class TxPath:
         # in a sending state (ESTABLISHED, unless the low-water callback closed): the recovery's own work
         state = _iget(tcb, off[T_STATE])
         if state == TCPS_ESTABLISHED or state == 5 or state == 7 or state == 8 or state == 9:  # tcb.SENDING
+            if paced:
+                sender.sample_ack(ack_o, (), now)
             if not self.after_ack(sender, tcb, recovery, now, True):
                 recovery.after_ack(ack_o, (), now)
                 recovery.arm_timer(now)
@@ -321,15 +329,20 @@ cdef class TxPath:
         when the caller must run it. Its loop would then send the full-sized segments of new data (the
         burst) and stop at a segment it holds back or has no room for: none left, or a short one the
         window cuts that sender SWS avoidance holds (RFC 9293 3.8.6.2.1); its timers would need no
-        more than the burst's RTO arm and the recovery's ``arm_timer`` for new data (RFC 8985 7.2)."""
+        more than the burst's RTO arm and the recovery's ``arm_timer`` for new data (RFC 8985 7.2).
+        A controller that paces (BBR: ``sender.rs`` set) has the loop's limit lowered to the pacer's
+        allowance, as ``Sender.output`` lowers it, and its burst told to ``Sender.paced_sent``."""
         cdef Py_ssize_t *off = self.layout._off
-        cdef int64_t mss, buffered, wnd, lim, o, n, avail, usable
+        cdef int64_t mss, buffered, wnd, lim, o, n, avail, usable, cwnd, plim = 0, lim_w
         cdef int kind
         cdef uint32_t una, nxt
+        cdef bint paced = False
         cc = sender.cc
         kind = self._cc_kind(cc)
         sndbuf = sender.sndbuf
-        if (kind == 0 or type(sndbuf) is not SendRing or _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED
+        if kind == 0 and sender.rs is not None:
+            paced = True
+        if ((kind == 0 and not paced) or type(sndbuf) is not SendRing or _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED
                 or _bget(tcb, off[T_FIN_QUEUED]) or sender.force or sender.push or sender.cork
                 or sender.cork_timer.deadline is not None):
             return 0
@@ -339,7 +352,10 @@ cdef class TxPath:
         if wnd == 0 or nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
             return 0
         recovery = sender.recovery
-        cwnd_o = _fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND])
+        if paced:
+            cwnd_o = cc.cwnd
+        else:
+            cwnd_o = _fget(cc, (self.newreno_layout if kind == 1 else self.cubic_layout)._off[C_CWND])
         if not (self._rack_plain(recovery) and _iget(recovery, self.rack_layout._off[K_DUPACKS]) == 0):
             cwnd_o = recovery.window(cwnd_o)  # (RACK outside recovery without duplicate ACKs: cwnd itself)
         if cwnd_o is None:
@@ -349,12 +365,18 @@ cdef class TxPath:
             return 0
         # where the loop would stop: past the full segments, the next one held or nothing to send
         buffered = (<SendRing>sndbuf)._len
-        lim = PyLong_AsLongLong(cwnd_o)
+        cwnd = PyLong_AsLongLong(cwnd_o)
+        lim = cwnd
         if wnd < lim:
             lim = wnd
+        lim_w = lim
         o = <int64_t>(nxt - una)
         if o > buffered:
             return 0
+        if paced:  # the pacer's allowance (whole segments; refilled to ``now``, so asking again is the same)
+            plim = o + PyLong_AsLongLong(sender.pacer.allowance(cc.pacing_rate, cc.quantum, mss, now))
+            if plim < lim:
+                lim = plim
         if o + mss <= lim and o + mss <= buffered:
             o += ((min(lim, buffered) - o) // mss) * mss
         avail = buffered - o
@@ -372,17 +394,26 @@ cdef class TxPath:
             elif n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
                 return 0  # one SWS avoidance lets go: the Python loop
         if o == <int64_t>(nxt - una):  # nothing to send
+            if paced and (avail <= 0 or (plim < lim_w and self._pace_rearm(sender, cc, now))):
+                return 0  # the application's limit to note, or the pacing timer to arm: the Python loop
             if (sender.rtx_timer.deadline is None and sender.persist_timer.deadline is None
                     and (nxt != una or avail)):
                 return 0  # a timer to start (the RTO, or the persist timer): the Python loop
             self.outputs += 1
             return 1
-        if self._burst(sender, PyLong_AsLongLong(cwnd_o), now) <= 0:
+        if self._burst(sender, lim if paced else cwnd, now) <= 0:
             return 0  # declined before sending anything
+        if paced:
+            sender.paced_sent(PyLong_FromUnsignedLong(nxt), plim if plim < cwnd else None, cwnd_o, now)
         if not (self._rack_plain(recovery) and self._rack_arm_timer(sender, tcb, recovery, now)):
             recovery.arm_timer(now)  # new data: RACK-TLP may run the timer as the PTO (RFC 8985 7.2)
         self.outputs += 1
         return 1
+
+    cdef bint _pace_rearm(self, sender, cc, now) except -1:
+        """The pacing timer is not armed, or the pacer would wake earlier than it (``Sender._paced_after``)."""
+        deadline = sender.pace_timer.deadline
+        return deadline is None or sender.pacer.wake_at(cc.pacing_rate, cc.quantum, now) < deadline
 
     cdef Py_ssize_t _burst(self, sender, int64_t cwnd, now) except -1:
         cdef Py_ssize_t *off = self.layout._off
@@ -821,7 +852,7 @@ cdef object _TWO = 2
 # ``Sender``'s slots ``TxPath.on_ack`` reads and writes (by offset: a Cython attribute read by name is ~140
 # instructions; a pure ACK made ~15 of them).
 TXS_FIELDS = ("sndbuf", "rtt", "cc", "rto_tsval", "ack_tsecr", "bytes_acked", "rtx_count", "rtt_seq", "rtt_time",
-              "recovery", "rtx_kind", "rtx_timer", "send_low")
+              "recovery", "rtx_kind", "rtx_timer", "send_low", "rs")
 cdef enum:
     X_SNDBUF = 0
     X_RTT = 1
@@ -836,3 +867,4 @@ cdef enum:
     X_RTX_KIND = 10
     X_RTX_TIMER = 11
     X_SEND_LOW = 12
+    X_RS = 13

@@ -30,11 +30,11 @@ def test_rate_samples_on_a_scripted_ack_sequence():
     assert (s.newly_delivered, s.delivered, s.interval, s.rtt) == (2000, 2000, 2 * T, 2 * T)
     assert s.delivery_rate == 2000 / (2 * T) == 128000.0 and not s.is_app_limited
     rs.on_send(3000, 5000, 2 * MSS, 2 * T)  # sent with C.delivered = 2000, C.delivered_time = 2T
-    s = rs.on_ack(3000, ((4000, 5000),), 3 * T)  # a SACK of the fourth segment: the burst record is split
+    s = rs.on_ack(3000, ((4000, 5000),), 3 * T, MSS)  # a SACK of the fourth segment: the burst record is split
     assert (s.newly_delivered, s.delivered, s.prior_delivered, s.interval) == (1000, 3000, 0, 3 * T)
     assert s.delivery_rate == 3000 / (3 * T) and rs.sacked == 1000
     # the cumulative ACK covers the third segment and the two sent at 2T; the SACKed one counts once
-    s = rs.on_ack(7000, ((4000, 5000),), 4 * T)
+    s = rs.on_ack(7000, ((4000, 5000),), 4 * T, MSS)
     assert (s.newly_delivered, s.delivered, s.prior_delivered) == (3000, 4000, 2000)
     assert (s.send_elapsed, s.ack_elapsed, s.interval, s.rtt) == (2 * T, 2 * T, 2 * T, 2 * T)
     assert s.delivery_rate == 4000 / (2 * T) == 256000.0
@@ -67,6 +67,29 @@ def test_ack_compression_app_limited_and_retransmissions():
     assert s.rtt is None and s.prior_delivered == 5000 and s.ack_elapsed == 8 * T
     s = rs.on_ack(7000, (), 22 * T)
     assert s.rtt == 8 * T  # the second segment was sent once
+
+
+def test_a_cumulative_ack_cutting_a_later_burst_delivers_its_part():
+    rs = RateSampler()
+    rs.on_send(0, 0, MSS, 0.0)
+    rs.on_send(0, 1000, 4 * MSS, T)  # one record for a burst of four segments
+    s = rs.on_ack(3000, (), 4 * T)  # the first segment and two of the burst
+    assert s.newly_delivered == 3000 and s.rtt == 3 * T and s.send_elapsed == T
+    assert [r[:2] for r in rs.records] == [[3000, 5000]]
+
+
+def test_sack_edges_count_whole_segments_and_records_stay_bounded():
+    """A SACK block counts only the whole segments it covers; odd edges (a hostile peer's) cut records at
+    segment boundaries only, so there are never more records than segments."""
+    rs = RateSampler()
+    rs.on_send(0, 0, 10 * MSS, 0.0)  # one record for ten segments
+    s = rs.on_ack(0, ((1500, 3700),), T, MSS)  # covers the second segment only ([2000, 3000))
+    assert s.newly_delivered == 1000 and rs.sacked == 1000
+    for k in range(1, 200):  # many odd edges
+        rs.on_ack(0, ((k * 37 % 9000 + 1, k * 37 % 9000 + 600),), T, MSS)
+    assert len(rs.records) <= 10 and rs.sacked == 1000
+    s = rs.on_ack(0, ((0, 10 * MSS),), 2 * T, MSS)
+    assert s.newly_delivered == 9000 and rs.sacked == 10000
 
 
 # -- the state machine (draft-cardwell-iccrg-bbr-congestion-control-00 4.3) ----------------------------
@@ -217,7 +240,7 @@ def test_paced_sender_releases_half_a_quantum_per_timer(fastpath):
     sender = conn.sender
     mss = conn.tcb.snd_mss
     cc = sender.cc
-    cc.pacing_rate = mss * 1000.0  # one segment per ms; the quantum is then its floor, two segments
+    cc.set_rate(mss * 1000.0)  # one segment per ms; the quantum is then its floor, two segments
     cc.cwnd = 100 * mss  # the window does not limit here
     assert cc.quantum == 2 * mss
     t0 = clock.now
@@ -246,3 +269,94 @@ def test_echo_under_loss_with_bbr_is_exact(loss, size, max_rto):
         assert info.timeouts <= max_rto, info
         assert info.retransmits
     assert conn.sender.cc.mode in (PROBE_BW, DRAIN, STARTUP)
+
+
+def _bulk(fastpath: bool, loss: float, size: int = 2_000_000):
+    """``size`` bytes b -> a with BBR over a 1 ms RTT pipe, the receiver ACKing every second segment."""
+    from ustack.net.addr import parse
+
+    pair = PipePair(seed=5, delay=0.0005, loss=loss, fastpath=fastpath)
+    clock = pair.clock
+    lst = pair.a.tcp.listen((bytes(4), 80), 4, ack_coalescing=False)
+    conn = pair.b.tcp.connect(None, (parse("198.18.0.1"), 80), clock.now, congestion="bbr")
+    data = bytes((i * 7 + i // 1000) % 251 for i in range(size))
+    view = memoryview(data)
+    got = bytearray()
+    state = {"sent": 0, "server": None}
+
+    def step(now):
+        if state["server"] is None:
+            state["server"] = lst.accept()
+        acted = False
+        if state["sent"] < size and conn.state == State.ESTABLISHED:
+            n = conn.send(view[state["sent"]:state["sent"] + 65536], now)
+            state["sent"] += n
+            acted = n > 0
+        if state["server"] is not None:
+            while data := state["server"].recv(1 << 20, now):
+                got.extend(data)
+                acted = True
+        return acted
+
+    assert pair.run(step, lambda: len(got) >= size, max_time=60.0)
+    assert bytes(got) == data
+    cc = conn.sender.cc
+    info = conn.info()
+    return (clock.now, info.retransmits, info.timeouts, cc.cwnd, cc.btl_bw, cc.min_rtt, cc.mode, cc.pacing_rate,
+            (conn.tcb.snd_max - conn.tcb.iss) % (1 << 32), conn.sender.rs.delivered)
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.03])
+def test_bbr_in_c_and_in_python_send_the_same(loss):
+    """The C paths (ACKs in TxPath.on_ack, paced output in TxPath.output) and the Python ones give the same
+    transfer: the same simulated end, retransmissions, model and pacing rate."""
+    on = _bulk(True, loss)
+    off = _bulk(False, loss)
+    assert on == off
+    assert on[2] == 0
+
+
+@pytest.mark.parametrize("recovery,sack", [("rfc6675", True), ("newreno", False)])
+def test_bbr_with_the_other_recoveries_is_exact(recovery, sack):
+    """BBR beside RFC 6675 and NewReno recovery (no SACK: the sampler counts cumulative ACKs only)."""
+    conn, server = echo(300_000, 0.03, reorder=0.01, congestion="bbr", loss_recovery=recovery, sack=sack)
+    info = conn.info()
+    assert info.congestion == "bbr" and info.loss_recovery == recovery and info.retransmits
+
+
+def test_send_buffer_grows_to_twice_cwnd_for_bbr_unless_set():
+    """BBR's send buffer follows cwnd (Linux's tcp_sndbuf_expand) up to sndbuf_max; an explicit sndbuf
+    (SO_SNDBUF) keeps it, as in Linux; CUBIC keeps the configured buffer."""
+    from ustack.transport.tcp.config import TcpConfig
+
+    cfg = TcpConfig()
+    assert cfg.sndbuf_auto and not cfg.derive(sndbuf=65536).sndbuf_auto
+    with pytest.raises(ValueError):
+        cfg.derive(sndbuf_max=-1)
+    for knobs, grows in (({"congestion": "bbr"}, True), ({"congestion": "bbr", "sndbuf": 262144}, False),
+                         ({"congestion": "cubic"}, False)):
+        pair = PipePair(seed=2, delay=0.0005)
+        lst, conn = pair.connect(80, **knobs)
+        data = bytes(1_000_000)
+        st = {"sent": 0, "got": 0, "server": None}
+
+        def step(now):
+            if st["server"] is None:
+                st["server"] = lst.accept()
+            acted = False
+            if st["sent"] < len(data) and conn.state == State.ESTABLISHED:
+                n = conn.send(data[st["sent"]:st["sent"] + 65536], now)
+                st["sent"] += n
+                acted = n > 0
+            if st["server"] is not None:
+                while chunk := st["server"].recv(1 << 20, now):
+                    st["got"] += len(chunk)
+                    acted = True
+            return acted
+
+        assert pair.run(step, lambda: st["got"] >= len(data), max_time=30.0)
+        capacity = conn.sender.sndbuf.capacity
+        if grows:
+            assert capacity > 262144 and capacity == min(2 * conn.sender.cc.window, cfg.sndbuf_max)
+        else:
+            assert capacity == 262144

@@ -85,7 +85,7 @@ class Bbr(Window):
     __slots__ = ("mode", "pacing_rate", "pacing_gain", "cwnd_gain", "bw_round", "bw_max", "round_count",
                  "round_start", "next_round_delivered", "min_rtt", "min_rtt_stamp", "full_bw", "full_bw_count",
                  "full_bw_reached", "cycle_index", "cycle_stamp", "prior_cwnd", "probe_rtt_done", "probe_rtt_round_done",
-                 "reducing", "has_rtt", "rng", "delivered")
+                 "reducing", "has_rtt", "rng", "delivered", "btl_bw", "quantum")
 
     def __init__(self, mss: int, cwnd: int | None = None, ssthresh: int | None = None, seed: int = 0):
         super().__init__(mss, cwnd, None)
@@ -111,15 +111,21 @@ class Bbr(Window):
         self.has_rtt = False
         self.rng = random.Random(seed)  # PROBE_BW's first phase (seeded: tests and runs repeat)
         self.delivered = 0  # C.delivered as of the latest sample
-        self.pacing_rate = HIGH_GAIN * self.cwnd / 0.001  # 4.2.1: the initial window per 1 ms
+        self.btl_bw = 0.0  # BtlBw: the filter's maximum, kept as the filter changes
+        self.quantum = 2 * mss  # the send quantum, kept as the pacing rate changes
+        self.set_rate(HIGH_GAIN * self.cwnd / 0.001)  # 4.2.1: the initial window per 1 ms
+
+    def set_mss(self, mss: int) -> None:
+        super().set_mss(mss)
+        if not self.has_rtt:
+            self.set_rate(HIGH_GAIN * self.cwnd / 0.001)
 
     def _undo_slots(self) -> tuple:
         return ("cwnd", "ssthresh", "prior_cwnd")
 
     # -- the model ------------------------------------------------------------------------
 
-    @property
-    def btl_bw(self) -> float:
+    def _filter_max(self) -> float:
         """The windowed maximum delivery rate (bytes/s) over the last BW_ROUNDS rounds."""
         low = self.round_count - BW_ROUNDS
         best = 0.0
@@ -136,13 +142,13 @@ class Bbr(Window):
         segs = -(-int(bw * self.min_rtt * gain) // self.mss)
         return segs * self.mss
 
-    @property
-    def quantum(self) -> int:
-        """The send quantum: ~1 ms of data at the pacing rate, 2 segments to 64 KB, whole segments."""
+    def set_rate(self, rate: float) -> None:
+        """The pacing rate, and with it the send quantum: ~1 ms of data at that rate, 2 segments to
+        64 KB, whole segments."""
+        self.pacing_rate = rate
         mss = self.mss
-        q = int(self.pacing_rate * QUANTUM_TIME)
-        q = min(q, QUANTUM_MAX) // mss * mss
-        return max(q, 2 * mss)
+        q = min(int(rate * QUANTUM_TIME), QUANTUM_MAX) // mss * mss
+        self.quantum = q if q > 2 * mss else 2 * mss
 
     def target_cwnd(self, gain: float) -> int:
         """4.2.3.2: gain x BDP plus three send quanta, in even segments (+2 in PROBE_BW's 5/4 phase)."""
@@ -167,7 +173,7 @@ class Bbr(Window):
         self._update_min_rtt(sampler, rs, pipe, now)
         if not self.has_rtt and srtt:
             self.has_rtt = True
-            self.pacing_rate = HIGH_GAIN * self.cwnd / srtt  # 4.2.1, once SRTT is known
+            self.set_rate(HIGH_GAIN * self.cwnd / srtt)  # 4.2.1, once SRTT is known
         self._set_pacing_rate(self.btl_bw * self.pacing_gain)
         if self.reducing and not recovering:
             self._restore()  # 4.2.3.5: the recovery or timeout is over
@@ -183,6 +189,7 @@ class Bbr(Window):
             self.next_round_delivered = self.delivered
             self.round_count += 1
             self.round_start = True
+            self.btl_bw = self._filter_max()  # a round left the window
         if not rs.is_app_limited or rate >= self.btl_bw:
             slot = self.round_count % BW_ROUNDS
             if self.bw_round[slot] != self.round_count:
@@ -190,6 +197,8 @@ class Bbr(Window):
                 self.bw_max[slot] = rate
             elif rate > self.bw_max[slot]:
                 self.bw_max[slot] = rate
+            if rate > self.btl_bw:
+                self.btl_bw = rate
 
     def _update_cycle(self, rs, pipe: int, now: float) -> None:
         """4.3.4.3: PROBE_BW's gain cycle advances after about RTprop (with the 5/4 and 3/4 exceptions)."""
@@ -277,8 +286,8 @@ class Bbr(Window):
     def _set_pacing_rate(self, rate: float) -> None:
         """4.2.1: pace at the gain's rate (1% below); in STARTUP only ever faster."""
         rate *= PACING_MARGIN
-        if rate > 0 and (self.full_bw_reached or rate > self.pacing_rate):
-            self.pacing_rate = rate
+        if rate > 0 and rate != self.pacing_rate and (self.full_bw_reached or rate > self.pacing_rate):
+            self.set_rate(rate)
 
     def _set_cwnd(self, acked: int, recovering: bool) -> None:
         """4.2.3: grow toward the target by what was delivered; four segments at least (and at most in

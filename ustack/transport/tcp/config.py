@@ -108,8 +108,8 @@ class TcpConfig:
     def validate(self) -> None:
         if self.sndbuf <= 0 or self.rcvbuf <= 0:
             raise ValueError("buffer sizes must be positive")
-        if self.rcvbuf_max < 0:
-            raise ValueError("rcvbuf_max must not be negative")
+        if self.rcvbuf_max < 0 or self.sndbuf_max < 0:
+            raise ValueError("rcvbuf_max and sndbuf_max must not be negative")
         if not 0 < self.delack_timeout < 0.5:
             raise ValueError("delack_timeout must be in (0, 0.5) seconds (RFC 1122 4.2.3.2)")
         if not self.delack_timeout <= self.delack_max < 0.5:

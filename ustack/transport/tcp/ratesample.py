@@ -144,8 +144,27 @@ class RateSampler:
 
     # -- acknowledgments (section 3.3) ------------------------------------------------
 
-    def on_ack(self, ack: int, sack_blocks, now: float) -> RateSample:
-        """An ACK up to ``ack`` with ``sack_blocks`` ((left, right) sequence pairs): the rate sample."""
+    def _cut(self, pos: int, mss: int, up: bool) -> int:
+        """A SACK block's edge: the record holding ``pos`` is cut at a segment boundary (``mss`` from its
+        start; rounded ``up`` for a left edge, down for a right one), so that only whole segments count
+        as SACKed and a peer's odd edges cannot make more records than segments; the index of the first
+        record past the cut."""
+        recs = self.records
+        i = bisect_left(recs, pos, key=_START)
+        if i and recs[i - 1][1] > pos:
+            r = recs[i - 1]
+            off = pos - r[0]
+            cut = r[0] + (-(-off // mss) if up else off // mss) * mss
+            if cut >= r[1]:
+                return i
+            if cut <= r[0]:
+                return i - 1
+            return self._split(cut)
+        return i
+
+    def on_ack(self, ack: int, sack_blocks, now: float, mss: int = 1) -> RateSample:
+        """An ACK up to ``ack`` with ``sack_blocks`` ((left, right) sequence pairs): the rate sample.
+        ``mss``: the segment size SACK blocks are counted in (whole segments)."""
         rs = self.sample
         rs.clear()
         recs = self.records
@@ -156,8 +175,8 @@ class RateSampler:
         rtt_rec = None
         delivered = 0
         if new > self.una:
-            if recs and recs[0][0] < new < recs[0][1]:
-                self._split(new)
+            if recs and new < recs[-1][1]:
+                self._split(new)  # a record the ACK cuts (one burst, partly acknowledged)
             k = 0
             for r in recs:
                 if r[1] > new:
@@ -184,8 +203,8 @@ class RateSampler:
                     e = top
                 if s >= e:
                     continue  # a D-SACK below SND.UNA, or nothing we sent
-                i = self._split(s)
-                j = self._split(e)
+                i = self._cut(s, mss, True)
+                j = self._cut(e, mss, False)
                 for k in range(i, j):
                     r = recs[k]
                     if r[7] & SACKED:

@@ -36,6 +36,14 @@ The output loop sends what the windows allow, in this order of rules:
   3.8.6.1) or forces a small segment (the SWS override timeout), backing off
   exponentially up to ``persist_max``.
 
+A controller that paces (BBR: ``cc.paces``) adds two parts: ``rs``, the
+delivery rate sampler (``ratesample``: every transmission recorded, every
+ACK sampled, then ``cc.on_rate_sample`` before the recovery sends), and
+``pacer`` (``pacing``): outside loss recovery new data goes no further than
+the pacer's allowance, and the pacing timer (``pace_timer``) runs the loop
+again when it held a segment back; the send buffer then grows to twice
+cwnd (``sndbuf_max``). Other controllers have neither and send as before.
+
 ``snd_nxt`` is pulled back to SND.UNA by a timeout (go-back-N) and when the
 peer's window closes with data outstanding (then probing, as BSD does);
 ``snd_max`` keeps the highest sequence number sent.
@@ -243,20 +251,25 @@ class Sender:
                 self.persist_backoff = 0
         if tcb.state in SENDING:
             recovery = self.recovery
-            rs = self.rs
-            if rs is not None:
-                # the rate sample of this ACK, then the model (BBR) on every ACK, in recovery too; before
-                # the recovery sends (the draft's order: the model, then transmission)
-                rs.on_ack(ack, seg.sack_blocks, now)
-                cc = self.cc
-                cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
-                                  self.rtt.srtt, now)
-                want = 2 * cc.window  # Linux's tcp_sndbuf_expand: room for twice cwnd
-                sndbuf = self.sndbuf
-                if want > sndbuf.capacity and sndbuf.capacity < self.sndbuf_max:
-                    sndbuf.capacity = min(want, self.sndbuf_max)
+            if self.rs is not None:
+                self.sample_ack(ack, seg.sack_blocks, now)
             recovery.after_ack(ack, seg.sack_blocks, now)
             recovery.arm_timer(now)
+
+    def sample_ack(self, ack: int, sack_blocks, now: float) -> None:
+        """A controller that paces: the rate sample of this ACK, then the model (BBR) on every ACK, in
+        recovery too, before the recovery sends (the draft's order: the model, then transmission); the
+        send buffer grows to twice cwnd (Linux's tcp_sndbuf_expand). The C ACK path calls it too."""
+        rs = self.rs
+        rs.on_ack(ack, sack_blocks, now, self.tcb.snd_mss)
+        cc = self.cc
+        recovery = self.recovery
+        cc.on_rate_sample(rs, self.pipe(), recovery.in_recovery or getattr(recovery, "in_loss", False),
+                          self.rtt.srtt, now)
+        want = 2 * cc.window
+        sndbuf = self.sndbuf
+        if want > sndbuf.capacity and sndbuf.capacity < self.sndbuf_max:
+            sndbuf.capacity = min(want, self.sndbuf_max)
 
     def _advance(self, ack: int, advanced: int, ts, now: float) -> None:
         """SND.UNA moves to ``ack``, ``advanced`` sequence numbers on."""
@@ -408,6 +421,15 @@ class Sender:
                     n = seq_diff(tcb.snd_nxt, nxt)
                     self.rs.on_send(una, nxt, n, now)
                     self.pacer.spend(n, self.cc.quantum)
+        elif tx is not None and self.rs is not None and budget >= mss:
+            # a pacing controller's new data in loss recovery: the full segments within the budget in C too
+            # (what the loop below would send first; the recovery's on_send is called per segment there)
+            nxt = tcb.snd_nxt
+            if tx.burst(self, seq_diff(nxt, una) + budget, now):
+                n = seq_diff(tcb.snd_nxt, nxt)
+                self.rs.on_send(una, nxt, n, now)
+                self.pacer.spend(n, self.cc.quantum)
+                budget -= n
         while True:
             nxt = tcb.snd_nxt
             off = seq_diff(nxt, una)
@@ -478,6 +500,15 @@ class Sender:
             at = self.pacer.wake_at(cc.pacing_rate, cc.quantum, now)
             if timer is not None and (timer.deadline is None or at < timer.deadline):
                 timer.arm(at)
+
+    def paced_sent(self, nxt: int, paced: int | None, cwnd: int, now: float) -> None:
+        """The C path's output sent new data from ``nxt`` for a pacing controller: its segments told to
+        the rate sampler and the pacer as one, then what ``output`` does after its loop (``_paced_after``)."""
+        tcb = self.tcb
+        n = seq_diff(tcb.snd_nxt, nxt)
+        self.rs.on_send(tcb.snd_una, nxt, n, now)
+        self.pacer.spend(n, self.cc.quantum)
+        self._paced_after(paced, cwnd, now)
 
     def pace_timeout(self, now: float) -> bool:
         """The pacing timer: the pacer lets data go again. False when there was nothing to send."""
