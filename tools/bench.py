@@ -224,7 +224,14 @@ def cmd_bench(args) -> int:
             backend = next((k for k in kinds if k in USTACK_BACKENDS), "packet")
             log(f"ustack bench: bulk under loss ({args.loss}% each way, {backend})")
             pipe = bench_loss.pipe_rows(size)
-            veth = bench_loss.veth_rows(size, args.loss, cfg.reps, backend)
+            # ustack's default congestion control, and the kernel's default too when ustack has it (this
+            # kernel's is BBR): ustack beside Linux with the same algorithm as well as with its own default
+            from ustack.transport.tcp.config import TcpConfig
+            from ustack.transport.tcp.congestion import ALGORITHMS
+
+            algorithms = tuple(dict.fromkeys(a for a in (TcpConfig().congestion, bench_loss.kernel_congestion())
+                                             if a in ALGORITHMS))
+            veth = bench_loss.veth_rows(size, args.loss, cfg.reps, backend, algorithms=algorithms)
             result["loss"] = {"percent": args.loss, "backend": backend, "pipe": pipe, "veth": veth,
                               "lines": bench_loss.format_lines(pipe, veth, args.loss)}
         if not args.no_loopback:
