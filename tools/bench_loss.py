@@ -437,6 +437,9 @@ def format_lines(pipe: list, veth: dict | None, percent: int) -> list[str]:
                 extra += f", exact {row['runs'][0]['exact']}"
         runs = ", ".join(f"{r['mb_s']:.1f}" for r in row["runs"])
         label = name.replace('_', ' ') + (f" ({default})" if name == "linux" and default else "")
+        if name.startswith("kernel_to_ustack"):
+            # the kernel sends (its default algorithm acts), ustack only receives: named by the sender's
+            label = f"kernel ({default}) to ustack" if default else "kernel to ustack"
         lines.append(f"bulk under loss, veth {percent}% each way, {label}: {row['mb_s']:.1f} MB/s "
                      f"({row['mb_s'] / base:.2f}x Linux -> Linux{also}){extra}; runs {runs}")
     return lines

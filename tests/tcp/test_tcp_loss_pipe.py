@@ -138,6 +138,7 @@ def test_bench_loss_compares_congestion_controls_interleaved_in_one_run(monkeypa
     assert lines[5].startswith("bulk under loss, veth 3% each way, ustack to kernel bbr: 12.0 MB/s "
                                "(0.60x Linux -> Linux)")
     assert "Linux -> Linux cubic" not in lines[6]  # kernel -> ustack: the kernel's default sender
+    assert lines[6].startswith("bulk under loss, veth 3% each way, kernel (bbr) to ustack: 10.0 MB/s")
     calls.clear()
     veth = bench_loss.veth_rows(1000, 3, 1, "packet", kernel_default="cubic")  # the default is ustack's
     assert calls == [("linux", None), ("u2k", None), ("k2u", None)] and "linux_cubic" not in veth
