@@ -7,34 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from ustack.device import DeviceWrapper
 from ustack.net.addr import parse as ip_addr
 from ustack.wire.icmp import IcmpMessage
 
-from .netsim import Net
+from .netsim import Net, Recorder
 
 A = ip_addr("198.18.0.1")
 B = ip_addr("198.18.0.2")
 SECRET = bytes(range(16))  # the same IP ID sequence on both paths
 COUNTED = ("icmp.echo_requests_received", "icmp.echo_replies_sent", "ipv4.packets_sent", "eth.frames_sent",
            "eth.frames_received")
-
-
-class Recorder(DeviceWrapper):
-    """Keeps a copy of every frame the stack transmits."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.sent: list[bytes] = []
-        self._slots = []
-
-    def tx_reserve(self, n):
-        self._slots = self.inner.tx_reserve(n)
-        return self._slots
-
-    def tx_commit(self, lengths):
-        self.sent.extend(bytes(s[:n]) for s, n in zip(self._slots, lengths))
-        self.inner.tx_commit(lengths)
 
 
 def _net(fast: bool, **kw) -> Net:

@@ -12,28 +12,12 @@ from ustack.api.clock import ManualClock
 from ustack.api.driver import Driver
 from ustack.api.socket import socket as usocket
 from ustack.backends.loopback import LOOPBACK_MTU, LoopbackDevice
-from ustack.device import DeviceWrapper
 from ustack.stack import Stack
 from ustack.wire.ethernet import EthernetHeader
 from ustack.wire.ipv4 import Ipv4Header
 from ustack.wire.tcp import TcpHeader
 
-
-class Recorder(DeviceWrapper):
-    """Keeps a copy of every frame the stack transmits."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.sent: list[bytes] = []
-        self._slots = []
-
-    def tx_reserve(self, n):
-        self._slots = self.inner.tx_reserve(n)
-        return self._slots
-
-    def tx_commit(self, lengths):
-        self.sent.extend(bytes(s[:n]) for s, n in zip(self._slots, lengths))
-        self.inner.tx_commit(lengths)
+from .netsim import Recorder
 
 
 class Lo:

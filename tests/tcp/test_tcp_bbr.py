@@ -138,13 +138,19 @@ def test_startup_exits_after_three_rounds_without_growth_then_drain_then_probe_b
     assert bbr.cwnd <= target and bbr.pacing_rate == pytest.approx(4.5e6 * bbr.pacing_gain * 0.99)
 
 
-def test_probe_bw_cycles_its_gains_about_once_per_min_rtt():
-    bbr = Bbr(MSS, seed=2)
+def _steady(seed: int, rate: float, delivered: int, inflight: int):
+    """A BBR fed eight ACKs 10 ms apart (min RTT 10 ms at ``rate``): (bbr, its sampler, the time)."""
+    bbr = Bbr(MSS, seed=seed)
     rs = RateSampler()
     now = 0.0
     for _ in range(8):
         now += 0.01
-        feed(bbr, rs, now, 1e6, 0.01, 10 * MSS, 10 * MSS)
+        feed(bbr, rs, now, rate, 0.01, delivered, inflight)
+    return bbr, rs, now
+
+
+def test_probe_bw_cycles_its_gains_about_once_per_min_rtt():
+    bbr, rs, now = _steady(2, 1e6, 10 * MSS, 10 * MSS)
     assert bbr.mode == PROBE_BW
     seen = []
     for _ in range(20):
@@ -156,12 +162,7 @@ def test_probe_bw_cycles_its_gains_about_once_per_min_rtt():
 
 
 def test_probe_rtt_after_ten_seconds_without_a_new_min_rtt():
-    bbr = Bbr(MSS, seed=3)
-    rs = RateSampler()
-    now = 0.0
-    for _ in range(8):
-        now += 0.01
-        feed(bbr, rs, now, 10e6, 0.01, 20 * MSS, 50 * MSS)
+    bbr, rs, now = _steady(3, 10e6, 20 * MSS, 50 * MSS)
     assert bbr.mode == PROBE_BW and bbr.min_rtt == 0.01
     stamp = bbr.min_rtt_stamp
     while now + 0.5 < stamp + 9.9:  # ten seconds of larger RTTs: RTprop is not refreshed
@@ -185,12 +186,7 @@ def test_probe_rtt_after_ten_seconds_without_a_new_min_rtt():
 
 
 def test_loss_keeps_the_model_and_restores_the_window():
-    bbr = Bbr(MSS, seed=4)
-    rs = RateSampler()
-    now = 0.0
-    for _ in range(8):
-        now += 0.01
-        feed(bbr, rs, now, 10e6, 0.01, 20 * MSS, 100 * MSS)
+    bbr, rs, now = _steady(4, 10e6, 20 * MSS, 100 * MSS)
     cwnd, bw = bbr.cwnd, bbr.btl_bw
     bbr.on_congestion(120 * MSS, now)  # fast recovery: the recovery's target is cwnd (PRR's ssthresh)
     assert bbr.ssthresh == cwnd and bbr.cwnd == cwnd and bbr.btl_bw == bw

@@ -292,6 +292,18 @@ class Connection(UserCalls):
         tcb.snd_nxt = tcb.snd_max = seq_add(tcb.iss, 1)
         self.sender.arm_rtx(now, restart=not flags & ACK)
 
+    def _handshake_acked(self, seg, seq: int, ack: int, now: float) -> None:
+        """SYN-RECEIVED, an acceptable ACK of our SYN (RFC 9293 3.10.7.4, fifth step): SND.UNA and the
+        send window from it, the handshake's RTT sample, ESTABLISHED."""
+        tcb = self.tcb
+        tcb.snd_una = ack
+        tcb.snd_wnd = seg.window << tcb.snd_wscale
+        tcb.max_snd_wnd = max(tcb.max_snd_wnd, tcb.snd_wnd)
+        tcb.snd_wl1 = seq
+        tcb.snd_wl2 = ack
+        self._handshake_rtt(seg, now)
+        self._become_established(now)
+
     def _handshake_rtt(self, seg, now: float) -> None:
         """An RTT sample from the handshake (timestamps, or Karn: only an unretransmitted SYN)."""
         if not self.sender.sample_tsecr(seg.timestamps, now) and not self._syn_retransmitted:
@@ -502,13 +514,7 @@ class Connection(UserCalls):
             if self.listener is not None and not self.listener.has_room():
                 stats.drop("tcp.accept_queue_full")
                 return
-            tcb.snd_una = ack
-            tcb.snd_wnd = seg.window << tcb.snd_wscale
-            tcb.max_snd_wnd = max(tcb.max_snd_wnd, tcb.snd_wnd)
-            tcb.snd_wl1 = seq
-            tcb.snd_wl2 = ack
-            self._handshake_rtt(seg, now)
-            self._become_established(now)
+            self._handshake_acked(seg, seq, ack, now)
         elif not self._process_ack(seg, dlen, now):
             return
         st = tcb.state

@@ -190,14 +190,7 @@ def _handshake_acked(conn, seg, payload, now: float) -> bool:
     conn._keep_probes = 0
     sender = conn.sender
     sender.probes_out = 0
-    # _synchronized_arrives, fifth step in SYN-RECEIVED
-    tcb.snd_una = ack
-    tcb.snd_wnd = seg.window << tcb.snd_wscale
-    tcb.max_snd_wnd = max(tcb.max_snd_wnd, tcb.snd_wnd)
-    tcb.snd_wl1 = seq
-    tcb.snd_wl2 = ack
-    conn._handshake_rtt(seg, now)
-    conn._become_established(now)
+    conn._handshake_acked(seg, seq, ack, now)  # _synchronized_arrives, fifth step in SYN-RECEIVED
     if tcb.ts_ok and ts is not None and seq_le(seq, tcb.last_ack_sent) and seq_ge(ts[0], tcb.ts_recent):
         tcb.ts_recent = ts[0]
         tcb.ts_recent_age = now
