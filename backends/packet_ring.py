@@ -58,6 +58,7 @@ from array import array
 from typing import Optional, Sequence, Union
 
 from ustack import _fastpath as fp
+from ustack.backends.claim import AddressClaim, ClaimError
 from ustack.device import Capabilities, DeviceError
 from ustack.stats import Stats
 
@@ -114,7 +115,12 @@ class PacketRingDevice:
     ``frame_size``: TX slot size (default 2048, or the next power of two that
     fits an MTU-sized frame). ``tx_frames``: TX slots (rounded up to whole TX
     blocks). ``fanout``: a PACKET_FANOUT group id (hash mode) or ``(group,
-    mode)``. ``retire_tov_ms``: the V3 block retire timer.
+    mode)``. ``retire_tov_ms``: the V3 block retire timer. ``claim``: the
+    stack's addresses, to keep the kernel's own IP input off the frames sent
+    to them (``backends.claim.AddressClaim``: an nftables ingress drop after
+    this socket's tap, what AF_XDP's redirect gives for free). Where nft is
+    missing or refuses, the device opens without it and says why in
+    ``claim_problem``.
 
     Defaults: 64 blocks of 128 KiB (8 MiB): with V2, 4,096 slots of 2 KiB;
     with V3, ~5,000 full-size or ~50,000 minimum-size frames, and a trickle of
@@ -137,6 +143,7 @@ class PacketRingDevice:
         mac: Optional[bytes] = None,
         retire_tov_ms: int = DEFAULT_RETIRE_TOV_MS,
         max_burst: int = 64,
+        claim: Sequence[str] = (),
     ):
         if not isinstance(ifname, str) or not 0 < len(ifname.encode()) < IFNAMSIZ:
             raise DeviceError(errno.EINVAL, f"bad interface name {ifname!r} (1..15 bytes)")
@@ -152,6 +159,8 @@ class PacketRingDevice:
         self._maps: list[mmap.mmap] = []
         self._views: list[memoryview] = []
         self._tx_views: list[memoryview] = []
+        self.claim: Optional[AddressClaim] = None
+        self.claim_problem = ""
         self._sock = self._tx_sock = self._new_socket()
         self._closed = False
         try:
@@ -159,6 +168,13 @@ class PacketRingDevice:
                 self._tx_sock = self._new_socket()
             self._setup(ifname, block_size, block_count, rx_frame_size, frame_size, tx_frames, fanout, qdisc_bypass,
                         mac, retire_tov_ms, max_burst)
+            if claim:
+                try:
+                    self.claim = AddressClaim(ifname, claim)
+                except ValueError as e:
+                    raise DeviceError(errno.EINVAL, f"claim: {e}") from None
+                except ClaimError as e:
+                    self.claim_problem = str(e)
         except BaseException:
             self.close()
             raise
@@ -515,6 +531,8 @@ class PacketRingDevice:
         if self._closed:
             return
         self._closed = True
+        if self.claim is not None:
+            self.claim.close()
         for view in self._tx_views:
             view.release()
         self._tx_views = []

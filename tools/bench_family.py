@@ -1,7 +1,7 @@
 """IPv4 against IPv6 bulk push into one dual-stack ``ustack serve`` (issue 13): alternated, medians.
 
 ``python -m ustack.tools.bench_family [--backend packet] [--reps 10] [--bytes 10000000] [--cc NAME]
-[--rt] [--steer] [--drop-in-stack-ns]`` builds the bench's veth topology (``bench_runner``: server
+[--rt] [--steer] [--no-claim]`` builds the bench's veth topology (``bench_runner``: server
 and client pinned to their own CPUs), starts one server with both families, and pushes ``--bytes``
 from a kernel socket in the peer namespace (``bench_clients.push``: the bench's own client,
 TCP_NODELAY, 64 KiB writes) to the discard service, IPv4 and IPv6 in turn, the order swapped every
@@ -16,10 +16,11 @@ What it showed (README, "IPv6 beside IPv4"): ustack is the bottleneck of a push 
 client kernel processes ustack's ACK in the softirq of ustack's own ``sendto``, on ustack's CPU; a
 sender that waits for ACKs (its send buffer full) then sends from there too, and that data reaches
 ustack's ring on the same CPU. A sender slower than ustack stays app-limited and sends from its own
-CPU. IPv6's client path is the cheaper one: on the packet backend the kernel of the server's
-namespace runs its IPv4 input (route lookup, ip_error) on every frame ustack receives, on the
-client's CPU, while its IPv6 is off; with that dropped at the veth's ingress
-(``--drop-in-stack-ns``) IPv4 falls to IPv6's rate. Under CUBIC both families send from ustack's CPU
+CPU. IPv6's client path was the cheaper one: on the packet backend the kernel of the server's
+namespace ran its IPv4 input (route lookup, ip_error) on every frame ustack receives, on the
+client's CPU, while its IPv6 is off. The packet backend now keeps the kernel's input off frames to
+its addresses (``backends.claim``, ``ustack serve`` by default), and IPv4 falls to IPv6's rate;
+``--no-claim`` runs the server without it, as before. Under CUBIC both families send from ustack's CPU
 and IPv6 / IPv4 is 1.0; with the client's receive work on the client's CPU (``--steer``: RPS on the
 peer veth, ``ustack bench --steer-client-rx``, as between two hosts) both send from their own.
 """
@@ -30,7 +31,6 @@ import argparse
 import os
 import socket
 import statistics
-import subprocess
 import time
 
 from ustack.tools.bench_clients import push, widen_port_range
@@ -62,17 +62,7 @@ def _with_cc(cc: str | None):
     return push_cc
 
 
-def drop_in_stack_namespace(topo) -> None:
-    """nftables netdev ingress drop on the stack's veth: the frames still reach ustack's packet socket (taps come
-    first) and AF_XDP (XDP comes first), but the kernel of the stack's namespace no longer runs its IPv4 input
-    (route lookup, ip_error) on each of them; its IPv6 is off there already (netns.Topology)."""
-    for rule in ("add table netdev ustack_bf",
-                 f'add chain netdev ustack_bf in {{ type filter hook ingress device "{topo.stack_ifname}" '
-                 "priority 0 ; policy drop ; }"):
-        subprocess.run(["ip", "netns", "exec", topo.stack_ns, "nft", rule], check=True, capture_output=True)
-
-
-def run(backend: str, reps: int, nbytes: int, cc: str | None, steer: bool = False, drop: bool = False) -> dict:
+def run(backend: str, reps: int, nbytes: int, cc: str | None, steer: bool = False, claim: bool = True) -> dict:
     placement = Placement.plan()
     placement.pin(0, placement.client)
     pusher = _with_cc(cc)
@@ -81,9 +71,7 @@ def run(backend: str, reps: int, nbytes: int, cc: str | None, steer: bool = Fals
         widen_port_range(topo)
         if steer and not steer_peer_receive(topo, placement.client):
             raise RuntimeError("could not set RPS on the peer veth")
-        if drop:
-            drop_in_stack_namespace(topo)
-        server, mode = ustack_server(topo, backend, 1000, None)
+        server, mode = ustack_server(topo, backend, 1000, None, () if claim else ("--no-claim",))
         try:
             hosts = [("4", topo.stack_addr), ("6", topo.stack_addr6)]
             for rep in range(reps):
@@ -106,15 +94,16 @@ def main(argv=None) -> int:
     ap.add_argument("--steer", action="store_true",
                     help="the client's receive work on its own CPU (RPS on the peer veth), "
                          "as ustack bench --steer-client-rx")
-    ap.add_argument("--drop-in-stack-ns", action="store_true",
-                    help="nftables drop at the stack veth's ingress: the server namespace's kernel skips its IP input")
+    ap.add_argument("--no-claim", dest="claim", action="store_false",
+                    help="packet: the server leaves the kernel's IP input on frames to its addresses (ustack serve "
+                         "--no-claim): the server namespace's kernel runs IPv4 input on every frame")
     args = ap.parse_args(argv)
     if args.rt:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # the server inherits it
-    res = run(args.backend, args.reps, args.bytes, args.cc, args.steer, args.drop_in_stack_ns)
+    res = run(args.backend, args.reps, args.bytes, args.cc, args.steer, args.claim)
     print(f"{args.backend} ({res['mode']}), {args.reps} x {args.bytes} B per family, client cc {args.cc or 'default'}"
           f"{', client receive steered to its CPU' if args.steer else ''}"
-          f"{', IP input off in the stack namespace' if args.drop_in_stack_ns else ''}")
+          f"{'' if args.claim else ', the kernel IP input of the stack namespace on (--no-claim)'}")
     med = {}
     for fam in "46":
         mbps = [m for m, _ in res["samples"][fam]]

@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Optional
+from typing import Optional, Sequence
 
 from ustack.tools.bench_config import TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO
 
@@ -268,10 +268,12 @@ class Server:
         return rc
 
 
-def ustack_server(topo, backend: str, source_bytes: int, xdp_mode: Optional[str]) -> tuple[Server, str]:
+def ustack_server(topo, backend: str, source_bytes: int, xdp_mode: Optional[str],
+                  extra: Sequence[str] = ()) -> tuple[Server, str]:
     """``python -m ustack serve`` on the topology's stack end; returns (server, mode it reported).
 
     On an IPv6 topology (``topo.ipv6``) the stack gets ``stack_addr6`` too and serves both families.
+    ``extra``: more ``ustack serve`` options (a tool's variant, e.g. ``--no-claim``).
     """
     addrs = ["--addr", f"{topo.stack_addr}/{topo.prefixlen}"]
     if getattr(topo, "ipv6", False):
@@ -282,6 +284,7 @@ def ustack_server(topo, backend: str, source_bytes: int, xdp_mode: Optional[str]
             "--source-bytes", str(source_bytes)]
     if backend == "afxdp" and xdp_mode:
         argv += ["--xdp-mode", xdp_mode]
+    argv += list(extra)
     server = Server(topo, argv)
     server.wait_ready()
     mode = backend

@@ -37,6 +37,8 @@ def _device_opts(args) -> dict:
         value = getattr(args, name, None)
         if value is not None:
             opts[name] = value
+    if args.backend == "packet" and getattr(args, "claim", True):
+        opts["claim"] = [a.split("/")[0] for a in args.addr]
     return opts
 
 
@@ -55,6 +57,9 @@ def open_stack(args, clock):
         from ustack.backends.registry import open_device
 
         device = open_device(args.backend, args.ifname, **_device_opts(args))
+        if getattr(device, "claim_problem", ""):
+            print(f"ustack: warning: the kernel's IP input still sees frames to our addresses "
+                  f"({device.claim_problem}; --no-claim silences this)", file=sys.stderr)
     if getattr(args, "pcap", None):
         try:
             device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen,
@@ -160,3 +165,7 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rx-version", type=int, choices=(2, 3),
                    help="packet: TPACKET_V2 RX ring (default: each frame visible at once) or V3 "
                         "(block-batched: cheapest per frame, up to 1 ms of added latency)")
+    p.add_argument("--no-claim", dest="claim", action="store_false",
+                   help="packet: let the kernel's own IP input see frames to our addresses too (by default an "
+                        "nftables ingress rule, after the packet socket's tap, keeps them from it, as AF_XDP's "
+                        "redirect does: no kernel RSTs or route lookups for ustack's traffic)")
