@@ -16,7 +16,9 @@ ingress hook runs after the packet taps (``__netif_receive_skb_core``
 delivers to ``ptype_all`` first), so the packet socket still receives every
 frame and the kernel's IP input none of them. Frames to other addresses,
 ARP, broadcast and multicast are left alone. ``dropped()`` reads the rule
-counters; ``close()`` deletes the table.
+counters; ``close()`` deletes the table (a stack killed with SIGKILL leaves
+it behind: ``nft delete table netdev ustack_claim_<ifindex>_<pid>``; it
+goes with the interface or the namespace).
 
 Runs ``nft`` (nftables): where it is missing or refuses, ``AddressClaim``
 raises ``ClaimError`` and the caller decides (the CLI warns and goes on).

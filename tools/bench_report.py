@@ -13,6 +13,7 @@ unanswered echoes).
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Optional
 
 from ustack.tools.bench_config import LATENCY_SIZES, MESSAGE, METRICS, RING_METRICS, SERVER_CPU_METRICS
@@ -111,6 +112,24 @@ def format_server_cpu(result: dict) -> list[str]:
 
 FAMILY_METRICS = (("udp_rtt_p50_us", "UDP p50"), ("tcp_rtt_p50_us", "TCP p50"), ("push_mbps", "push"),
                   ("pull_mbps", "pull"), ("conn_per_s", "conn/s"))
+# Where each of them is in a repetition's samples (bench_runner._service_rep).
+FAMILY_SAMPLES = {"udp_rtt_p50_us": ("udp_rtt", "p50"), "tcp_rtt_p50_us": ("tcp_rtt", "p50"),
+                  "push_mbps": ("push", "mbps"), "pull_mbps": ("pull", "mbps"), "conn_per_s": ("cps", "rate")}
+
+
+def family_ratio(six: dict, four: dict, key: str) -> Optional[float]:
+    """IPv6 / IPv4 of one metric: the median of the per-repetition ratios when both families were
+    measured in the same repetitions (back to back: the machine's drift cancels within each pair),
+    else the ratio of the two medians."""
+    where, field = FAMILY_SAMPLES[key]
+    a, b = (six.get("samples") or {}).get(where), (four.get("samples") or {}).get(where)
+    if a and b and len(a) == len(b):
+        pairs = [x[field] / y[field] for x, y in zip(a, b)
+                 if x.get(field) is not None and y.get(field)]
+        if len(pairs) == len(a):
+            return statistics.median(pairs)
+    x, y = six["metrics"].get(key), four["metrics"].get(key)
+    return x / y if x is not None and y else None
 
 
 def format_families(result: dict) -> list[str]:
@@ -125,13 +144,14 @@ def format_families(result: dict) -> list[str]:
         return []
     width = max(len(six["name"]) for six, _ in pairs)
     out = ["", "IPv6 beside IPv4 (ratio IPv6 / IPv4 of the same server, the families measured in turn "
-               "repetition by repetition; RTT above 1: slower, MB/s and conn/s below 1: slower):",
+               "repetition by repetition, median of the repetitions' ratios; RTT above 1: slower, MB/s and "
+               "conn/s below 1: slower):",
            f"{'row':{width}}  " + "  ".join(f"{h:>8}" for _, h in FAMILY_METRICS)]
     for six, four in pairs:
         cells = []
         for key, _ in FAMILY_METRICS:
-            a, b = six["metrics"].get(key), four["metrics"].get(key)
-            cells.append(f"{a / b:>8.2f}" if a is not None and b else f"{'-':>8}")
+            r = family_ratio(six, four, key)
+            cells.append(f"{r:>8.2f}" if r is not None else f"{'-':>8}")
         out.append(f"{six['name']:{width}}  " + "  ".join(cells))
     return out
 

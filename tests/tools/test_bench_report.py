@@ -200,3 +200,26 @@ def test_an_ipv6_row_is_compared_with_its_own_interleaved_ipv4_measurement():
                      paired_v4={"metrics": metrics(60.0, 100.0), "samples": {}})
     result = {"rows": [row_result("kernel", "kernel", "veth", metrics=metrics(40.0, 200.0), family=4), six]}
     assert format_families(result)[-1].split() == ["kernel", "v6", "1.10", "1.10", "0.90", "0.90", "1.00"]
+
+
+def test_family_ratios_are_the_median_of_the_repetitions_own_ratios():
+    """Each repetition measured IPv4 and IPv6 back to back: a slow repetition (the machine busy) is slow for
+    both, so the ratio within it stands, where the ratio of the medians would mix two repetitions."""
+    from ustack.tools.bench_report import format_families
+
+    def metrics(mbps):
+        m = {k: None for k, _, _ in bench_config.METRICS}
+        m.update(udp_rtt_p50_us=50.0, tcp_rtt_p50_us=50.0, push_mbps=mbps, pull_mbps=mbps, conn_per_s=100.0)
+        return m
+
+    def samples(push):
+        return {"push": [{"mbps": x} for x in push], "pull": [{"mbps": 1.0}] * len(push)}
+
+    four_push, six_push = [100.0, 400.0, 200.0], [110.0, 420.0, 100.0]  # ratios 1.10, 1.05, 0.50
+    six = row_result("ustack/packet v6", "ustack", "veth", metrics=metrics(110.0), family=6, samples=samples(six_push),
+                     paired_v4={"metrics": metrics(200.0), "samples": samples(four_push)})
+    cells = format_families({"rows": [six]})[-1].split()
+    assert cells[:2] == ["ustack/packet", "v6"]
+    assert cells[4] == "1.05"  # push: median of 1.10, 1.05, 0.50 (the medians' ratio would be 0.55)
+    assert cells[5] == "1.00"  # pull from the samples too
+    assert cells[2] == "1.00" and cells[6] == "1.00"  # no RTT or cps samples: the medians' ratio
