@@ -46,7 +46,7 @@ class SynReceived:
     """
 
     __slots__ = ("layer", "config", "listener", "local", "remote", "key", "seq", "window", "mss", "wscale",
-                 "sack_permitted", "timestamps", "iss", "hashes", "syn_time", "timer", "conn")
+                 "sack_permitted", "timestamps", "iss", "hashes", "syn_time", "timer", "conn", "own_mss")
 
     def __init__(self, layer, config, listener, local: tuple, remote: tuple, hdr, now: float):
         self.layer = layer
@@ -66,6 +66,7 @@ class SynReceived:
         self.syn_time = now
         self.timer = None
         self.conn = None  # the Connection once built
+        self.own_mss = 0  # the MSS our SYN-ACK offered (the connection's own, as open_passive finds it)
 
     def __repr__(self) -> str:
         return f"<SynReceived {self.key!r}{' built' if self.conn is not None else ''}>"
@@ -92,7 +93,7 @@ class SynReceived:
         own_mss = host.route_mtu(raddr) - headers_len(raddr)
         if cfg.mss:
             own_mss = min(own_mss, cfg.mss)
-        own_mss = max(own_mss, 88)
+        own_mss = self.own_mss = max(own_mss, 88)
         isn_f, ts_offset = self.hashes = layer.keyed.connection_hashes(laddr, lport, raddr, rport)
         iss = self.iss = isn_at(isn_f, now)
         wscale = window_shift_for(cfg.rcvbuf_ceiling) if cfg.window_scaling and self.wscale is not None else None
@@ -122,7 +123,7 @@ class SynReceived:
         layer = self.layer
         listener = self.listener
         conn = self.conn = Connection(layer, self.config, self.local, self.remote, listener=listener,
-                                      hashes=self.hashes)
+                                      hashes=self.hashes, own_mss=self.own_mss or None)
         conn.adopt(self, self.timer)
         self.timer = None
         if layer.connections.get(self.key) is self:
