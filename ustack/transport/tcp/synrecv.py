@@ -31,6 +31,7 @@ from __future__ import annotations
 from ustack.transport.tcp.connection import Connection, window_shift_for
 from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import syn_options, syn_segment
+from ustack.transport.tcp.prototype import passive_connection
 from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_le, seq_lt
 from ustack.transport.tcp.tcb import CLOSED, SYN_RECEIVED, TIME_WAIT
@@ -122,8 +123,12 @@ class SynReceived:
             return conn
         layer = self.layer
         listener = self.listener
-        conn = self.conn = Connection(layer, self.config, self.local, self.remote, listener=listener,
-                                      hashes=self.hashes, own_mss=self.own_mss or None)
+        if self.own_mss:  # (copied from the listener's prototype: the connection Connection() builds)
+            conn = passive_connection(layer, self.config, self.local, self.remote, listener, self.hashes,
+                                      self.own_mss)
+        else:
+            conn = Connection(layer, self.config, self.local, self.remote, listener=listener, hashes=self.hashes)
+        self.conn = conn
         conn.adopt(self, self.timer)
         self.timer = None
         if layer.connections.get(self.key) is self:
