@@ -86,3 +86,20 @@ cdef class SlotCopier:
             v = _slot(obj, self._off[k])
             out.append(None if v == NULL else <object>v)
         return tuple(out)
+
+    def matches(self, obj, tuple values):
+        """Whether ``obj``'s slots hold ``values`` (``values(obj)`` of an earlier moment): each the same
+        object or an equal one. One pass in C, no tuple built."""
+        cdef PyObject *v
+        cdef Py_ssize_t k
+        if type(obj) is not self.cls or len(values) != self._n:
+            return False
+        for k in range(self._n):
+            v = _slot(obj, self._off[k])
+            w = values[k]
+            if v == NULL:
+                if w is not None:
+                    return False
+            elif v != <PyObject *>w and not (<object>v == w):
+                return False
+        return True

@@ -83,7 +83,7 @@ class Prototype:
     def fits(self, layer, config: TcpConfig, own_mss: int, family: int) -> bool:
         """Whether a connection of ``config`` (``own_mss``, the address length ``family``) is this one's copy."""
         return (own_mss == self.own_mss and family == self.family and layer.fastpath == self.fastpath
-                and self.copiers.config.values(config) == self.knobs)
+                and self.copiers.config.matches(config, self.knobs))
 
     def make(self, layer, local: tuple, remote: tuple, listener, hashes: tuple) -> Connection:
         """The connection ``Connection(layer, config, local, remote, listener, hashes, own_mss)`` builds."""
