@@ -21,6 +21,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_sndq.pxi: the send buffer's ring (SendRing: views for the segment writer, reservations)
 - _fp_echo.pxi: ICMP echo replies in C for sources the Python path answered (EchoResponder)
 - _fp_clone.pxi: shallow copies of slotted objects (SlotCopier: connection setup from a prototype)
+- _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -42,3 +43,4 @@ include "_fp_ack.pxi"
 include "_fp_tx.pxi"
 include "_fp_echo.pxi"
 include "_fp_clone.pxi"
+include "_fp_ctl.pxi"

@@ -167,6 +167,7 @@ class Connection(UserCalls):
         self.receiver.rcvbuf.hold = layer.rx_hold
         # Receive header prediction in C (``_fastpath.EstablishedPath.input``), or None: Python only.
         self._fast = layer.established.input if layer.fastpath else None
+        self.out.ctl = layer.established if layer.fastpath else None  # segments without data in C
         self.sender.tx = layer.tx if layer.fastpath else None  # full-sized segments of new data in C (_fp_tx.pxi)
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
         tcb.rcv_wscale = window_shift_for(config.rcvbuf_ceiling) if config.window_scaling else 0
