@@ -20,6 +20,8 @@ Pieces (each in its own include file, one concern each):
 - _fp_rxq.pxi: the receive buffer's in-order chunks (ChunkQueue: views into held RX frames)
 - _fp_sndq.pxi: the send buffer's ring (SendRing: views for the segment writer, reservations)
 - _fp_echo.pxi: ICMP echo replies in C for sources the Python path answered (EchoResponder)
+- _fp_clone.pxi: shallow copies of slotted objects (SlotCopier: connection setup from a prototype)
+- _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -40,3 +42,5 @@ include "_fp_tmpl.pxi"
 include "_fp_ack.pxi"
 include "_fp_tx.pxi"
 include "_fp_echo.pxi"
+include "_fp_clone.pxi"
+include "_fp_ctl.pxi"

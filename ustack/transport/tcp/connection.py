@@ -109,7 +109,8 @@ class Connection(UserCalls):
         "_charged", "_fast", "_notify_due", "_isn_f", "__weakref__",
     )
 
-    def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None, hashes=None):
+    def __init__(self, layer, config: TcpConfig, local: tuple, remote: tuple, listener=None, hashes=None,
+                 own_mss: int | None = None):
         self.layer = layer
         host = self.host = layer.host
         self.config = config
@@ -119,22 +120,24 @@ class Connection(UserCalls):
         self.key = (self.local_addr, self.local_port, self.remote_addr, self.remote_port)
         self.listener = listener
         self.passive = listener is not None
-        own_mss = host.route_mtu(self.remote_addr) - headers_len(self.remote_addr)
-        if config.mss:
-            own_mss = min(own_mss, config.mss)
-        self._own_mss = max(own_mss, 88)
+        if own_mss is None:  # (given: what a ``synrecv.SynReceived`` record found for its SYN-ACK)
+            own_mss = host.route_mtu(self.remote_addr) - headers_len(self.remote_addr)
+            if config.mss:
+                own_mss = min(own_mss, config.mss)
+            own_mss = max(own_mss, 88)
+        self._own_mss = own_mss
         # Timers call ``Connection._on_*(self, now)`` (no bound method each); the delayed-ACK,
-        # keepalive and close timers are made when first armed (``timers.UNARMED`` until then).
+        # keepalive, close, persist, cork and pacing timers are made when first armed
+        # (``timers.UNARMED`` until then: ``sender_timer``).
         timers = host.timers
         cls = Connection
         self.receiver = Receiver(tcb, config, host.stats, timers, self, cls._on_delack_timer, self._recv_high_water)
         self.out = Output(tcb, self.receiver, host, (self.local_addr, self.local_port),
                           (self.remote_addr, self.remote_port))
-        self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(cls._on_rtx_timer, self),
-                             timers.timer(cls._on_persist_timer, self), self._send_low_water,
-                             min(self._own_mss, 536), timers.timer(cls._on_cork_timer, self),
-                             timers.timer(cls._on_pace_timer, self))
-        self.receiver.rtt = self.sender.rtt
+        sender = self.sender = Sender(tcb, config, host.stats, self.out, timers.timer(cls._on_rtx_timer, self),
+                                      UNARMED, self._send_low_water, min(own_mss, 536), UNARMED, UNARMED)
+        sender.timer_maker = self
+        self.receiver.rtt = sender.rtt
         self._keepalive_timer = UNARMED
         self._close_timer = UNARMED
         self.error = None
@@ -164,6 +167,7 @@ class Connection(UserCalls):
         self.receiver.rcvbuf.hold = layer.rx_hold
         # Receive header prediction in C (``_fastpath.EstablishedPath.input``), or None: Python only.
         self._fast = layer.established.input if layer.fastpath else None
+        self.out.ctl = layer.established if layer.fastpath else None  # segments without data in C
         self.sender.tx = layer.tx if layer.fastpath else None  # full-sized segments of new data in C (_fp_tx.pxi)
         self._notify_due = False  # a fast-path segment's on_event waits for the layer's flush
         tcb.rcv_wscale = window_shift_for(config.rcvbuf_ceiling) if config.window_scaling else 0
@@ -337,7 +341,7 @@ class Connection(UserCalls):
         if st == SYN_SENT:
             self._syn_sent_arrives(seg, payload, now)
         elif st == LAST_ACK and _final_ack(self, seg, payload):
-            pass  # our FIN is acknowledged: CLOSED (RFC 9293 3.10.7.4), the TCB deleted
+            return  # our FIN is acknowledged: CLOSED (RFC 9293 3.10.7.4), the TCB deleted, the application told
         elif st != CLOSED:
             fast = self._fast
             if fast is not None and fast(self, seg, payload, now):
@@ -695,6 +699,7 @@ class Connection(UserCalls):
                 timer.callback = _unlinked
         sender.low_water = receiver.high_water = _nothing
         receiver._owner = None  # the owner its delayed-ACK timer would be made for (never again)
+        sender.timer_maker = None  # (the same for the sender's lazily made timers)
         # Loss recovery points back at its sender (a cycle holding the sender, receiver, output, TCB and
         # buffers for the collector); nothing sends any more (output returns before it is asked).
         sender.recovery.sender = None
@@ -831,6 +836,10 @@ class Connection(UserCalls):
             return
         self._notify()
 
+    def sender_timer(self, name: str):
+        """The sender's persist, cork or pacing timer (``name``: its slot), made on its first arm."""
+        return self.host.timers.timer(_SENDER_TIMERS[name], self)
+
     def _on_persist_timer(self, now: float) -> None:
         sender = self.sender
         if not sender.persist_pending():
@@ -960,6 +969,9 @@ def _peer_fin(conn: Connection, seg, payload, now: float) -> bool:
 
 
 _FIN_ACK = FIN | ACK
+# The callbacks of the sender's lazily made timers (``Connection.sender_timer``), by slot name.
+_SENDER_TIMERS = {"persist_timer": Connection._on_persist_timer, "cork_timer": Connection._on_cork_timer,
+                  "pace_timer": Connection._on_pace_timer}
 
 
 def _unlinked(now: float) -> None:

@@ -150,7 +150,7 @@ class TcpLayer:
 
     __slots__ = ("host", "config", "connections", "listeners", "_dirty", "_resets", "challenge_acks", "ports",
                  "_keyed", "cookies", "orphans", "fastpath", "flows", "established", "tx", "_notify_due",
-                 "mem_used", "under_pressure", "rx_hold", "time_wait", "in_round", "_ack_round")
+                 "mem_used", "under_pressure", "rx_hold", "time_wait", "in_round", "_ack_round", "copiers")
 
     def __init__(self, host: TcpHost, config: TcpConfig | None = None, fastpath: bool = True):
         self.host = host
@@ -190,6 +190,7 @@ class TcpLayer:
         self.orphans = 0  # connections closed by the user still delivering (kept by Connection)
         # TIME-WAIT records (also in ``connections``), oldest first: the bound drops from the front.
         self.time_wait: dict[tuple, TimeWait] = {}
+        self.copiers = None  # prototype.Copiers, made with the first listener's prototype
 
     # -- what the stack calls --------------------------------------------
 

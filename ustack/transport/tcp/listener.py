@@ -38,7 +38,8 @@ _WS_NONE = 0xF
 
 class Listener:
     __slots__ = ("layer", "local", "key", "backlog", "config", "_accept", "_syn_queue", "closed", "on_event",
-                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows", "last_cookie_sent", "v6only")
+                 "cookies_sent", "cookies_accepted", "cookies_rejected", "overflows", "last_cookie_sent", "v6only",
+                 "prototype")
 
     def __init__(self, layer, local: tuple, backlog: int, config):
         self.layer = layer
@@ -53,6 +54,7 @@ class Listener:
         self.cookies_sent = self.cookies_accepted = self.cookies_rejected = self.overflows = 0
         self.last_cookie_sent = float("-inf")
         self.v6only = False  # on ::, hear IPv6 only (IPV6_V6ONLY); else IPv4 too, as Linux's default
+        self.prototype = None  # what its new connections are copied from (prototype.Prototype), made with the first
 
     def __repr__(self) -> str:
         return f"<Listener {'.'.join(map(str, self.local[0]))}:{self.local[1]} backlog={self.backlog}>"

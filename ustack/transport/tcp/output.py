@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from ustack._fastpath import emit_control
 from ustack.transport.tcp.rtt import ts_clock
 from ustack.wire.checksum import ones_sum, pseudo_header_sum
 from ustack.wire.proto import PROTO_TCP
@@ -94,7 +95,7 @@ class Output:
     """The segment writer of one connection."""
 
     __slots__ = ("tcb", "receiver", "host", "stats", "fast", "local_addr", "local_port", "remote_addr",
-                 "remote_port", "segs_out", "fast_sack")
+                 "remote_port", "segs_out", "fast_sack", "ctl")
 
     def __init__(self, tcb: Tcb, receiver: Receiver, host, local: tuple, remote: tuple):
         self.tcb = tcb
@@ -109,9 +110,14 @@ class Output:
         self.local_addr, self.local_port = local
         self.remote_addr, self.remote_port = remote
         self.segs_out = 0
+        # The fast path's ``EstablishedPath`` (set by the connection when the fast path is on): a segment
+        # without data is written in C (``_fastpath.emit_control``), as ``emit`` below writes it.
+        self.ctl = None
 
     def emit(self, seq: int, flags: int, now: float, payload=b"") -> None:
         """An established segment (``flags`` include ACK): data, FIN, a probe or a pure ACK."""
+        if not payload and self.ctl is not None and emit_control(self.ctl, self, seq, flags, now):
+            return
         tcb = self.tcb
         rcv = self.receiver
         window = rcv.select_window()

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from ustack.timers import UNARMED
 from ustack.transport.tcp.congestion import make
 from ustack.transport.tcp.pacing import Pacer
 from ustack.transport.tcp.rack import RTO, RackRecovery
@@ -88,7 +89,7 @@ class Sender:
                  "cork_timer", "low_water", "nodelay", "cork", "push", "max_retries", "persist_max", "send_low",
                  "rtx_count", "persist_backoff", "probes_out", "rtt_seq", "rtt_time", "force",
                  "retransmits", "timeouts", "dup_acks", "bytes_acked", "rtx_kind", "ack_tsecr", "loss_recovery", "psh_next",
-                 "tx", "rto_tsval", "rs", "pacer", "pace_timer", "sndbuf_max")
+                 "tx", "rto_tsval", "rs", "pacer", "pace_timer", "sndbuf_max", "timer_maker")
 
     def __init__(self, tcb: Tcb, config: TcpConfig, stats, out: Output, rtx_timer, persist_timer,
                  low_water: Callable[[], None], mss: int, cork_timer, pace_timer=None):
@@ -119,6 +120,9 @@ class Sender:
         self.pace_timer = pace_timer  # fires when the pacer lets data go again (a controller that paces)
         self.rs = None  # delivery rate estimation (``ratesample``), for a controller that paces (BBR)
         self.pacer = None  # pacing (``pacing``), for the same
+        # Makes the persist, cork and pacing timers on their first arm when they were passed as
+        # ``timers.UNARMED`` (``timer_maker.sender_timer(name)``: most connections never arm them).
+        self.timer_maker = None
         self._model_parts()
         self.configure(config)
 
@@ -477,6 +481,8 @@ class Sender:
         cork_timer = self.cork_timer
         if corked:
             if cork_timer.deadline is None:
+                if cork_timer is UNARMED:
+                    cork_timer = self.cork_timer = self.timer_maker.sender_timer("cork_timer")
                 cork_timer.arm(now + CORK_LIMIT)
         elif cork_timer.deadline is not None and (not self.cork or seq_diff(tcb.snd_nxt, tcb.snd_una) >= len(sndbuf)):
             cork_timer.cancel()
@@ -499,6 +505,8 @@ class Sender:
             timer = self.pace_timer
             at = self.pacer.wake_at(cc.pacing_rate, cc.quantum, now)
             if timer is not None and (timer.deadline is None or at < timer.deadline):
+                if timer is UNARMED:
+                    timer = self.pace_timer = self.timer_maker.sender_timer("pace_timer")
                 timer.arm(at)
 
     def paced_sent(self, nxt: int, paced: int | None, cwnd: int, now: float) -> None:
@@ -566,7 +574,10 @@ class Sender:
 
     def arm_persist(self, now: float) -> None:
         interval = self.rtt.rto * (1 << min(self.persist_backoff, 16))
-        self.persist_timer.arm(now + min(interval, self.persist_max))
+        timer = self.persist_timer
+        if timer is UNARMED:
+            timer = self.persist_timer = self.timer_maker.sender_timer("persist_timer")
+        timer.arm(now + min(interval, self.persist_max))
 
     def persist_pending(self) -> bool:
         """The persist timer expired: is there anything for it to push?"""

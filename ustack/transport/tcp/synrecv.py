@@ -31,6 +31,7 @@ from __future__ import annotations
 from ustack.transport.tcp.connection import Connection, window_shift_for
 from ustack.transport.tcp.isn import isn_at
 from ustack.transport.tcp.output import syn_options, syn_segment
+from ustack.transport.tcp.prototype import passive_connection
 from ustack.transport.tcp.rtt import ts_clock
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_le, seq_lt
 from ustack.transport.tcp.tcb import CLOSED, SYN_RECEIVED, TIME_WAIT
@@ -46,7 +47,7 @@ class SynReceived:
     """
 
     __slots__ = ("layer", "config", "listener", "local", "remote", "key", "seq", "window", "mss", "wscale",
-                 "sack_permitted", "timestamps", "iss", "hashes", "syn_time", "timer", "conn")
+                 "sack_permitted", "timestamps", "iss", "hashes", "syn_time", "timer", "conn", "own_mss")
 
     def __init__(self, layer, config, listener, local: tuple, remote: tuple, hdr, now: float):
         self.layer = layer
@@ -66,6 +67,7 @@ class SynReceived:
         self.syn_time = now
         self.timer = None
         self.conn = None  # the Connection once built
+        self.own_mss = 0  # the MSS our SYN-ACK offered (the connection's own, as open_passive finds it)
 
     def __repr__(self) -> str:
         return f"<SynReceived {self.key!r}{' built' if self.conn is not None else ''}>"
@@ -92,7 +94,7 @@ class SynReceived:
         own_mss = host.route_mtu(raddr) - headers_len(raddr)
         if cfg.mss:
             own_mss = min(own_mss, cfg.mss)
-        own_mss = max(own_mss, 88)
+        own_mss = self.own_mss = max(own_mss, 88)
         isn_f, ts_offset = self.hashes = layer.keyed.connection_hashes(laddr, lport, raddr, rport)
         iss = self.iss = isn_at(isn_f, now)
         wscale = window_shift_for(cfg.rcvbuf_ceiling) if cfg.window_scaling and self.wscale is not None else None
@@ -121,8 +123,12 @@ class SynReceived:
             return conn
         layer = self.layer
         listener = self.listener
-        conn = self.conn = Connection(layer, self.config, self.local, self.remote, listener=listener,
-                                      hashes=self.hashes)
+        if self.own_mss:  # (copied from the listener's prototype: the connection Connection() builds)
+            conn = passive_connection(layer, self.config, self.local, self.remote, listener, self.hashes,
+                                      self.own_mss)
+        else:
+            conn = Connection(layer, self.config, self.local, self.remote, listener=listener, hashes=self.hashes)
+        self.conn = conn
         conn.adopt(self, self.timer)
         self.timer = None
         if layer.connections.get(self.key) is self:
