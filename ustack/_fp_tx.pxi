@@ -420,7 +420,7 @@ cdef class TxPath:
         cdef Py_ssize_t *ro = self.receiver_layout._off
         cdef Py_ssize_t *do = self.delack_layout._off
         cdef int64_t mss, buffered, wnd, limit, pos, top = 0, una_pos = 0, start
-        cdef uint32_t una, nxt, end, tsv = 0, tsecr = 0
+        cdef uint32_t una, nxt, end, tsv = 0, tsecr = 0, rcv_nxt
         cdef Py_ssize_t sent = 0, ring_off, first
         cdef SendRing ring
         cdef FlowEmitter fe
@@ -475,23 +475,28 @@ cdef class TxPath:
         sport = <uint16_t>PyLong_AsLong(out.local_port)
         dport = <uint16_t>PyLong_AsLong(out.remote_port)
         counters = out.stats.counters
+        # Per burst, not per segment (issue 10: ~0.3 us a segment): nothing is received while the burst runs,
+        # so the window field (``_select_window``: the same inputs give the same field, RCV.WND and RCV.ADV
+        # set by the first call), TSecr (TS.Recent), the ACK field (RCV.NXT) and ``Receiver.ack_sent``'s
+        # effect (once its flags are cleared a second call changes nothing) are those of the first segment.
+        window = _select_window(tcb, off, receiver, ro)
+        if ts_ok:
+            tsecr = <uint32_t>_iget(tcb, off[T_TS_RECENT])
+        rcv_nxt = <uint32_t>_iget(tcb, off[T_RCV_NXT])
         while <int64_t>(nxt - una) + mss <= limit:
             ring_off = <Py_ssize_t>(nxt - una)
             flags = TH_ACK | TH_PSH if ring_off + mss == buffered else TH_ACK
             # Output.emit
-            window = _select_window(tcb, off, receiver, ro)
-            if ts_ok:
-                tsecr = <uint32_t>_iget(tcb, off[T_TS_RECENT])
             end = nxt + <uint32_t>mss
             ok = 0
             t = fe.template if fe is not None else None
             if t is not None and t.fresh(when):
                 start = (ring._head + ring_off) % ring._size
                 if start + mss <= ring._size:  # contiguous in the ring: copied straight into the slot
-                    ok = t.emit_ptr(sport, dport, nxt, <uint32_t>_iget(tcb, off[T_RCV_NXT]), flags, <uint16_t>window,
+                    ok = t.emit_ptr(sport, dport, nxt, rcv_nxt, flags, <uint16_t>window,
                                     ts_ok, tsv, tsecr, <const uint8_t *>ring._base + start, mss)
                 else:
-                    ok = t.emit(sport, dport, nxt, <uint32_t>_iget(tcb, off[T_RCV_NXT]), flags, <uint16_t>window,
+                    ok = t.emit(sport, dport, nxt, rcv_nxt, flags, <uint16_t>window,
                                 ts_ok, tsv, tsecr, ring.peek(ring_off, mss))
                 if not ok:
                     ok = -1  # declined (the MTU, a full ring): the general builder, as Output.emit
@@ -509,10 +514,9 @@ cdef class TxPath:
                                        flags, window, ts, payload, now) else 0
                 if ok != 1:
                     out.write(seq_o, ack_o, flags, window, ts, (), now, payload)
-            out.segs_out += 1
-            counters["tcp.out_segs"] += 1
-            _fset(tcb, off[T_LAST_ACK_SENT], _fget(tcb, off[T_RCV_NXT]))
-            _ack_sent(receiver, ro, do, now, True)
+            if sent == 0:
+                _fset(tcb, off[T_LAST_ACK_SENT], _fget(tcb, off[T_RCV_NXT]))
+                _ack_sent(receiver, ro, do, now, True)
             # recovery.on_send: RACK's transmit record (RFC 8985 6.1), appended past the highest one
             if rack:
                 pos = una_pos + <int32_t>(nxt - una)
@@ -535,6 +539,8 @@ cdef class TxPath:
             sent += 1
         if sent:
             self.segments += sent
+            out.segs_out += sent
+            counters["tcp.out_segs"] += sent
             timer = sender.rtx_timer
             if timer.deadline is None:  # RFC 6298 5.1
                 sender.rtx_kind = _ZERO  # rack.RTO
