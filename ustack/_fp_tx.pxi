@@ -86,8 +86,8 @@ cdef int64_t _select_window(object tcb, Py_ssize_t *off, object receiver, Py_ssi
     cdef uint32_t edge, adv
     rcvbuf = _fget(receiver, ro[R_RCVBUF])
     layer = _fget(receiver, ro[R_BUDGET])
-    cap = PyLong_AsLongLong(rcvbuf.capacity)
-    free = cap - (<ChunkQueue>rcvbuf._chunks).nbytes - PyLong_AsLongLong(rcvbuf.lent)  # ReceiveBuffer.free
+    cap = _as_i64(rcvbuf.capacity)
+    free = cap - (<ChunkQueue>rcvbuf._chunks).nbytes - _as_i64(rcvbuf.lent)  # ReceiveBuffer.free
     if free < 0:
         free = 0
     if layer is not None:
@@ -249,7 +249,7 @@ cdef class TxPath:
         _fset(tcb, off[T_SND_UNA], ack_o)
         if _seq_lt(<uint32_t>_iget(tcb, off[T_SND_NXT]), ack):
             _fset(tcb, off[T_SND_NXT], ack_o)
-        if _seq_lt(<uint32_t>PyLong_AsLongLong(tcb.snd_sml), ack):
+        if _seq_lt(<uint32_t>_as_i64(tcb.snd_sml), ack):
             tcb.snd_sml = ack_o  # kept within reach of SND.UNA
         _fset(sender, so[X_BYTES_ACKED], PyLong_FromLongLong(_iget(sender, so[X_BYTES_ACKED]) + acked))
         _fset(sender, so[X_RTX_COUNT], _ZERO)
@@ -261,21 +261,21 @@ cdef class TxPath:
                 _rtt_sample(rtt, eo, rt / 1000.0)
         if not sampled:
             rtt_seq = _fget(sender, so[X_RTT_SEQ])
-            if rtt_seq is not None and not _seq_lt(ack, <uint32_t>PyLong_AsLongLong(rtt_seq)):
+            if rtt_seq is not None and not _seq_lt(ack, <uint32_t>_as_i64(rtt_seq)):
                 _rtt_sample(rtt, eo, PyFloat_AsDouble(now) - PyFloat_AsDouble(_fget(sender, so[X_RTT_TIME])))
                 _fset(sender, so[X_RTT_SEQ], None)
         recovery = _fget(sender, so[X_RECOVERY])
         snd_max_o = _fget(tcb, off[T_SND_MAX])
         if self._rack_plain(recovery) and self._rack_on_ack(recovery, ack, ack_o, advanced, now):
             pass  # RackRecovery.on_ack outside recovery: False (the controller grows the window)
-        elif recovery.on_ack(ack_o, advanced, acked, <int32_t>(<uint32_t>PyLong_AsLongLong(snd_max_o) - ack), now):
+        elif recovery.on_ack(ack_o, advanced, acked, <int32_t>(<uint32_t>_as_i64(snd_max_o) - ack), now):
             kind = 0
         if kind:
             _cc_on_ack(cc, kind, (self.newreno_layout if kind == 1 else self.cubic_layout)._off, acked,
                        _fget(rtt, eo[E_SRTT]), now)
         _fset(sender, so[X_RTX_KIND], _ZERO)  # rack.RTO
         timer = _fget(sender, so[X_RTX_TIMER])
-        if <uint32_t>PyLong_AsLongLong(snd_max_o) == ack:
+        if <uint32_t>_as_i64(snd_max_o) == ack:
             timer.cancel()  # RFC 6298 5.2
         else:
             self._arm(timer, PyFloat_AsDouble(now) + PyFloat_AsDouble(_fget(rtt, eo[E_RTO])))  # RFC 6298 5.3
@@ -314,7 +314,7 @@ cdef class TxPath:
 
     def burst(self, sender, cwnd, now):
         """Send the full-sized segments of new data ``Sender.output``'s loop would send first; their number."""
-        cdef Py_ssize_t n = self._burst(sender, PyLong_AsLongLong(cwnd), now)
+        cdef Py_ssize_t n = self._burst(sender, _as_i64(cwnd), now)
         return n if n > 0 else 0
 
     def output_whole(self, sender, now):
@@ -360,12 +360,12 @@ cdef class TxPath:
             cwnd_o = recovery.window(cwnd_o)  # (RACK outside recovery without duplicate ACKs: cwnd itself)
         if cwnd_o is None:
             return 0
-        mss = PyLong_AsLongLong(tcb.snd_mss)
+        mss = _as_i64(tcb.snd_mss)
         if mss <= 0:
             return 0
         # where the loop would stop: past the full segments, the next one held or nothing to send
         buffered = (<SendRing>sndbuf)._len
-        cwnd = PyLong_AsLongLong(cwnd_o)
+        cwnd = _as_i64(cwnd_o)
         lim = cwnd
         if wnd < lim:
             lim = wnd
@@ -374,7 +374,7 @@ cdef class TxPath:
         if o > buffered:
             return 0
         if paced:  # the pacer's allowance (whole segments; refilled to ``now``, so asking again is the same)
-            plim = o + PyLong_AsLongLong(sender.pacer.allowance(cc.pacing_rate, cc.quantum, mss, now))
+            plim = o + _as_i64(sender.pacer.allowance(cc.pacing_rate, cc.quantum, mss, now))
             if plim < lim:
                 lim = plim
         if o + mss <= lim and o + mss <= buffered:
@@ -389,9 +389,9 @@ cdef class TxPath:
                 # a partial segment: held while an earlier short one is unacknowledged (Nagle, Minshall's
                 # variant: SND.UNA < snd_sml; the loop's break), as if nothing were left to send; else the
                 # Python loop (it goes)
-                if sender.nodelay or not _seq_lt(una, <uint32_t>PyLong_AsLongLong(tcb.snd_sml)):
+                if sender.nodelay or not _seq_lt(una, <uint32_t>_as_i64(tcb.snd_sml)):
                     return 0
-            elif n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
+            elif n >= _as_i64(tcb.max_snd_wnd) // 2:
                 return 0  # one SWS avoidance lets go: the Python loop
         if o == <int64_t>(nxt - una):  # nothing to send
             if paced and (avail <= 0 or (plim < lim_w and self._pace_rearm(sender, cc, now))):
@@ -444,7 +444,7 @@ cdef class TxPath:
             return -2  # declined
         fe = <FlowEmitter>fast if type(fast) is FlowEmitter else None
         ring = <SendRing>sndbuf
-        mss = PyLong_AsLongLong(tcb.snd_mss)
+        mss = _as_i64(tcb.snd_mss)
         if mss <= 0:
             return -2  # declined
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
@@ -465,8 +465,8 @@ cdef class TxPath:
             rack = not recovery.in_recovery and recovery.una_seq == _fget(tcb, off[T_SND_UNA])
         if rack:
             segs = recovery.segs
-            una_pos = PyLong_AsLongLong(recovery.una)
-            top = PyLong_AsLongLong((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1]) if len(segs) else una_pos
+            una_pos = _as_i64(recovery.una)
+            top = _as_i64((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1]) if len(segs) else una_pos
         ts_ok = _bget(tcb, off[T_TS_OK])
         when = PyFloat_AsDouble(now)
         if ts_ok:
@@ -522,7 +522,7 @@ cdef class TxPath:
                 pos = una_pos + <int32_t>(nxt - una)
                 if pos < top:
                     recovery.on_send(PyLong_FromUnsignedLong(nxt), mss, now)
-                    top = PyLong_AsLongLong((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1])
+                    top = _as_i64((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1])
                 else:
                     segs.append([pos, pos + mss, now, _ZERO])
                     top = pos + mss
@@ -605,7 +605,7 @@ cdef class TxPath:
             r = <object>PyList_GET_ITEM(segs, k)
             if type(r) is not list or len(r) != 4:
                 return 0
-            end = PyLong_AsLongLong(<object>PyList_GET_ITEM(r, 1))
+            end = _as_i64(<object>PyList_GET_ITEM(r, 1))
             if end > new:
                 break
             if PyObject_IsTrue(<object>PyList_GET_ITEM(r, 3)) or (end < fack and not reordering_seen):
@@ -627,7 +627,7 @@ cdef class TxPath:
             if min_rtt is None or rtt < PyFloat_AsDouble(min_rtt):
                 _fset(recovery, ko[K_MIN_RTT], rtt_o)
             _fset(recovery, ko[K_RACK_RTT], rtt_o)
-            end = PyLong_AsLongLong(end_o)
+            end = _as_i64(end_o)
             xmit = PyFloat_AsDouble(_fget(recovery, ko[K_RACK_XMIT]))
             if x > xmit or (x == xmit and end > _iget(recovery, ko[K_RACK_END])):
                 _fset(recovery, ko[K_RACK_XMIT], x_o)
@@ -638,7 +638,7 @@ cdef class TxPath:
             del segs[:k]
         _fset(recovery, ko[K_DELIVERED], PyLong_FromLongLong(advanced))
         until = _fget(recovery, ko[K_UNDO_UNTIL])
-        if until is not None and new >= PyLong_AsLongLong(until):
+        if until is not None and new >= _as_i64(until):
             _fset(recovery, ko[K_UNDO_MARKER], None)
             _fset(recovery, ko[K_UNDO_UNTIL], None)
         self.rack_acks += 1
@@ -654,7 +654,7 @@ cdef class TxPath:
         _fset(recovery, ko[K_DSACK], None)
         _fset(recovery, ko[K_ADVANCED], False)
         rnd = _fget(recovery, ko[K_DSACK_ROUND])  # _dsack_round, with no D-SACK on this ACK
-        if rnd is not None and _iget(recovery, ko[K_UNA]) >= PyLong_AsLongLong(rnd):
+        if rnd is not None and _iget(recovery, ko[K_UNA]) >= _as_i64(rnd):
             _fset(recovery, ko[K_DSACK_ROUND], None)
         if _iget(tcb, self.layout._off[T_SND_MAX]) == _iget(tcb, self.layout._off[T_SND_UNA]):
             _fset(recovery, ko[K_REO_DEADLINE], None)
@@ -682,7 +682,7 @@ cdef class TxPath:
         rtt = sender.rtt
         srtt = rtt.srtt
         pto = 2 * PyFloat_AsDouble(srtt) if srtt is not None else 1.0
-        if <int64_t><int32_t>(snd_max - una) <= PyLong_AsLongLong(tcb.snd_mss):
+        if <int64_t><int32_t>(snd_max - una) <= _as_i64(tcb.snd_mss):
             pto += self.wc_del_ack
         if self.pto_min > pto:
             pto = self.pto_min
