@@ -312,6 +312,19 @@ cdef class TxPath:
         self._sender_cls = type(sender)
         return True
 
+    cdef Py_ssize_t *_sender_off(self, sender) except? NULL:
+        """The TXS_FIELDS slot offsets for ``sender`` (learnt from its class), or NULL when it has not got them."""
+        if type(sender) is not self._sender_cls and not self._learn_sender(sender):
+            return NULL
+        return self.txs_layout._off
+
+    cdef object _deadline(self, timer):
+        """``timer.deadline``, through its slot when it is of the class ``timer_layout`` was made from."""
+        tl = self.timer_layout
+        if tl is not None and type(timer) is (<SlotLayout>tl).cls:
+            return _fget(timer, (<SlotLayout>tl)._off[M_DEADLINE])
+        return timer.deadline
+
     def burst(self, sender, cwnd, now):
         """Send the full-sized segments of new data ``Sender.output``'s loop would send first; their number."""
         cdef Py_ssize_t n = self._burst(sender, _as_i64(cwnd), now)
@@ -337,21 +350,24 @@ cdef class TxPath:
         cdef int kind
         cdef uint32_t una, nxt
         cdef bint paced = False
-        cc = sender.cc
+        cdef Py_ssize_t *so = self._sender_off(sender)
+        if so == NULL:
+            return 0  # a sender without the slots TXS_FIELDS names: the Python way
+        cc = _fget(sender, so[X_CC])
         kind = self._cc_kind(cc)
-        sndbuf = sender.sndbuf
-        if kind == 0 and sender.rs is not None:
+        sndbuf = _fget(sender, so[X_SNDBUF])
+        if kind == 0 and _fget(sender, so[X_RS]) is not None:
             paced = True
         if ((kind == 0 and not paced) or type(sndbuf) is not SendRing or _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED
-                or _bget(tcb, off[T_FIN_QUEUED]) or sender.force or sender.push or sender.cork
-                or sender.cork_timer.deadline is not None):
+                or _bget(tcb, off[T_FIN_QUEUED]) or _bget(sender, so[X_FORCE]) or _bget(sender, so[X_PUSH])
+                or _bget(sender, so[X_CORK]) or self._deadline(_fget(sender, so[X_CORK_TIMER])) is not None):
             return 0
         wnd = _iget(tcb, off[T_SND_WND])
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         nxt = <uint32_t>_iget(tcb, off[T_SND_NXT])
         if wnd == 0 or nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
             return 0
-        recovery = sender.recovery
+        recovery = _fget(sender, so[X_RECOVERY])
         if paced:
             cwnd_o = cc.cwnd
         else:
@@ -389,15 +405,15 @@ cdef class TxPath:
                 # a partial segment: held while an earlier short one is unacknowledged (Nagle, Minshall's
                 # variant: SND.UNA < snd_sml; the loop's break), as if nothing were left to send; else the
                 # Python loop (it goes)
-                if sender.nodelay or not _seq_lt(una, <uint32_t>_as_i64(tcb.snd_sml)):
+                if _bget(sender, so[X_NODELAY]) or not _seq_lt(una, <uint32_t>_as_i64(tcb.snd_sml)):
                     return 0
-            elif n >= _as_i64(tcb.max_snd_wnd) // 2:
+            elif n >= _iget(tcb, off[T_MAX_SND_WND]) // 2:
                 return 0  # one SWS avoidance lets go: the Python loop
         if o == <int64_t>(nxt - una):  # nothing to send
             if paced and (avail <= 0 or (plim < lim_w and self._pace_rearm(sender, cc, now))):
                 return 0  # the application's limit to note, or the pacing timer to arm: the Python loop
-            if (sender.rtx_timer.deadline is None and sender.persist_timer.deadline is None
-                    and (nxt != una or avail)):
+            if (self._deadline(_fget(sender, so[X_RTX_TIMER])) is None
+                    and self._deadline(_fget(sender, so[X_PERSIST_TIMER])) is None and (nxt != una or avail)):
                 return 0  # a timer to start (the RTO, or the persist timer): the Python loop
             self.outputs += 1
             return 1
@@ -671,31 +687,41 @@ cdef class TxPath:
         cdef Py_ssize_t *ko = self.rack_layout._off
         cdef uint32_t snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX]), una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         cdef double pto, t = PyFloat_AsDouble(now), rto_at, at
+        cdef Py_ssize_t *so
         if snd_max == una:
             return 1
-        timer = sender.rtx_timer
+        so = self._sender_off(sender)
+        if so == NULL:
+            recovery.arm_timer(now)  # (a sender without the slots TXS_FIELDS names)
+            return 1
+        timer = _fget(sender, so[X_RTX_TIMER])
         reo = _fget(recovery, ko[K_REO_DEADLINE])
         if reo is not None:
             self._arm(timer, PyFloat_AsDouble(reo))
-            sender.rtx_kind = _ONE  # rack.REO
+            _fset(sender, so[X_RTX_KIND], _ONE)  # rack.REO
             return 1
-        rtt = sender.rtt
-        srtt = rtt.srtt
+        rtt = _fget(sender, so[X_RTT])
+        if type(rtt) is self.rtt_layout.cls:
+            srtt = _fget(rtt, self.rtt_layout._off[E_SRTT])
+            rto = _fget(rtt, self.rtt_layout._off[E_RTO])
+        else:
+            srtt = rtt.srtt
+            rto = rtt.rto
         pto = 2 * PyFloat_AsDouble(srtt) if srtt is not None else 1.0
         if <int64_t><int32_t>(snd_max - una) <= _as_i64(tcb.snd_mss):
             pto += self.wc_del_ack
         if self.pto_min > pto:
             pto = self.pto_min
-        deadline = timer.deadline
-        if PyObject_RichCompareBool(sender.rtx_kind, _ZERO, Py_EQ) and deadline is not None:
+        deadline = self._deadline(timer)
+        if PyObject_RichCompareBool(_fget(sender, so[X_RTX_KIND]), _ZERO, Py_EQ) and deadline is not None:
             rto_at = PyFloat_AsDouble(deadline)
         else:
-            rto_at = t + PyFloat_AsDouble(rtt.rto)
+            rto_at = t + PyFloat_AsDouble(rto)
         at = t + pto
         if rto_at < at:
             at = rto_at
         self._arm(timer, at)
-        sender.rtx_kind = _TWO  # rack.PTO
+        _fset(sender, so[X_RTX_KIND], _TWO)  # rack.PTO
         return 1
 
 
@@ -858,7 +884,8 @@ cdef object _TWO = 2
 # ``Sender``'s slots ``TxPath.on_ack`` reads and writes (by offset: a Cython attribute read by name is ~140
 # instructions; a pure ACK made ~15 of them).
 TXS_FIELDS = ("sndbuf", "rtt", "cc", "rto_tsval", "ack_tsecr", "bytes_acked", "rtx_count", "rtt_seq", "rtt_time",
-              "recovery", "rtx_kind", "rtx_timer", "send_low", "rs")
+              "recovery", "rtx_kind", "rtx_timer", "send_low", "rs",
+              "force", "push", "cork", "cork_timer", "nodelay", "persist_timer")  # (output's: issue 10)
 cdef enum:
     X_SNDBUF = 0
     X_RTT = 1
@@ -874,3 +901,9 @@ cdef enum:
     X_RTX_TIMER = 11
     X_SEND_LOW = 12
     X_RS = 13
+    X_FORCE = 14
+    X_PUSH = 15
+    X_CORK = 16
+    X_CORK_TIMER = 17
+    X_NODELAY = 18
+    X_PERSIST_TIMER = 19
