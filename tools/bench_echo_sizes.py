@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     kinds = args.backends.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
     placement = Placement.plan()
+    placement.pin(0, placement.client)  # this process is the client, on its own CPU (as ustack bench pins it)
     samples = {k: {s: [] for s in sizes} for k in kinds}
     for rep in range(args.reps):
         for kind in kinds:
