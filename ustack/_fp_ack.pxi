@@ -89,7 +89,7 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
     rtt = _fget(receiver, ro[R_RTT])
     rto = PyFloat_AsDouble(rtt.rto) if rtt is not None else 1.0
     held = (<ChunkQueue>rcvbuf._chunks).nbytes
-    free = PyLong_AsLongLong(rcvbuf.capacity) - held - PyLong_AsLongLong(rcvbuf.lent)  # ReceiveBuffer.free
+    free = _as_i64(rcvbuf.capacity) - held - _as_i64(rcvbuf.lent)  # ReceiveBuffer.free
     if free < 0:
         free = 0
     # DelayedAck.data_received (Linux tcp_event_data_recv)

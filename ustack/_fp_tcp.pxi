@@ -200,7 +200,7 @@ cdef class EstablishedPath:
                 if _fget(tcb, off[T_FIN_RCVD_SEQ]) is not None or _bget(conn, co[N_ORPHANED]):
                     return 0
                 layer = _fget(conn, co[N_LAYER])
-                if _bget(layer, lo[L_UNDER_PRESSURE]) or (PyLong_AsLongLong(_fget(layer, lo[L_CONFIG]).tcp_mem)
+                if _bget(layer, lo[L_UNDER_PRESSURE]) or (_as_i64(_fget(layer, lo[L_CONFIG]).tcp_mem)
                                                            - _iget(layer, lo[L_MEM_USED])) < dlen:  # _mem_room
                     return 0  # the memory budget's soft or hard level: the Python path trims and drops
             else:
@@ -340,17 +340,17 @@ cdef inline int _arrived(object conn, object sender, object now) except -1:
 
 cdef inline int64_t _mem_room(object layer) except? -1:
     """``TcpLayer.mem_room()``: bytes the memory budget (``tcp_mem``) can still take."""
-    return PyLong_AsLongLong(layer.config.tcp_mem) - PyLong_AsLongLong(layer.mem_used)
+    return _as_i64(layer.config.tcp_mem) - _as_i64(layer.mem_used)
 
 
 cdef int _recharge(object conn, object sender, object receiver) except -1:
     """``Connection._recharge()``: charge what the buffers hold now to the layer's memory budget."""
-    cdef int64_t charged = PyLong_AsLongLong(conn._charged), held
+    cdef int64_t charged = _as_i64(conn._charged), held
     if charged < 0:
         return 0
     rcvbuf = receiver.rcvbuf
-    held = (len(sender.sndbuf) + (<ChunkQueue>rcvbuf._chunks).nbytes + PyLong_AsLongLong(rcvbuf.ooo_bytes)
-            + PyLong_AsLongLong(rcvbuf.lent))
+    held = (len(sender.sndbuf) + (<ChunkQueue>rcvbuf._chunks).nbytes + _as_i64(rcvbuf.ooo_bytes)
+            + _as_i64(rcvbuf.lent))
     if held != charged:
         _charge(conn.layer, held - charged)
         conn._charged = held
@@ -362,9 +362,9 @@ cdef int _charge(object layer, int64_t delta) except -1:
     (``pressure_level``), else the layer's own method (it counts and logs the change)."""
     cdef int64_t used, level
     cfg = layer.config
-    used = PyLong_AsLongLong(layer.mem_used) + delta
+    used = _as_i64(layer.mem_used) + delta
     soft = cfg.tcp_mem_pressure
-    level = PyLong_AsLongLong(soft) if soft is not None else PyLong_AsLongLong(cfg.tcp_mem) * 3 // 4
+    level = _as_i64(soft) if soft is not None else _as_i64(cfg.tcp_mem) * 3 // 4
     if (used >= level) != bool(layer.under_pressure):
         layer.charge(delta)
     else:
@@ -750,7 +750,7 @@ cdef int _recharge_at(EstablishedPath ep, object conn, object sender, object rec
         cfg = _fget(layer, lo[L_CONFIG])
         used = _iget(layer, lo[L_MEM_USED]) + (held - charged)
         soft = cfg.tcp_mem_pressure
-        level = PyLong_AsLongLong(soft) if soft is not None else PyLong_AsLongLong(cfg.tcp_mem) * 3 // 4
+        level = _as_i64(soft) if soft is not None else _as_i64(cfg.tcp_mem) * 3 // 4
         if (used >= level) != _bget(layer, lo[L_UNDER_PRESSURE]):
             layer.charge(held - charged)
         else:
@@ -798,7 +798,7 @@ cdef object _ooo_last_run(object rcvbuf, Py_ssize_t *bo, int64_t ooo_off):
         buf = <object>PyList_GET_ITEM(run, 1)
         if type(start) is not int or type(buf) is not bytearray:
             return None
-        end = PyLong_AsLongLong(start) + PyByteArray_GET_SIZE(buf)
+        end = _as_i64(start) + PyByteArray_GET_SIZE(buf)
         if end == ooo_off:
             return run
         if end > ooo_off:
@@ -874,7 +874,7 @@ cdef Py_ssize_t _absorb_runs(object rcvbuf, Py_ssize_t *bo, ChunkQueue chunks, P
     run, no longer ours to change), ``ooo_bytes`` and ``last_run`` follow; returns how far RCV.NXT moves."""
     cdef Py_ssize_t shift = dlen, start, skip, n
     runs = _fget(rcvbuf, bo[B_RUNS]) if bo != NULL else rcvbuf._runs
-    ooo = _iget(rcvbuf, bo[B_OOO_BYTES]) if bo != NULL else PyLong_AsLongLong(rcvbuf.ooo_bytes)
+    ooo = _iget(rcvbuf, bo[B_OOO_BYTES]) if bo != NULL else _as_i64(rcvbuf.ooo_bytes)
     while runs and runs[0][0] <= shift:
         entry = runs.pop(0)
         start = entry[0]

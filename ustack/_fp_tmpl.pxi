@@ -62,6 +62,7 @@ cdef class TcpTemplate:
     cdef Py_ssize_t bucket              # this flow's counter in it
     cdef object link
     cdef object counters                # the stack's Stats counters
+    cdef object link_layout             # SlotLayout of the link's _lens, _slots, _in_round; False: not slotted
 
     def __cinit__(self, bytes header, Generation gen, double valid_until, Py_ssize_t mtu, list idents,
                   Py_ssize_t bucket, link, counters):
@@ -111,12 +112,23 @@ cdef class TcpTemplate:
         cdef Py_ssize_t lh = 40 if self.v6 else 20   # the IP header
         cdef Py_buffer sb
         cdef uint16_t ident = 0
+        cdef Py_ssize_t *lo = NULL
         link = self.link
         if lh + hl + plen > self.mtu:
             return 0
+        # The link's fields through their slot offsets (issue 10: three attribute lookups a segment otherwise)
+        lay = self.link_layout
+        if lay is None or (lay is not False and type(link) is not (<SlotLayout>lay).cls):
+            try:
+                lay = SlotLayout(type(link), ("_lens", "_slots", "_in_round"))
+            except TypeError:
+                lay = False
+            self.link_layout = lay
+        if lay is not False:
+            lo = (<SlotLayout>lay)._off
         # Link.slot(): the next lent slot, or a fresh reservation (Link's own method)
-        lens = link._lens
-        slots = link._slots
+        lens = _fget(link, lo[0]) if lo != NULL else link._lens
+        slots = _fget(link, lo[1]) if lo != NULL else link._slots
         used = PyList_GET_SIZE(lens)
         if used < len(slots):
             slot = slots[used]
@@ -142,8 +154,9 @@ cdef class TcpTemplate:
         finally:
             PyBuffer_Release(&sb)
         # Link.sent(n)
-        if link._in_round:
-            (<list>link._lens).append(n)  # (not ``lens``: a reservation above committed and replaced the list)
+        if (_bget(link, lo[2]) if lo != NULL else link._in_round):
+            # (not ``lens``: a reservation above committed and replaced the list)
+            (<list>(_fget(link, lo[0]) if lo != NULL else link._lens)).append(n)
             self.counters["eth.frames_sent"] += 1
         else:
             link.sent(n)

@@ -86,8 +86,8 @@ cdef int64_t _select_window(object tcb, Py_ssize_t *off, object receiver, Py_ssi
     cdef uint32_t edge, adv
     rcvbuf = _fget(receiver, ro[R_RCVBUF])
     layer = _fget(receiver, ro[R_BUDGET])
-    cap = PyLong_AsLongLong(rcvbuf.capacity)
-    free = cap - (<ChunkQueue>rcvbuf._chunks).nbytes - PyLong_AsLongLong(rcvbuf.lent)  # ReceiveBuffer.free
+    cap = _as_i64(rcvbuf.capacity)
+    free = cap - (<ChunkQueue>rcvbuf._chunks).nbytes - _as_i64(rcvbuf.lent)  # ReceiveBuffer.free
     if free < 0:
         free = 0
     if layer is not None:
@@ -249,7 +249,7 @@ cdef class TxPath:
         _fset(tcb, off[T_SND_UNA], ack_o)
         if _seq_lt(<uint32_t>_iget(tcb, off[T_SND_NXT]), ack):
             _fset(tcb, off[T_SND_NXT], ack_o)
-        if _seq_lt(<uint32_t>PyLong_AsLongLong(tcb.snd_sml), ack):
+        if _seq_lt(<uint32_t>_as_i64(tcb.snd_sml), ack):
             tcb.snd_sml = ack_o  # kept within reach of SND.UNA
         _fset(sender, so[X_BYTES_ACKED], PyLong_FromLongLong(_iget(sender, so[X_BYTES_ACKED]) + acked))
         _fset(sender, so[X_RTX_COUNT], _ZERO)
@@ -261,21 +261,21 @@ cdef class TxPath:
                 _rtt_sample(rtt, eo, rt / 1000.0)
         if not sampled:
             rtt_seq = _fget(sender, so[X_RTT_SEQ])
-            if rtt_seq is not None and not _seq_lt(ack, <uint32_t>PyLong_AsLongLong(rtt_seq)):
+            if rtt_seq is not None and not _seq_lt(ack, <uint32_t>_as_i64(rtt_seq)):
                 _rtt_sample(rtt, eo, PyFloat_AsDouble(now) - PyFloat_AsDouble(_fget(sender, so[X_RTT_TIME])))
                 _fset(sender, so[X_RTT_SEQ], None)
         recovery = _fget(sender, so[X_RECOVERY])
         snd_max_o = _fget(tcb, off[T_SND_MAX])
         if self._rack_plain(recovery) and self._rack_on_ack(recovery, ack, ack_o, advanced, now):
             pass  # RackRecovery.on_ack outside recovery: False (the controller grows the window)
-        elif recovery.on_ack(ack_o, advanced, acked, <int32_t>(<uint32_t>PyLong_AsLongLong(snd_max_o) - ack), now):
+        elif recovery.on_ack(ack_o, advanced, acked, <int32_t>(<uint32_t>_as_i64(snd_max_o) - ack), now):
             kind = 0
         if kind:
             _cc_on_ack(cc, kind, (self.newreno_layout if kind == 1 else self.cubic_layout)._off, acked,
                        _fget(rtt, eo[E_SRTT]), now)
         _fset(sender, so[X_RTX_KIND], _ZERO)  # rack.RTO
         timer = _fget(sender, so[X_RTX_TIMER])
-        if <uint32_t>PyLong_AsLongLong(snd_max_o) == ack:
+        if <uint32_t>_as_i64(snd_max_o) == ack:
             timer.cancel()  # RFC 6298 5.2
         else:
             self._arm(timer, PyFloat_AsDouble(now) + PyFloat_AsDouble(_fget(rtt, eo[E_RTO])))  # RFC 6298 5.3
@@ -312,9 +312,22 @@ cdef class TxPath:
         self._sender_cls = type(sender)
         return True
 
+    cdef Py_ssize_t *_sender_off(self, sender) except? NULL:
+        """The TXS_FIELDS slot offsets for ``sender`` (learnt from its class), or NULL when it has not got them."""
+        if type(sender) is not self._sender_cls and not self._learn_sender(sender):
+            return NULL
+        return self.txs_layout._off
+
+    cdef object _deadline(self, timer):
+        """``timer.deadline``, through its slot when it is of the class ``timer_layout`` was made from."""
+        tl = self.timer_layout
+        if tl is not None and type(timer) is (<SlotLayout>tl).cls:
+            return _fget(timer, (<SlotLayout>tl)._off[M_DEADLINE])
+        return timer.deadline
+
     def burst(self, sender, cwnd, now):
         """Send the full-sized segments of new data ``Sender.output``'s loop would send first; their number."""
-        cdef Py_ssize_t n = self._burst(sender, PyLong_AsLongLong(cwnd), now)
+        cdef Py_ssize_t n = self._burst(sender, _as_i64(cwnd), now)
         return n if n > 0 else 0
 
     def output_whole(self, sender, now):
@@ -337,21 +350,24 @@ cdef class TxPath:
         cdef int kind
         cdef uint32_t una, nxt
         cdef bint paced = False
-        cc = sender.cc
+        cdef Py_ssize_t *so = self._sender_off(sender)
+        if so == NULL:
+            return 0  # a sender without the slots TXS_FIELDS names: the Python way
+        cc = _fget(sender, so[X_CC])
         kind = self._cc_kind(cc)
-        sndbuf = sender.sndbuf
-        if kind == 0 and sender.rs is not None:
+        sndbuf = _fget(sender, so[X_SNDBUF])
+        if kind == 0 and _fget(sender, so[X_RS]) is not None:
             paced = True
         if ((kind == 0 and not paced) or type(sndbuf) is not SendRing or _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED
-                or _bget(tcb, off[T_FIN_QUEUED]) or sender.force or sender.push or sender.cork
-                or sender.cork_timer.deadline is not None):
+                or _bget(tcb, off[T_FIN_QUEUED]) or _bget(sender, so[X_FORCE]) or _bget(sender, so[X_PUSH])
+                or _bget(sender, so[X_CORK]) or self._deadline(_fget(sender, so[X_CORK_TIMER])) is not None):
             return 0
         wnd = _iget(tcb, off[T_SND_WND])
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         nxt = <uint32_t>_iget(tcb, off[T_SND_NXT])
         if wnd == 0 or nxt != <uint32_t>_iget(tcb, off[T_SND_MAX]):
             return 0
-        recovery = sender.recovery
+        recovery = _fget(sender, so[X_RECOVERY])
         if paced:
             cwnd_o = cc.cwnd
         else:
@@ -360,12 +376,12 @@ cdef class TxPath:
             cwnd_o = recovery.window(cwnd_o)  # (RACK outside recovery without duplicate ACKs: cwnd itself)
         if cwnd_o is None:
             return 0
-        mss = PyLong_AsLongLong(tcb.snd_mss)
+        mss = _as_i64(tcb.snd_mss)
         if mss <= 0:
             return 0
         # where the loop would stop: past the full segments, the next one held or nothing to send
         buffered = (<SendRing>sndbuf)._len
-        cwnd = PyLong_AsLongLong(cwnd_o)
+        cwnd = _as_i64(cwnd_o)
         lim = cwnd
         if wnd < lim:
             lim = wnd
@@ -374,7 +390,7 @@ cdef class TxPath:
         if o > buffered:
             return 0
         if paced:  # the pacer's allowance (whole segments; refilled to ``now``, so asking again is the same)
-            plim = o + PyLong_AsLongLong(sender.pacer.allowance(cc.pacing_rate, cc.quantum, mss, now))
+            plim = o + _as_i64(sender.pacer.allowance(cc.pacing_rate, cc.quantum, mss, now))
             if plim < lim:
                 lim = plim
         if o + mss <= lim and o + mss <= buffered:
@@ -389,15 +405,15 @@ cdef class TxPath:
                 # a partial segment: held while an earlier short one is unacknowledged (Nagle, Minshall's
                 # variant: SND.UNA < snd_sml; the loop's break), as if nothing were left to send; else the
                 # Python loop (it goes)
-                if sender.nodelay or not _seq_lt(una, <uint32_t>PyLong_AsLongLong(tcb.snd_sml)):
+                if _bget(sender, so[X_NODELAY]) or not _seq_lt(una, <uint32_t>_as_i64(tcb.snd_sml)):
                     return 0
-            elif n >= PyLong_AsLongLong(tcb.max_snd_wnd) // 2:
+            elif n >= _iget(tcb, off[T_MAX_SND_WND]) // 2:
                 return 0  # one SWS avoidance lets go: the Python loop
         if o == <int64_t>(nxt - una):  # nothing to send
             if paced and (avail <= 0 or (plim < lim_w and self._pace_rearm(sender, cc, now))):
                 return 0  # the application's limit to note, or the pacing timer to arm: the Python loop
-            if (sender.rtx_timer.deadline is None and sender.persist_timer.deadline is None
-                    and (nxt != una or avail)):
+            if (self._deadline(_fget(sender, so[X_RTX_TIMER])) is None
+                    and self._deadline(_fget(sender, so[X_PERSIST_TIMER])) is None and (nxt != una or avail)):
                 return 0  # a timer to start (the RTO, or the persist timer): the Python loop
             self.outputs += 1
             return 1
@@ -420,7 +436,7 @@ cdef class TxPath:
         cdef Py_ssize_t *ro = self.receiver_layout._off
         cdef Py_ssize_t *do = self.delack_layout._off
         cdef int64_t mss, buffered, wnd, limit, pos, top = 0, una_pos = 0, start
-        cdef uint32_t una, nxt, end, tsv = 0, tsecr = 0
+        cdef uint32_t una, nxt, end, tsv = 0, tsecr = 0, rcv_nxt
         cdef Py_ssize_t sent = 0, ring_off, first
         cdef SendRing ring
         cdef FlowEmitter fe
@@ -444,7 +460,7 @@ cdef class TxPath:
             return -2  # declined
         fe = <FlowEmitter>fast if type(fast) is FlowEmitter else None
         ring = <SendRing>sndbuf
-        mss = PyLong_AsLongLong(tcb.snd_mss)
+        mss = _as_i64(tcb.snd_mss)
         if mss <= 0:
             return -2  # declined
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
@@ -465,8 +481,8 @@ cdef class TxPath:
             rack = not recovery.in_recovery and recovery.una_seq == _fget(tcb, off[T_SND_UNA])
         if rack:
             segs = recovery.segs
-            una_pos = PyLong_AsLongLong(recovery.una)
-            top = PyLong_AsLongLong((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1]) if len(segs) else una_pos
+            una_pos = _as_i64(recovery.una)
+            top = _as_i64((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1]) if len(segs) else una_pos
         ts_ok = _bget(tcb, off[T_TS_OK])
         when = PyFloat_AsDouble(now)
         if ts_ok:
@@ -475,23 +491,28 @@ cdef class TxPath:
         sport = <uint16_t>PyLong_AsLong(out.local_port)
         dport = <uint16_t>PyLong_AsLong(out.remote_port)
         counters = out.stats.counters
+        # Per burst, not per segment (issue 10: ~0.3 us a segment): nothing is received while the burst runs,
+        # so the window field (``_select_window``: the same inputs give the same field, RCV.WND and RCV.ADV
+        # set by the first call), TSecr (TS.Recent), the ACK field (RCV.NXT) and ``Receiver.ack_sent``'s
+        # effect (once its flags are cleared a second call changes nothing) are those of the first segment.
+        window = _select_window(tcb, off, receiver, ro)
+        if ts_ok:
+            tsecr = <uint32_t>_iget(tcb, off[T_TS_RECENT])
+        rcv_nxt = <uint32_t>_iget(tcb, off[T_RCV_NXT])
         while <int64_t>(nxt - una) + mss <= limit:
             ring_off = <Py_ssize_t>(nxt - una)
             flags = TH_ACK | TH_PSH if ring_off + mss == buffered else TH_ACK
             # Output.emit
-            window = _select_window(tcb, off, receiver, ro)
-            if ts_ok:
-                tsecr = <uint32_t>_iget(tcb, off[T_TS_RECENT])
             end = nxt + <uint32_t>mss
             ok = 0
             t = fe.template if fe is not None else None
             if t is not None and t.fresh(when):
                 start = (ring._head + ring_off) % ring._size
                 if start + mss <= ring._size:  # contiguous in the ring: copied straight into the slot
-                    ok = t.emit_ptr(sport, dport, nxt, <uint32_t>_iget(tcb, off[T_RCV_NXT]), flags, <uint16_t>window,
+                    ok = t.emit_ptr(sport, dport, nxt, rcv_nxt, flags, <uint16_t>window,
                                     ts_ok, tsv, tsecr, <const uint8_t *>ring._base + start, mss)
                 else:
-                    ok = t.emit(sport, dport, nxt, <uint32_t>_iget(tcb, off[T_RCV_NXT]), flags, <uint16_t>window,
+                    ok = t.emit(sport, dport, nxt, rcv_nxt, flags, <uint16_t>window,
                                 ts_ok, tsv, tsecr, ring.peek(ring_off, mss))
                 if not ok:
                     ok = -1  # declined (the MTU, a full ring): the general builder, as Output.emit
@@ -509,16 +530,15 @@ cdef class TxPath:
                                        flags, window, ts, payload, now) else 0
                 if ok != 1:
                     out.write(seq_o, ack_o, flags, window, ts, (), now, payload)
-            out.segs_out += 1
-            counters["tcp.out_segs"] += 1
-            _fset(tcb, off[T_LAST_ACK_SENT], _fget(tcb, off[T_RCV_NXT]))
-            _ack_sent(receiver, ro, do, now, True)
+            if sent == 0:
+                _fset(tcb, off[T_LAST_ACK_SENT], _fget(tcb, off[T_RCV_NXT]))
+                _ack_sent(receiver, ro, do, now, True)
             # recovery.on_send: RACK's transmit record (RFC 8985 6.1), appended past the highest one
             if rack:
                 pos = una_pos + <int32_t>(nxt - una)
                 if pos < top:
                     recovery.on_send(PyLong_FromUnsignedLong(nxt), mss, now)
-                    top = PyLong_AsLongLong((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1])
+                    top = _as_i64((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1])
                 else:
                     segs.append([pos, pos + mss, now, _ZERO])
                     top = pos + mss
@@ -535,6 +555,8 @@ cdef class TxPath:
             sent += 1
         if sent:
             self.segments += sent
+            out.segs_out += sent
+            counters["tcp.out_segs"] += sent
             timer = sender.rtx_timer
             if timer.deadline is None:  # RFC 6298 5.1
                 sender.rtx_kind = _ZERO  # rack.RTO
@@ -599,7 +621,7 @@ cdef class TxPath:
             r = <object>PyList_GET_ITEM(segs, k)
             if type(r) is not list or len(r) != 4:
                 return 0
-            end = PyLong_AsLongLong(<object>PyList_GET_ITEM(r, 1))
+            end = _as_i64(<object>PyList_GET_ITEM(r, 1))
             if end > new:
                 break
             if PyObject_IsTrue(<object>PyList_GET_ITEM(r, 3)) or (end < fack and not reordering_seen):
@@ -621,7 +643,7 @@ cdef class TxPath:
             if min_rtt is None or rtt < PyFloat_AsDouble(min_rtt):
                 _fset(recovery, ko[K_MIN_RTT], rtt_o)
             _fset(recovery, ko[K_RACK_RTT], rtt_o)
-            end = PyLong_AsLongLong(end_o)
+            end = _as_i64(end_o)
             xmit = PyFloat_AsDouble(_fget(recovery, ko[K_RACK_XMIT]))
             if x > xmit or (x == xmit and end > _iget(recovery, ko[K_RACK_END])):
                 _fset(recovery, ko[K_RACK_XMIT], x_o)
@@ -632,7 +654,7 @@ cdef class TxPath:
             del segs[:k]
         _fset(recovery, ko[K_DELIVERED], PyLong_FromLongLong(advanced))
         until = _fget(recovery, ko[K_UNDO_UNTIL])
-        if until is not None and new >= PyLong_AsLongLong(until):
+        if until is not None and new >= _as_i64(until):
             _fset(recovery, ko[K_UNDO_MARKER], None)
             _fset(recovery, ko[K_UNDO_UNTIL], None)
         self.rack_acks += 1
@@ -648,7 +670,7 @@ cdef class TxPath:
         _fset(recovery, ko[K_DSACK], None)
         _fset(recovery, ko[K_ADVANCED], False)
         rnd = _fget(recovery, ko[K_DSACK_ROUND])  # _dsack_round, with no D-SACK on this ACK
-        if rnd is not None and _iget(recovery, ko[K_UNA]) >= PyLong_AsLongLong(rnd):
+        if rnd is not None and _iget(recovery, ko[K_UNA]) >= _as_i64(rnd):
             _fset(recovery, ko[K_DSACK_ROUND], None)
         if _iget(tcb, self.layout._off[T_SND_MAX]) == _iget(tcb, self.layout._off[T_SND_UNA]):
             _fset(recovery, ko[K_REO_DEADLINE], None)
@@ -665,31 +687,41 @@ cdef class TxPath:
         cdef Py_ssize_t *ko = self.rack_layout._off
         cdef uint32_t snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX]), una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         cdef double pto, t = PyFloat_AsDouble(now), rto_at, at
+        cdef Py_ssize_t *so
         if snd_max == una:
             return 1
-        timer = sender.rtx_timer
+        so = self._sender_off(sender)
+        if so == NULL:
+            recovery.arm_timer(now)  # (a sender without the slots TXS_FIELDS names)
+            return 1
+        timer = _fget(sender, so[X_RTX_TIMER])
         reo = _fget(recovery, ko[K_REO_DEADLINE])
         if reo is not None:
             self._arm(timer, PyFloat_AsDouble(reo))
-            sender.rtx_kind = _ONE  # rack.REO
+            _fset(sender, so[X_RTX_KIND], _ONE)  # rack.REO
             return 1
-        rtt = sender.rtt
-        srtt = rtt.srtt
+        rtt = _fget(sender, so[X_RTT])
+        if type(rtt) is self.rtt_layout.cls:
+            srtt = _fget(rtt, self.rtt_layout._off[E_SRTT])
+            rto = _fget(rtt, self.rtt_layout._off[E_RTO])
+        else:
+            srtt = rtt.srtt
+            rto = rtt.rto
         pto = 2 * PyFloat_AsDouble(srtt) if srtt is not None else 1.0
-        if <int64_t><int32_t>(snd_max - una) <= PyLong_AsLongLong(tcb.snd_mss):
+        if <int64_t><int32_t>(snd_max - una) <= _as_i64(tcb.snd_mss):
             pto += self.wc_del_ack
         if self.pto_min > pto:
             pto = self.pto_min
-        deadline = timer.deadline
-        if PyObject_RichCompareBool(sender.rtx_kind, _ZERO, Py_EQ) and deadline is not None:
+        deadline = self._deadline(timer)
+        if PyObject_RichCompareBool(_fget(sender, so[X_RTX_KIND]), _ZERO, Py_EQ) and deadline is not None:
             rto_at = PyFloat_AsDouble(deadline)
         else:
-            rto_at = t + PyFloat_AsDouble(rtt.rto)
+            rto_at = t + PyFloat_AsDouble(rto)
         at = t + pto
         if rto_at < at:
             at = rto_at
         self._arm(timer, at)
-        sender.rtx_kind = _TWO  # rack.PTO
+        _fset(sender, so[X_RTX_KIND], _TWO)  # rack.PTO
         return 1
 
 
@@ -852,7 +884,8 @@ cdef object _TWO = 2
 # ``Sender``'s slots ``TxPath.on_ack`` reads and writes (by offset: a Cython attribute read by name is ~140
 # instructions; a pure ACK made ~15 of them).
 TXS_FIELDS = ("sndbuf", "rtt", "cc", "rto_tsval", "ack_tsecr", "bytes_acked", "rtx_count", "rtt_seq", "rtt_time",
-              "recovery", "rtx_kind", "rtx_timer", "send_low", "rs")
+              "recovery", "rtx_kind", "rtx_timer", "send_low", "rs",
+              "force", "push", "cork", "cork_timer", "nodelay", "persist_timer")  # (output's: issue 10)
 cdef enum:
     X_SNDBUF = 0
     X_RTT = 1
@@ -868,3 +901,9 @@ cdef enum:
     X_RTX_TIMER = 11
     X_SEND_LOW = 12
     X_RS = 13
+    X_FORCE = 14
+    X_PUSH = 15
+    X_CORK = 16
+    X_CORK_TIMER = 17
+    X_NODELAY = 18
+    X_PERSIST_TIMER = 19

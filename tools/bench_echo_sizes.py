@@ -1,0 +1,73 @@
+"""Large-message echo RTT, ustack against the kernel in one run: the latency suite's sized echo alone.
+
+``python -m ustack.tools.bench_echo_sizes --backends kernel,afxdp,packet --sizes 20000,100000 --reps 5``
+
+Each repetition runs every row once, in turn (the rows interleaved, so a
+noisy neighbour weighs on all of them); each row is a topology of its own,
+pinned as ``ustack bench`` pins it (server on one CPU, this client on the
+other), against the same echo service (``ustack serve --tcp-echo``, default
+options; the kernel row's selector server). Prints each row's p50 per size
+(median over the repetitions) and the ratio to the kernel row. Issue 10's
+working tool: the full ``ustack bench`` stays the figure of record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from ustack.tools.bench_clients import sized_tcp_rtts, widen_port_range
+from ustack.tools.bench_config import TCP_ECHO
+from ustack.tools.bench_runner import Placement, _topology_class
+from ustack.tools.bench_servers import kernel_server, ustack_server
+
+
+def one_rep(kind: str, placement: Placement, sizes: list, count: int, warmup: int) -> dict:
+    Topology = _topology_class(placement)
+    with Topology("veth", tag="be") as topo:
+        widen_port_range(topo)
+        if kind == "kernel":
+            server = kernel_server(topo, 1000)
+        else:
+            server, _ = ustack_server(topo, kind, 1000, None)
+        try:
+            got = sized_tcp_rtts(topo, topo.stack_addr, TCP_ECHO, sizes, {s: count for s in sizes}, warmup)
+        finally:
+            server.stop()
+    return {s: got[s]["p50"] for s in sizes}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backends", default="kernel,afxdp,packet")
+    p.add_argument("--sizes", default="20000,100000")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--count", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    args = p.parse_args(argv)
+    kinds = args.backends.split(",")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    placement = Placement.plan()
+    placement.pin(0, placement.client)  # this process is the client, on its own CPU (as ustack bench pins it)
+    samples = {k: {s: [] for s in sizes} for k in kinds}
+    for rep in range(args.reps):
+        for kind in kinds:
+            got = one_rep(kind, placement, sizes, args.count, args.warmup)
+            for s in sizes:
+                samples[kind][s].append(got[s])
+            print(f"rep {rep + 1} {kind:7s} " + "  ".join(f"{s} B {got[s]:7.0f}" for s in sizes), flush=True)
+    print("p50 µs (median of reps), x kernel")
+    for kind in kinds:
+        cells = []
+        for s in sizes:
+            med = statistics.median(samples[kind][s])
+            ratio = ""
+            if "kernel" in samples and kind != "kernel":
+                ratio = f" ({med / statistics.median(samples['kernel'][s]):.2f}x)"
+            cells.append(f"{s} B {med:7.0f}{ratio}")
+        print(f"{kind:7s} " + "  ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
