@@ -9,12 +9,18 @@ other), against the same echo service (``ustack serve --tcp-echo``, default
 options; the kernel row's selector server). Prints each row's p50 per size
 (median over the repetitions) and the ratio to the kernel row. Issue 10's
 working tool: the full ``ustack bench`` stays the figure of record.
+
+Row ``kernel-nogso``: the kernel server with ``gso_max_segs 1`` on its veth, so
+its TCP hands the device one segment per skb as a user-space sender does
+(one softirq, and one receive by the client, per frame) instead of 64 KB
+GSO skbs segmented in one batch: what that batching is worth at each size.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 
 from ustack.tools.bench_clients import sized_tcp_rtts, widen_port_range
 from ustack.tools.bench_config import TCP_ECHO
@@ -26,7 +32,10 @@ def one_rep(kind: str, placement: Placement, sizes: list, count: int, warmup: in
     Topology = _topology_class(placement)
     with Topology("veth", tag="be") as topo:
         widen_port_range(topo)
-        if kind == "kernel":
+        if kind in ("kernel", "kernel-nogso"):
+            if kind == "kernel-nogso":
+                subprocess.run(["ip", "netns", "exec", topo.stack_ns, "ip", "link", "set", "dev", topo.stack_ifname,
+                                "gso_max_segs", "1"], check=True)
             server = kernel_server(topo, 1000)
         else:
             server, _ = ustack_server(topo, kind, 1000, None)
