@@ -23,7 +23,9 @@ is built only when something needs it, in the very state
 
 So the SYN's round does no more than a record, a SYN-ACK and a timer: the
 reply leaves sooner, and the connection's construction moves to the next
-segment's round.
+segment's round. There the connection is copied from the listener's
+prototype (``prototype.py``) when one fits, and it keeps the fast emitter
+(the flow's frame template) that wrote the SYN-ACK.
 """
 
 from __future__ import annotations
