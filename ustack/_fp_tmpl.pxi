@@ -215,6 +215,19 @@ cdef class FlowEmitter:
     def __call__(self, src, dst, sport, dport, seq, ack, flags, window, ts, payload, now):
         return self.send(src, dst, sport, dport, seq, ack, flags, window, ts, payload, now) == 1
 
+    def options(self, src, dst, sport, dport, seq, ack, flags, window, bytes opts, now):
+        """A segment without data whose header carries ``opts`` (a SYN-ACK: ``TcpHost.tcp_output_options``'s
+        arguments) from the flow's template, the frame ``Ipv4Layer.emit_tcp_options`` writes: True; False
+        (nothing sent) without a fresh template or when it declines (the caller's own path then)."""
+        cdef Py_ssize_t n = len(opts)
+        if n > 40 or n & 3:
+            return False
+        cdef TcpTemplate t = self._fresh(src, dst, sport, dport, now)
+        if t is None:
+            return False
+        return t.emit_ptr(sport, dport, seq, ack, flags, window, False, 0, 0, <const uint8_t *><const char *>opts,
+                          n, n) == 1
+
     def sack(self, src, dst, sport, dport, seq, ack, flags, window, ts, tuple blocks, now):
         """``send_sack`` for Python (``Output.emit``): True when written from the template."""
         return self.send_sack(src, dst, sport, dport, seq, ack, flags, window, ts, blocks, now) == 1

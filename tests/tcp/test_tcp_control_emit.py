@@ -97,3 +97,42 @@ _close_step = st.one_of(st.just(("close",)), st.just(("shut",)), st.just(_FIN), 
 def test_random_closes_agree(ts, wscale, sack, steps):
     fast, slow = _pair(ts, wscale, sack)
     _in_lockstep(fast, slow, steps, apply=_apply_close, state=_state_close)
+
+
+def _frame(stack, emit) -> bytes:
+    """The frame ``emit()`` writes into the stack's next TX slot (read before the batch posts it)."""
+    link = stack.link
+    with stack.tx_batch():
+        assert emit()
+        frame = bytes(link._slots[len(link._lens) - 1][:link._lens[-1]])
+    return frame
+
+
+@pytest.mark.parametrize("ipv6", [False, True])
+@given(st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFF), st.booleans(),
+       st.sampled_from([None, 0, 7, 14]), st.booleans())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_synack_from_the_flow_template_is_the_ip_layers_frame(ipv6, iss, ack, window, sack, wscale, ts):
+    """``FlowEmitter.options`` (the SYN-ACK from the flow's template, kept as the connection's emitter)
+    writes the bytes ``emit_tcp_options`` writes: same IP ID counter, checksums and options."""
+    from ustack.tools.pipe_pair import PipePair
+    from ustack.transport.tcp.output import syn_options
+
+    pair = PipePair(ipv6=ipv6)
+    if ipv6:
+        pair.settle(40, 0.1)
+    a, b = pair.a, pair.b
+    lst, client = pair.connect()
+    assert pair.run(lambda now: False, lambda: client.tcb.state == State.ESTABLISHED, 5)
+    src, dst = bytes(client.remote_addr), bytes(client.local_addr)  # a's address, b's
+    opts = syn_options(1400, wscale, sack, (123456, 654321) if ts else None)
+    host = a.tcp.host
+    ip = host.ip6 if ipv6 else host.ip
+    counters = None if ipv6 else ip.idents.counters
+    saved = list(counters) if counters is not None else None
+    emitter = host.tcp_emitter()
+    via_template = _frame(a, lambda: emitter.options(src, dst, 80, 4242, iss, ack, 0x12, window, opts, pair.clock.now))
+    if counters is not None:
+        counters[:] = saved  # the same IP ID again
+    via_ip = _frame(a, lambda: ip.emit_tcp_options(src, dst, 80, 4242, iss, ack, 0x12, window, opts, pair.clock.now))
+    assert via_template == via_ip and emitter.builds == 1

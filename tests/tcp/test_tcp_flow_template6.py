@@ -97,7 +97,8 @@ def test_syn_and_synack_are_written_in_c(monkeypatch):
     _run(monkeypatch, True)
     # A's SYN waited for Neighbor Discovery (queued by the general path); B's SYN-ACK went out in C.
     assert counts == [SYN | ACK]
-    # A second connection once A knows B: its SYN is written in C too.
+    # A second connection once A knows B: its SYN is written in C too, and its SYN-ACK from the flow's
+    # template (the connection's emitter from then on: built once, for the SYN-ACK).
     counts.clear()
     with _net() as net:
         lst = net.b.tcp.listen((B6, PORT), 5)
@@ -105,8 +106,13 @@ def test_syn_and_synack_are_written_in_c(monkeypatch):
         assert net.run(lambda: first.tcb.state.name == "ESTABLISHED", 5)
         second = net.a.tcp.connect(None, (B6, PORT), net.clock.now)
         assert net.run(lambda: second.tcb.state.name == "ESTABLISHED", 5)
-        assert lst.accept() is not None and lst.accept() is not None
-    assert counts == [SYN | ACK, SYN, SYN | ACK]
+        accepted = [lst.accept(), lst.accept()]
+        assert None not in accepted
+        sent = net.b.stats["ipv6.packets_sent"]
+    assert counts == [SYN | ACK, SYN]
+    emitter = accepted[1].out.fast
+    assert type(emitter) is _fastpath.FlowEmitter and emitter.builds == 1 and emitter.refusals == 0
+    assert sent >= 4  # (both SYN-ACKs and the ACKs counted alike)
 
 
 def test_a_neighbours_new_mac_rebuilds_the_template(monkeypatch):

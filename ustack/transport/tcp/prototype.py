@@ -85,8 +85,9 @@ class Prototype:
         return (own_mss == self.own_mss and family == self.family and layer.fastpath == self.fastpath
                 and self.copiers.config.matches(config, self.knobs))
 
-    def make(self, layer, local: tuple, remote: tuple, listener, hashes: tuple) -> Connection:
-        """The connection ``Connection(layer, config, local, remote, listener, hashes, own_mss)`` builds."""
+    def make(self, layer, local: tuple, remote: tuple, listener, hashes: tuple, emitter=None) -> Connection:
+        """The connection ``Connection(layer, config, local, remote, listener, hashes, own_mss)`` builds;
+        ``emitter``: the flow's fast emitter (``FlowEmitter``) already made (for the SYN-ACK), its own."""
         cp = self.copiers
         p = self.conn
         c = cp.conn.clone(p)
@@ -113,8 +114,10 @@ class Prototype:
         o = c.out = cp.output.clone(p.out)
         o.tcb = tcb
         o.receiver = r
-        emitter = getattr(host, "tcp_emitter", None)
-        o.fast = emitter() if emitter is not None else host.tcp_output_segment
+        if emitter is None:
+            make = getattr(host, "tcp_emitter", None)
+            emitter = make() if make is not None else host.tcp_output_segment
+        o.fast = emitter
         o.fast_sack = getattr(o.fast, "sack", None)
         o.local_addr, o.local_port = c.local_addr, c.local_port
         o.remote_addr, o.remote_port = c.remote_addr, c.remote_port
@@ -135,15 +138,16 @@ class Prototype:
 
 
 def passive_connection(layer, config: TcpConfig, local: tuple, remote: tuple, listener, hashes: tuple,
-                       own_mss: int) -> Connection:
+                       own_mss: int, emitter=None) -> Connection:
     """A listener's new connection (``synrecv.SynReceived.build``): copied from the listener's prototype
-    when one fits, else built (and the prototype made for the next ones)."""
+    when one fits, else built (and the prototype made for the next ones); ``emitter``: the flow's fast
+    emitter that wrote its SYN-ACK, the copy's (``Prototype.make``)."""
     if listener is None:
         return Connection(layer, config, local, remote, listener=None, hashes=hashes, own_mss=own_mss)
     family = len(local[0])
     proto = listener.prototype
     if proto is not None and proto.fits(layer, config, own_mss, family):
-        return proto.make(layer, local, remote, listener, hashes)
+        return proto.make(layer, local, remote, listener, hashes, emitter)
     copiers = layer.copiers
     if copiers is None:
         copiers = layer.copiers = Copiers()

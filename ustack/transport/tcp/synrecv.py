@@ -23,7 +23,9 @@ is built only when something needs it, in the very state
 
 So the SYN's round does no more than a record, a SYN-ACK and a timer: the
 reply leaves sooner, and the connection's construction moves to the next
-segment's round.
+segment's round. There the connection is copied from the listener's
+prototype (``prototype.py``) when one fits, and it keeps the fast emitter
+(the flow's frame template) that wrote the SYN-ACK.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class SynReceived:
     """
 
     __slots__ = ("layer", "config", "listener", "local", "remote", "key", "seq", "window", "mss", "wscale",
-                 "sack_permitted", "timestamps", "iss", "hashes", "syn_time", "timer", "conn", "own_mss")
+                 "sack_permitted", "timestamps", "iss", "hashes", "syn_time", "timer", "conn", "own_mss", "emitter")
 
     def __init__(self, layer, config, listener, local: tuple, remote: tuple, hdr, now: float):
         self.layer = layer
@@ -68,6 +70,7 @@ class SynReceived:
         self.timer = None
         self.conn = None  # the Connection once built
         self.own_mss = 0  # the MSS our SYN-ACK offered (the connection's own, as open_passive finds it)
+        self.emitter = None  # the flow's fast emitter (FlowEmitter) that wrote the SYN-ACK: the connection's then
 
     def __repr__(self) -> str:
         return f"<SynReceived {self.key!r}{' built' if self.conn is not None else ''}>"
@@ -104,7 +107,13 @@ class SynReceived:
         window = min(cfg.rcvbuf, 0xFFFF)  # an empty receive buffer's room, never scaled (RFC 7323 2.2)
         ack = seq_add(self.seq, 1)
         opts = syn_options(own_mss, wscale, sack, ts)
-        if not host.tcp_output_options(laddr, raddr, lport, rport, iss, ack, SYN | ACK, window, opts, now):
+        # Through the flow's cached frame template when the host has them: the connection's emitter later,
+        # built once for the SYN-ACK and the segments after it (else the host's own path, as open_passive).
+        make = getattr(host, "tcp_emitter", None)
+        emitter = self.emitter = make() if make is not None else None
+        if emitter is not None and emitter.options(laddr, raddr, lport, rport, iss, ack, SYN | ACK, window, opts, now):
+            pass
+        elif not host.tcp_output_options(laddr, raddr, lport, rport, iss, ack, SYN | ACK, window, opts, now):
             host.tcp_output(laddr, raddr, syn_segment(laddr, raddr, lport, rport, iss, ack, SYN | ACK, window,
                                                       own_mss, wscale, sack, ts, opts), now)
         stats = host.stats
@@ -125,7 +134,7 @@ class SynReceived:
         listener = self.listener
         if self.own_mss:  # (copied from the listener's prototype: the connection Connection() builds)
             conn = passive_connection(layer, self.config, self.local, self.remote, listener, self.hashes,
-                                      self.own_mss)
+                                      self.own_mss, self.emitter)
         else:
             conn = Connection(layer, self.config, self.local, self.remote, listener=listener, hashes=self.hashes)
         self.conn = conn
