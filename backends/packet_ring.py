@@ -35,7 +35,22 @@ side). TX: ``tx_reserve`` lends free slots (the frame goes at TPACKET_ALIGN(
 sizeof(tpacket3_hdr)) = 48 bytes into the slot); ``tx_commit`` sets their
 lengths, flips them to TP_STATUS_SEND_REQUEST and kicks the socket once
 (send with MSG_DONTWAIT). With ``qdisc_bypass`` (default) frames go straight
-to the driver. Our own transmitted frames are not looped back to RX
+to the driver.
+
+``gso=True`` (TCP segmentation offload on transmit; needs ``rx_version=2``,
+whose TX socket is separate: PACKET_VNET_HDR is per socket and set on the TX
+socket only): every TX frame carries a 10-byte virtio_net_hdr in front
+(frames go at 58 bytes into 64 KiB slots, 64 of them by default: 4 MiB), and
+``tx_commit`` merges each run of consecutive full-sized segments of one TCP
+flow into one super-frame that the kernel segments back into exactly those
+frames (ustack/_fp_gso.pxi says when a run qualifies). Nothing above the
+device changes: the stack still writes, counts and retransmits segment by
+segment. Counted as ``packet_ring.gso_frames`` (super-frames) and
+``packet_ring.gso_segments`` (the segments they carry). With gso the qdisc is
+not bypassed unless asked: the bypass (``__dev_direct_xmit``) drops every
+skb the kernel had to segment in software (an interface without TSO, as
+ustack.tools.netns sets veths up); through ``dev_queue_xmit`` (a veth's
+noqueue qdisc) the kernel segments it before the driver. Our own transmitted frames are not looped back to RX
 (PACKET_IGNORE_OUTGOING).
 
 The per-frame ring work is in Cython (ustack/_fp_ring.pxi). The kernel's
@@ -71,6 +86,11 @@ PACKET_LOSS = 14
 PACKET_FANOUT = 18
 PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
+PACKET_VNET_HDR = 15
+VNET_HDR_LEN = 10  # struct virtio_net_hdr in front of every TX frame when gso is on
+GSO_FRAME_SIZE = 1 << 16  # TX slot with gso: 48 + 10 + a 65,478-byte super-frame
+GSO_TX_FRAMES = 64  # default TX slots with gso: 4 MiB
+GSO_MAX_SEGS = 64  # segments per super-frame (and the IP datagram <= 65,535 bytes)
 SO_SNDBUFFORCE = 32
 TPACKET_V2 = 1
 TPACKET_V3 = 2
@@ -137,13 +157,15 @@ class PacketRingDevice:
         block_count: int = 64,
         rx_frame_size: Optional[int] = None,
         frame_size: Optional[int] = None,
-        tx_frames: int = 1024,
+        tx_frames: Optional[int] = None,
         fanout: Union[None, int, tuple[int, int]] = None,
-        qdisc_bypass: bool = True,
+        qdisc_bypass: Optional[bool] = None,
         mac: Optional[bytes] = None,
         retire_tov_ms: int = DEFAULT_RETIRE_TOV_MS,
         max_burst: int = 64,
         claim: Sequence[str] = (),
+        gso: bool = False,
+        gso_max_segs: int = GSO_MAX_SEGS,
     ):
         if not isinstance(ifname, str) or not 0 < len(ifname.encode()) < IFNAMSIZ:
             raise DeviceError(errno.EINVAL, f"bad interface name {ifname!r} (1..15 bytes)")
@@ -151,6 +173,16 @@ class PacketRingDevice:
             raise DeviceError(errno.EINVAL, "mac must be 6 bytes")
         if rx_version not in (2, 3):
             raise DeviceError(errno.EINVAL, f"rx_version must be 2 (TPACKET_V2) or 3 (TPACKET_V3), not {rx_version!r}")
+        if gso and rx_version != 2:
+            raise DeviceError(errno.EINVAL, "gso needs rx_version=2 (PACKET_VNET_HDR on a TX socket of its own)")
+        if gso and not 2 <= gso_max_segs <= 0xFFFF:
+            raise DeviceError(errno.EINVAL, "gso_max_segs must be 2..65535")
+        self.gso = bool(gso)
+        if qdisc_bypass is None:
+            # the bypass (__dev_direct_xmit) drops an skb that validate_xmit_skb had to change, so a
+            # super-frame the interface cannot segment itself (TSO off) must go through dev_queue_xmit
+            qdisc_bypass = not self.gso
+        self._gso_max_segs = gso_max_segs
         self.ifname = ifname
         self.rx_version = rx_version
         self.stats = Stats()
@@ -255,6 +287,15 @@ class PacketRingDevice:
                 raise DeviceError(errno.EINVAL, f"block_size {block_size} must be a multiple of rx_frame_size {rx_frame_size}")
         elif block_size < 64 + 48 + max_frame:
             raise DeviceError(errno.EINVAL, f"block_size {block_size} cannot hold a {max_frame}-byte frame")
+        if self.gso:
+            if frame_size is None:
+                frame_size = GSO_FRAME_SIZE
+            if frame_size < TPV3_HDR_LEN + VNET_HDR_LEN + max_frame:
+                raise DeviceError(errno.EINVAL, f"frame_size {frame_size} cannot hold a {max_frame}-byte frame with gso")
+            if tx_frames is None:
+                tx_frames = GSO_TX_FRAMES
+        elif tx_frames is None:
+            tx_frames = 1024
         if frame_size is None:
             frame_size = _slot_size(TPV3_HDR_LEN, max_frame)
         if frame_size % TPACKET_ALIGNMENT or frame_size < TPV3_HDR_LEN + ETH_HLEN:
@@ -272,6 +313,8 @@ class PacketRingDevice:
         if v2:
             self._sockopt(tx_sock, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION=TPACKET_V3 (TX socket)")
         self._sockopt(sock, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")
+        if self.gso:  # before the TX ring (the kernel refuses it after: EBUSY)
+            self._sockopt(tx_sock, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR (TX socket)")
         self._tx_options(tx_sock, qdisc_bypass, tx_nr, frame_size)
         rx_size = block_size * block_count
         if v2:
@@ -323,8 +366,11 @@ class PacketRingDevice:
         self._tx_head = 0
         self._tx_reserved = 0
         self._tx_pending = False
-        slot_len = min(frame_size - TPV3_HDR_LEN, max_frame)
-        base = self._tx_off + TPV3_HDR_LEN
+        data_off = TPV3_HDR_LEN + (VNET_HDR_LEN if self.gso else 0)
+        slot_len = min(frame_size - data_off, max_frame)
+        base = self._tx_off + data_off
+        # the largest IP datagram of one super-frame: the slot, IPv4's length field, the device's gso_max_size
+        self._gso_max_bytes = min(frame_size - data_off - ETH_HLEN, 0xFFFF) if self.gso else 0
         self._tx_views = [self._tx_mv[base + i * frame_size : base + i * frame_size + slot_len] for i in range(tx_nr)]
         extra = {
             "ifname": ifname,
@@ -333,6 +379,7 @@ class PacketRingDevice:
             "tx_ring": (tx_nr, frame_size),
             "retire_tov_ms": None if v2 else retire_tov_ms,
             "fanout": fanout,
+            "gso": (self._gso_max_bytes, self._gso_max_segs) if self.gso else None,
         }
         # what the kernel cycles through in order, slots (V2) or blocks (V3): a held one stops it there,
         # so the stack copies out what it holds before it comes round again (ustack.rxhold)
@@ -345,7 +392,9 @@ class PacketRingDevice:
             mtu=mtu,
             max_burst=min(max_burst, tx_nr),
             frame_size=slot_len,
-            mode=f"packet_ring tpacket_v{self.rx_version} rx / tpacket_v3 tx" + (" qdisc_bypass" if qdisc_bypass else ""),
+            mode=f"packet_ring tpacket_v{self.rx_version} rx / tpacket_v3 tx" + (" qdisc_bypass" if qdisc_bypass else "")
+            + (" gso" if self.gso else ""),
+            tx_tcp_segmentation=self._gso_max_bytes,
             extra=extra,
         )
 
@@ -469,10 +518,19 @@ class PacketRingDevice:
         self._tx_reserved = 0
         if count == 0:
             return
-        self._tx_head = fp.tpv3_tx_post(
-            self._tx_mv, self._tx_off, self._tx_frame_size, self._tx_nr, self._tx_head, lengths,
-            self.capabilities.frame_size,
-        )
+        if self.gso:
+            self._tx_head, posted, supers, merged = fp.tpv3_tx_post_gso(
+                self._tx_mv, self._tx_off, self._tx_frame_size, self._tx_nr, self._tx_head, lengths,
+                self.capabilities.frame_size, self._gso_max_bytes, self._gso_max_segs,
+            )
+            if supers:
+                self.stats.inc("packet_ring.gso_frames", supers)
+                self.stats.inc("packet_ring.gso_segments", merged)
+        else:
+            self._tx_head = fp.tpv3_tx_post(
+                self._tx_mv, self._tx_off, self._tx_frame_size, self._tx_nr, self._tx_head, lengths,
+                self.capabilities.frame_size,
+            )
         self.stats.inc("packet_ring.tx_frames", count)
         self._kick()
 

@@ -33,7 +33,7 @@ MIN_MTU, MAX_MTU = 68, 65535  # as ustack.stack checks: RFC 791's minimum, the I
 
 def _device_opts(args) -> dict:
     opts = {}
-    for name in ("queue", "xdp_mode", "zerocopy", "rx_version"):
+    for name in ("queue", "xdp_mode", "zerocopy", "rx_version", "gso"):
         value = getattr(args, name, None)
         if value is not None:
             opts[name] = value
@@ -165,6 +165,9 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rx-version", type=int, choices=(2, 3),
                    help="packet: TPACKET_V2 RX ring (default: each frame visible at once) or V3 "
                         "(block-batched: cheapest per frame, up to 1 ms of added latency)")
+    p.add_argument("--gso", action=argparse.BooleanOptionalAction, default=None,
+                   help="packet: hand the kernel runs of full-sized TCP segments as one super-frame "
+                        "(PACKET_VNET_HDR; the kernel segments them back)")
     p.add_argument("--no-claim", dest="claim", action="store_false",
                    help="packet: let the kernel's own IP input see frames to our addresses too (by default an "
                         "nftables ingress rule, after the packet socket's tap, keeps them from it, as AF_XDP's "

@@ -91,6 +91,8 @@ class Served:
             return ["--backend", "afxdp", "--xdp-mode", b.split("-", 1)[1]]
         if b == "packet-v3":
             return ["--backend", "packet", "--rx-version", "3"]
+        if b == "packet-gso":
+            return ["--backend", "packet", "--gso"]
         return ["--backend", b]
 
     def start(self):
@@ -111,7 +113,7 @@ class Served:
         head = "".join(self.lines)
         m = re.search(r"mac ([0-9a-f:]{17})", head)
         assert m, head
-        expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "afxdp-native": "afxdp native",
+        expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "packet-gso": "tpacket_v3 tx gso", "afxdp-native": "afxdp native",
                          "afxdp-generic": "afxdp generic", "tap": "tap"}[self.backend]
         assert expected_mode in head, head
         self.mac = m.group(1)
