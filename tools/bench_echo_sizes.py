@@ -9,12 +9,24 @@ other), against the same echo service (``ustack serve --tcp-echo``, default
 options; the kernel row's selector server). Prints each row's p50 per size
 (median over the repetitions) and the ratio to the kernel row. Issue 10's
 working tool: the full ``ustack bench`` stays the figure of record.
+
+Row ``kernel-nogso``: the kernel server with ``gso_max_segs 1`` on its veth, so
+its TCP hands the device one segment per skb as a user-space sender does
+(one softirq, and one receive by the client, per frame) instead of 64 KB
+GSO skbs segmented in one batch: what that batching is worth at each size.
+Row ``packet-gso``: ``ustack serve --backend packet --gso`` (runs of
+full-sized segments handed to the kernel as one super-frame).
+Beside each p50, in brackets: the client's pure ACKs per echo (the peer
+namespace's TCP OutSegs less the data segments), the trace of a sender
+whose frames reach the client one softirq at a time (it reads and ACKs
+every one or two segments).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 
 from ustack.tools.bench_clients import sized_tcp_rtts, widen_port_range
 from ustack.tools.bench_config import TCP_ECHO
@@ -26,15 +38,36 @@ def one_rep(kind: str, placement: Placement, sizes: list, count: int, warmup: in
     Topology = _topology_class(placement)
     with Topology("veth", tag="be") as topo:
         widen_port_range(topo)
-        if kind == "kernel":
+        if kind in ("kernel", "kernel-nogso"):
+            if kind == "kernel-nogso":
+                subprocess.run(["ip", "netns", "exec", topo.stack_ns, "ip", "link", "set", "dev", topo.stack_ifname,
+                                "gso_max_segs", "1"], check=True)
             server = kernel_server(topo, 1000)
-        else:
-            server, _ = ustack_server(topo, kind, 1000, None)
+        else:  # "packet-gso": the packet backend with TCP segmentation offload on transmit (--gso)
+            backend, extra = ("packet", ["--gso"]) if kind == "packet-gso" else (kind, [])
+            server, _ = ustack_server(topo, backend, 1000, None, extra)
+        out = {}
         try:
-            got = sized_tcp_rtts(topo, topo.stack_addr, TCP_ECHO, sizes, {s: count for s in sizes}, warmup)
+            for size in sizes:  # one connection per size, the client's segment counter read around it
+                before = _client_out_segs(topo)
+                got = sized_tcp_rtts(topo, topo.stack_addr, TCP_ECHO, [size], {size: count}, warmup)
+                sent = _client_out_segs(topo) - before
+                echoes = warmup + count
+                data = echoes * -(-size // MSS)
+                out[size] = (got[size]["p50"], max(0, sent - data - 4) / echoes)  # (4: SYN, ACK, FIN, last ACK)
         finally:
             server.stop()
-    return {s: got[s]["p50"] for s in sizes}
+    return out
+
+
+MSS = 1448  # the client's segments on a 1500-byte veth with timestamps
+
+
+def _client_out_segs(topo) -> int:
+    """The peer namespace's TCP OutSegs (/proc/net/snmp): the client's segments, data and pure ACKs."""
+    text = topo.peer_run(["cat", "/proc/net/snmp"], capture_output=True, text=True).stdout
+    rows = [line.split() for line in text.splitlines() if line.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("OutSegs")])
 
 
 def main(argv=None) -> int:
@@ -50,13 +83,15 @@ def main(argv=None) -> int:
     placement = Placement.plan()
     placement.pin(0, placement.client)  # this process is the client, on its own CPU (as ustack bench pins it)
     samples = {k: {s: [] for s in sizes} for k in kinds}
+    acks = {k: {s: [] for s in sizes} for k in kinds}
     for rep in range(args.reps):
         for kind in kinds:
             got = one_rep(kind, placement, sizes, args.count, args.warmup)
             for s in sizes:
-                samples[kind][s].append(got[s])
-            print(f"rep {rep + 1} {kind:7s} " + "  ".join(f"{s} B {got[s]:7.0f}" for s in sizes), flush=True)
-    print("p50 µs (median of reps), x kernel")
+                samples[kind][s].append(got[s][0])
+                acks[kind][s].append(got[s][1])
+            print(f"rep {rep + 1} {kind:7s} " + "  ".join(f"{s} B {got[s][0]:7.0f}" for s in sizes), flush=True)
+    print("p50 µs (median of reps), x kernel; [the client's pure ACKs per echo]")
     for kind in kinds:
         cells = []
         for s in sizes:
@@ -64,7 +99,7 @@ def main(argv=None) -> int:
             ratio = ""
             if "kernel" in samples and kind != "kernel":
                 ratio = f" ({med / statistics.median(samples['kernel'][s]):.2f}x)"
-            cells.append(f"{s} B {med:7.0f}{ratio}")
+            cells.append(f"{s} B {med:7.0f}{ratio} [{statistics.median(acks[kind][s]):.1f}]")
         print(f"{kind:7s} " + "  ".join(cells))
     return 0
 
