@@ -15,6 +15,7 @@ never a traceback from deep inside the stack.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ustack.api import environment
@@ -37,6 +38,8 @@ def _device_opts(args) -> dict:
         value = getattr(args, name, None)
         if value is not None:
             opts[name] = value
+    if args.backend == "packet" and "gso" not in opts and os.environ.get("USTACK_PACKET_GSO") in ("0", "1"):
+        opts["gso"] = os.environ["USTACK_PACKET_GSO"] == "1"  # the device's default otherwise (benchmarks' A/B)
     if args.backend == "packet" and getattr(args, "claim", True):
         opts["claim"] = [a.split("/")[0] for a in args.addr]
     return opts

@@ -57,6 +57,14 @@ KERNEL_KINDS = {
         "small_opts": {"block_size": 4096, "block_count": 4, "tx_frames": 32},
         "small_capacity": 4 * 4096 // 144,
     },
+    "packet-gso": {
+        "topology": Topology.veth,
+        "backend": "packet",
+        "opts": {"gso": True},
+        # TX: 32 slots of 64 KiB with a virtio_net_hdr in front of every frame
+        "small_opts": {"block_size": 4096, "block_count": 32, "tx_frames": 32},
+        "small_capacity": 64,
+    },
     "afxdp": {
         "topology": Topology.veth,
         # a 128-frame UMEM with 64-entry rings: 64 frames fit on the fill/RX side
