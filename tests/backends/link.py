@@ -44,6 +44,7 @@ KERNEL_KINDS = {
     },
     "packet": {
         "topology": Topology.veth,
+        "opts": {"gso": False},  # the per-frame TX ring; "packet-gso" below has the default's
         # the default TPACKET_V2 RX ring: 32 one-page blocks of two 2 KiB slots
         "small_opts": {"block_size": 4096, "block_count": 32, "tx_frames": 32},
         "small_capacity": 64,
