@@ -42,6 +42,13 @@ KERNEL_KINDS = {
         "small_opts": {"rx_slots": 64},
         "small_capacity": 64,
     },
+    "tap-gso": {
+        "topology": Topology.tap,
+        "backend": "tap",
+        "opts": {"gso": True},
+        "small_opts": {"rx_slots": 64},
+        "small_capacity": 64,
+    },
     "packet": {
         "topology": Topology.veth,
         "opts": {"gso": False},  # the per-frame TX ring; "packet-gso" below has the default's
