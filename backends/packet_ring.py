@@ -34,9 +34,25 @@ RX frames are lent as memoryviews straight into the ring (no copy on our
 side). TX: ``tx_reserve`` lends free slots (the frame goes at TPACKET_ALIGN(
 sizeof(tpacket3_hdr)) = 48 bytes into the slot); ``tx_commit`` sets their
 lengths, flips them to TP_STATUS_SEND_REQUEST and kicks the socket once
-(send with MSG_DONTWAIT). With ``qdisc_bypass`` (default) frames go straight
-to the driver. Our own transmitted frames are not looped back to RX
-(PACKET_IGNORE_OUTGOING).
+(send with MSG_DONTWAIT). With ``qdisc_bypass`` (default without gso)
+frames go straight to the driver.
+
+``gso`` (TCP segmentation offload on transmit; on by default with
+``rx_version=2``, which it needs: PACKET_VNET_HDR is per socket and V2 has a
+TX socket of its own, the only one that gets it): every TX frame carries a 10-byte virtio_net_hdr in front
+(frames go at 58 bytes into 64 KiB slots, 64 of them by default: 4 MiB), and
+``tx_commit`` merges each run of consecutive full-sized segments of one TCP
+flow into one super-frame that the kernel segments back into exactly those
+frames (ustack/_fp_gso.pxi says when a run qualifies). Nothing above the
+device changes: the stack still writes, counts and retransmits segment by
+segment. Counted as ``packet_ring.gso_frames`` (super-frames) and
+``packet_ring.gso_segments`` (the segments they carry). With gso the qdisc is
+not bypassed unless asked: the bypass (``__dev_direct_xmit``) drops every
+skb the kernel had to segment in software (an interface without TSO, as
+ustack.tools.netns sets veths up); through ``dev_queue_xmit`` (a veth's
+noqueue qdisc) the kernel segments it before the driver. ``gso=False``
+gives the per-frame ring (1024 slots of 2 KiB, qdisc bypassed). Our own
+transmitted frames are not looped back to RX (PACKET_IGNORE_OUTGOING).
 
 The per-frame ring work is in Cython (ustack/_fp_ring.pxi). The kernel's
 per-frame status flags are kept in ``rx_status`` (parallel to the last burst:
@@ -71,6 +87,11 @@ PACKET_LOSS = 14
 PACKET_FANOUT = 18
 PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
+PACKET_VNET_HDR = 15
+VNET_HDR_LEN = 10  # struct virtio_net_hdr in front of every TX frame when gso is on
+GSO_FRAME_SIZE = 1 << 16  # TX slot with gso: 48 + 10 + a 65,478-byte super-frame
+GSO_TX_FRAMES = 64  # default TX slots with gso: 4 MiB
+GSO_MAX_SEGS = 64  # segments per super-frame (and the IP datagram <= 65,535 bytes)
 SO_SNDBUFFORCE = 32
 TPACKET_V2 = 1
 TPACKET_V3 = 2
@@ -113,8 +134,9 @@ class PacketRingDevice:
     bytes (a multiple of 16 dividing block_size; default 2048, or the next
     power of two that fits 66 bytes plus an MTU-sized frame).
     ``frame_size``: TX slot size (default 2048, or the next power of two that
-    fits an MTU-sized frame). ``tx_frames``: TX slots (rounded up to whole TX
-    blocks). ``fanout``: a PACKET_FANOUT group id (hash mode) or ``(group,
+    fits an MTU-sized frame; 64 KiB with gso). ``tx_frames``: TX slots
+    (rounded up to whole TX blocks; default 1024, 64 with gso). ``gso``,
+    ``gso_max_segs``: TCP segmentation offload on transmit (module docstring). ``fanout``: a PACKET_FANOUT group id (hash mode) or ``(group,
     mode)``. ``retire_tov_ms``: the V3 block retire timer. ``claim``: the
     stack's addresses, to keep the kernel's own IP input off the frames sent
     to them (``backends.claim.AddressClaim``: an nftables ingress drop after
@@ -124,8 +146,10 @@ class PacketRingDevice:
 
     Defaults: 64 blocks of 128 KiB (8 MiB): with V2, 4,096 slots of 2 KiB;
     with V3, ~5,000 full-size or ~50,000 minimum-size frames, and a trickle of
-    traffic still has 64 ms of blocks before the kernel must drop. 1024 TX
-    slots of 2 KiB (2 MiB) let a poll round post many bursts before waiting.
+    traffic still has 64 ms of blocks before the kernel must drop. TX: 64
+    slots of 64 KiB (4 MiB) with gso, each a frame or a super-frame of up to
+    45 segments; without, 1024 slots of 2 KiB (2 MiB) let a poll round post
+    many bursts before waiting.
     """
 
     def __init__(
@@ -137,13 +161,15 @@ class PacketRingDevice:
         block_count: int = 64,
         rx_frame_size: Optional[int] = None,
         frame_size: Optional[int] = None,
-        tx_frames: int = 1024,
+        tx_frames: Optional[int] = None,
         fanout: Union[None, int, tuple[int, int]] = None,
-        qdisc_bypass: bool = True,
+        qdisc_bypass: Optional[bool] = None,
         mac: Optional[bytes] = None,
         retire_tov_ms: int = DEFAULT_RETIRE_TOV_MS,
         max_burst: int = 64,
         claim: Sequence[str] = (),
+        gso: Optional[bool] = None,
+        gso_max_segs: int = GSO_MAX_SEGS,
     ):
         if not isinstance(ifname, str) or not 0 < len(ifname.encode()) < IFNAMSIZ:
             raise DeviceError(errno.EINVAL, f"bad interface name {ifname!r} (1..15 bytes)")
@@ -151,6 +177,18 @@ class PacketRingDevice:
             raise DeviceError(errno.EINVAL, "mac must be 6 bytes")
         if rx_version not in (2, 3):
             raise DeviceError(errno.EINVAL, f"rx_version must be 2 (TPACKET_V2) or 3 (TPACKET_V3), not {rx_version!r}")
+        if gso is None:
+            gso = rx_version == 2  # the default wherever it can be had
+        if gso and rx_version != 2:
+            raise DeviceError(errno.EINVAL, "gso needs rx_version=2 (PACKET_VNET_HDR on a TX socket of its own)")
+        if gso and not 2 <= gso_max_segs <= 0xFFFF:
+            raise DeviceError(errno.EINVAL, "gso_max_segs must be 2..65535")
+        self.gso = bool(gso)
+        if qdisc_bypass is None:
+            # the bypass (__dev_direct_xmit) drops an skb that validate_xmit_skb had to change, so a
+            # super-frame the interface cannot segment itself (TSO off) must go through dev_queue_xmit
+            qdisc_bypass = not self.gso
+        self._gso_max_segs = gso_max_segs
         self.ifname = ifname
         self.rx_version = rx_version
         self.stats = Stats()
@@ -256,9 +294,13 @@ class PacketRingDevice:
         elif block_size < 64 + 48 + max_frame:
             raise DeviceError(errno.EINVAL, f"block_size {block_size} cannot hold a {max_frame}-byte frame")
         if frame_size is None:
-            frame_size = _slot_size(TPV3_HDR_LEN, max_frame)
+            frame_size = GSO_FRAME_SIZE if self.gso else _slot_size(TPV3_HDR_LEN, max_frame)
+        if tx_frames is None:
+            tx_frames = GSO_TX_FRAMES if self.gso else 1024
         if frame_size % TPACKET_ALIGNMENT or frame_size < TPV3_HDR_LEN + ETH_HLEN:
             raise DeviceError(errno.EINVAL, f"frame_size {frame_size} must be a multiple of 16 and > 62")
+        if self.gso and frame_size < TPV3_HDR_LEN + VNET_HDR_LEN + max_frame:
+            raise DeviceError(errno.EINVAL, f"frame_size {frame_size} cannot hold a {max_frame}-byte frame with gso")
         if not 1 <= retire_tov_ms <= 1000:
             raise DeviceError(errno.EINVAL, "retire_tov_ms must be 1..1000")
         tx_block = max(1 << 16, frame_size)
@@ -272,6 +314,8 @@ class PacketRingDevice:
         if v2:
             self._sockopt(tx_sock, PACKET_VERSION, TPACKET_V3, "PACKET_VERSION=TPACKET_V3 (TX socket)")
         self._sockopt(sock, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING")
+        if self.gso:  # before the TX ring (the kernel refuses it after: EBUSY)
+            self._sockopt(tx_sock, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR (TX socket)")
         self._tx_options(tx_sock, qdisc_bypass, tx_nr, frame_size)
         rx_size = block_size * block_count
         if v2:
@@ -323,8 +367,12 @@ class PacketRingDevice:
         self._tx_head = 0
         self._tx_reserved = 0
         self._tx_pending = False
-        slot_len = min(frame_size - TPV3_HDR_LEN, max_frame)
-        base = self._tx_off + TPV3_HDR_LEN
+        data_off = TPV3_HDR_LEN + (VNET_HDR_LEN if self.gso else 0)
+        slot_len = min(frame_size - data_off, max_frame)
+        base = self._tx_off + data_off
+        # the largest IP datagram of one super-frame: the slot and IPv4's length field (a larger one than the
+        # interface's gso_max_size/segs is segmented by the kernel in software: still exact, only slower)
+        self._gso_max_bytes = min(frame_size - data_off - ETH_HLEN, 0xFFFF) if self.gso else 0
         self._tx_views = [self._tx_mv[base + i * frame_size : base + i * frame_size + slot_len] for i in range(tx_nr)]
         extra = {
             "ifname": ifname,
@@ -333,6 +381,7 @@ class PacketRingDevice:
             "tx_ring": (tx_nr, frame_size),
             "retire_tov_ms": None if v2 else retire_tov_ms,
             "fanout": fanout,
+            "gso": (self._gso_max_bytes, self._gso_max_segs) if self.gso else None,
         }
         # what the kernel cycles through in order, slots (V2) or blocks (V3): a held one stops it there,
         # so the stack copies out what it holds before it comes round again (ustack.rxhold)
@@ -345,7 +394,9 @@ class PacketRingDevice:
             mtu=mtu,
             max_burst=min(max_burst, tx_nr),
             frame_size=slot_len,
-            mode=f"packet_ring tpacket_v{self.rx_version} rx / tpacket_v3 tx" + (" qdisc_bypass" if qdisc_bypass else ""),
+            mode=f"packet_ring tpacket_v{self.rx_version} rx / tpacket_v3 tx" + (" qdisc_bypass" if qdisc_bypass else "")
+            + (" gso" if self.gso else ""),
+            tx_tcp_segmentation=self._gso_max_bytes,
             extra=extra,
         )
 
@@ -469,10 +520,19 @@ class PacketRingDevice:
         self._tx_reserved = 0
         if count == 0:
             return
-        self._tx_head = fp.tpv3_tx_post(
-            self._tx_mv, self._tx_off, self._tx_frame_size, self._tx_nr, self._tx_head, lengths,
-            self.capabilities.frame_size,
-        )
+        if self.gso:
+            self._tx_head, posted, supers, merged = fp.tpv3_tx_post_gso(
+                self._tx_mv, self._tx_off, self._tx_frame_size, self._tx_nr, self._tx_head, lengths,
+                self.capabilities.frame_size, self._gso_max_bytes, self._gso_max_segs,
+            )
+            if supers:
+                self.stats.inc("packet_ring.gso_frames", supers)
+                self.stats.inc("packet_ring.gso_segments", merged)
+        else:
+            self._tx_head = fp.tpv3_tx_post(
+                self._tx_mv, self._tx_off, self._tx_frame_size, self._tx_nr, self._tx_head, lengths,
+                self.capabilities.frame_size,
+            )
         self.stats.inc("packet_ring.tx_frames", count)
         self._kick()
 

@@ -14,6 +14,9 @@ Row ``kernel-nogso``: the kernel server with ``gso_max_segs 1`` on its veth, so
 its TCP hands the device one segment per skb as a user-space sender does
 (one softirq, and one receive by the client, per frame) instead of 64 KB
 GSO skbs segmented in one batch: what that batching is worth at each size.
+Rows ``packet-gso`` / ``packet-nogso``: ``ustack serve --backend packet
+--gso`` (runs of full-sized segments handed to the kernel as one
+super-frame; the packet backend's default) or ``--no-gso`` (frame by frame).
 Beside each p50, in brackets: the client's pure ACKs per echo (the peer
 namespace's TCP OutSegs less the data segments), the trace of a sender
 whose frames reach the client one softirq at a time (it reads and ACKs
@@ -41,8 +44,10 @@ def one_rep(kind: str, placement: Placement, sizes: list, count: int, warmup: in
                 subprocess.run(["ip", "netns", "exec", topo.stack_ns, "ip", "link", "set", "dev", topo.stack_ifname,
                                 "gso_max_segs", "1"], check=True)
             server = kernel_server(topo, 1000)
-        else:
-            server, _ = ustack_server(topo, kind, 1000, None)
+        else:  # "packet-gso"/"packet-nogso": the packet backend with TCP segmentation offload on transmit or not
+            backend, extra = {"packet-gso": ("packet", ["--gso"]), "packet-nogso": ("packet", ["--no-gso"])}.get(
+                kind, (kind, []))
+            server, _ = ustack_server(topo, backend, 1000, None, extra)
         out = {}
         try:
             for size in sizes:  # one connection per size, the client's segment counter read around it

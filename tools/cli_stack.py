@@ -15,6 +15,7 @@ never a traceback from deep inside the stack.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ustack.api import environment
@@ -33,10 +34,12 @@ MIN_MTU, MAX_MTU = 68, 65535  # as ustack.stack checks: RFC 791's minimum, the I
 
 def _device_opts(args) -> dict:
     opts = {}
-    for name in ("queue", "xdp_mode", "zerocopy", "rx_version"):
+    for name in ("queue", "xdp_mode", "zerocopy", "rx_version", "gso"):
         value = getattr(args, name, None)
         if value is not None:
             opts[name] = value
+    if args.backend == "packet" and "gso" not in opts and os.environ.get("USTACK_PACKET_GSO") in ("0", "1"):
+        opts["gso"] = os.environ["USTACK_PACKET_GSO"] == "1"  # the device's default otherwise (benchmarks' A/B)
     if args.backend == "packet" and getattr(args, "claim", True):
         opts["claim"] = [a.split("/")[0] for a in args.addr]
     return opts
@@ -165,6 +168,9 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rx-version", type=int, choices=(2, 3),
                    help="packet: TPACKET_V2 RX ring (default: each frame visible at once) or V3 "
                         "(block-batched: cheapest per frame, up to 1 ms of added latency)")
+    p.add_argument("--gso", action=argparse.BooleanOptionalAction, default=None,
+                   help="packet: hand the kernel runs of full-sized TCP segments as one super-frame "
+                        "(PACKET_VNET_HDR; the kernel segments them back)")
     p.add_argument("--no-claim", dest="claim", action="store_false",
                    help="packet: let the kernel's own IP input see frames to our addresses too (by default an "
                         "nftables ingress rule, after the packet socket's tap, keeps them from it, as AF_XDP's "

@@ -23,6 +23,7 @@ from ustack.capture import PcapDevice
 from ustack.net.addr import ANY4, ANY6, parse as ip_addr
 from ustack.snapshot import interface_address
 from ustack.stack import Stack
+from ustack.stats import Stats
 from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack, wait_ipv6_ready
 
 
@@ -126,6 +127,12 @@ def cmd_serve(args) -> int:
             print(f"  {reason:38s} {count}")
         if not drops:
             print("  (none)")
+        dev = stack.device
+        while not isinstance(getattr(dev, "stats", None), Stats) and getattr(dev, "inner", None) is not None:
+            dev = dev.inner  # through decorators (capture, impairment) to the backend
+        if isinstance(getattr(dev, "stats", None), Stats) and dev.stats.format():
+            print("device counters:")
+            print(dev.stats.format())
         sys.stdout.flush()
         stack.device.close()
     return 0

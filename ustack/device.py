@@ -45,6 +45,7 @@ class Capabilities:
     frame_size: int = 1514  # bytes available in one TX slot (>= mtu + 14)
     rx_checksum_verified: bool = False  # device guarantees L3/L4 checksums were checked
     tx_checksum_offload: bool = False  # device fills L4 checksums (never assumed by default)
+    tx_tcp_segmentation: int = 0  # largest IP datagram of TCP segments the device merges and re-segments (0: none)
     zero_copy: bool = False  # frames are lent from memory the NIC DMA's into
     mode: str = "copy"  # human-readable description of how the backend runs
     extra: dict = field(default_factory=dict, compare=False, hash=False)

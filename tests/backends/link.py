@@ -42,8 +42,16 @@ KERNEL_KINDS = {
         "small_opts": {"rx_slots": 64},
         "small_capacity": 64,
     },
+    "tap-gso": {
+        "topology": Topology.tap,
+        "backend": "tap",
+        "opts": {"gso": True},
+        "small_opts": {"rx_slots": 64},
+        "small_capacity": 64,
+    },
     "packet": {
         "topology": Topology.veth,
+        "opts": {"gso": False},  # the per-frame TX ring; "packet-gso" below has the default's
         # the default TPACKET_V2 RX ring: 32 one-page blocks of two 2 KiB slots
         "small_opts": {"block_size": 4096, "block_count": 32, "tx_frames": 32},
         "small_capacity": 64,
@@ -56,6 +64,14 @@ KERNEL_KINDS = {
         # (tpacket3_hdr + sockaddr_ll + alignment + a 60-byte frame)
         "small_opts": {"block_size": 4096, "block_count": 4, "tx_frames": 32},
         "small_capacity": 4 * 4096 // 144,
+    },
+    "packet-gso": {
+        "topology": Topology.veth,
+        "backend": "packet",
+        "opts": {"gso": True},
+        # TX: 32 slots of 64 KiB with a virtio_net_hdr in front of every frame
+        "small_opts": {"block_size": 4096, "block_count": 32, "tx_frames": 32},
+        "small_capacity": 64,
     },
     "afxdp": {
         "topology": Topology.veth,

@@ -155,6 +155,32 @@ def test_default_rx_ring_is_tpacket_v2(plink_v2):
     try:
         assert dev.rx_version == 2
         assert dev.capabilities.extra["rx_slots"] == (4096, 2048)
+        # TCP segmentation offload on transmit by default: 64 TX slots of 64 KiB, the qdisc not bypassed
+        assert dev.gso and dev.capabilities.extra["tx_ring"] == (64, 1 << 16)
+        assert dev.capabilities.mode == "packet_ring tpacket_v2 rx / tpacket_v3 tx gso"
+        assert dev.capabilities.frame_size == 1514 and dev.capabilities.tx_tcp_segmentation == (1 << 16) - 58 - 14  # the slot less its headers
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("opts, words", [
+    ({"gso": True, "rx_version": 3}, "gso needs rx_version=2"),
+    ({"gso": True, "gso_max_segs": 1}, "gso_max_segs"),
+    ({"gso": True, "frame_size": 1024}, "cannot hold a 1514-byte frame with gso"),
+])
+def test_bad_gso_options_are_refused_clearly(plink_v2, opts, words):
+    with plink_v2.topo.in_stack_ns():
+        with pytest.raises(DeviceError) as info:
+            PacketRingDevice(plink_v2.topo.stack_ifname, **opts)
+    assert info.value.errno == errno.EINVAL and words in str(info.value)
+
+
+def test_rx_version_3_has_no_gso_by_default(plink_v2):
+    with plink_v2.topo.in_stack_ns():
+        dev = PacketRingDevice(plink_v2.topo.stack_ifname, rx_version=3, block_size=4096, block_count=4)
+    try:
+        assert not dev.gso and dev.capabilities.tx_tcp_segmentation == 0
+        assert dev.capabilities.mode.endswith("qdisc_bypass")
     finally:
         dev.close()
 

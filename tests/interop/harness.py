@@ -76,7 +76,7 @@ class Served:
         self.backend = backend
         self.ipv6 = ipv6 = ipv6 or not ipv4
         self.ipv4 = ipv4
-        kind = "tap" if backend == "tap" else "veth"
+        kind = "tap" if backend in ("tap", "tap-gso") else "veth"
         self.topo = Topology.tap(tag="i", ipv6=ipv6) if kind == "tap" else Topology.veth(tag="i", ipv6=ipv6)
         self.pcap = str(tmp_path / f"serve-{backend}.pcap")
         self.lines: list[str] = []
@@ -91,6 +91,10 @@ class Served:
             return ["--backend", "afxdp", "--xdp-mode", b.split("-", 1)[1]]
         if b == "packet-v3":
             return ["--backend", "packet", "--rx-version", "3"]
+        if b == "packet-gso":
+            return ["--backend", "packet", "--gso"]
+        if b == "tap-gso":
+            return ["--backend", "tap", "--gso"]
         return ["--backend", b]
 
     def start(self):
@@ -111,7 +115,7 @@ class Served:
         head = "".join(self.lines)
         m = re.search(r"mac ([0-9a-f:]{17})", head)
         assert m, head
-        expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "afxdp-native": "afxdp native",
+        expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "packet-gso": "tpacket_v3 tx gso", "tap-gso": "tap (/dev/net/tun, one read/write per frame) vnet_hdr gso", "afxdp-native": "afxdp native",
                          "afxdp-generic": "afxdp generic", "tap": "tap"}[self.backend]
         assert expected_mode in head, head
         self.mac = m.group(1)
