@@ -158,7 +158,7 @@ def test_the_kernel_made_segments_are_valid_on_the_wire(served, v6, tmp_path):
         pytest.skip("a TAP has no wire: the kernel takes the super-frame whole as one GSO skb, never segmenting it")
     require_tool("tcpdump")
     pcap = str(tmp_path / "peer.pcap")
-    filt = "tcp and src host " + ("fd00::2" if v6 else "198.18.0.2")
+    filt = "tcp and src host " + (served.topo.stack_addr6 if v6 else served.topo.stack_addr)
     dump = served.topo.peer_popen(["tcpdump", "-i", served.topo.peer_ifname, "-nn", "-U", "-s", "0", "-B", "65536", "-w", pcap,
                                    filt], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
