@@ -30,6 +30,7 @@ untrusted bytes before reading a field.
 include "_fp_checksum.pxi"
 include "_fp_classify.pxi"
 include "_fp_classify6.pxi"
+include "_fp_syn.pxi"
 include "_fp_emit.pxi"
 include "_fp_emit6.pxi"
 include "_fp_ring.pxi"

@@ -1,0 +1,172 @@
+# -- the SYN to a listener in one C call (issue 11's connect+close, issue 10's connect()) ----------------------
+#
+# ``FlowTable.deliver_burst`` hands a SYN it finds no flow for to ``SynPath.take`` before the stack's
+# ``_deliver``. For the SYN in its common form the whole round is done here: the stack's screening of the
+# addresses (``Stack._deliver``, ``_tcp_input``/``_tcp_input6``), the layer's demux (``TcpLayer.segment_arrives``:
+# no record for the 4-tuple, a listener on the address or the wildcard), the listener's LISTEN checks
+# (``Listener.segment_arrives``: room in the accept queue, under the connection limit, the SYN queue not full)
+# and then what that path does: the ``SynReceived`` record in the layer and the listener's SYN queue, its SYN-ACK
+# (``SynReceived.send_syn_ack``) and the push. Anything else (a screened address, a record for the 4-tuple,
+# TIME-WAIT, no listener, a full queue: cookies, the connection limit, flags other than SYN alone) is False
+# and goes to the Python path unchanged. The core's objects are reached through the ``layer``, ``stack`` and
+# the record class given at construction (this module imports nothing of the core).
+
+cdef inline void _syn_put32(uint8_t *b, uint32_t v) noexcept:
+    b[0] = <uint8_t>(v >> 24)
+    b[1] = <uint8_t>(v >> 16)
+    b[2] = <uint8_t>(v >> 8)
+    b[3] = <uint8_t>v
+
+
+cdef class SynPath:
+    """The SYN round in C for one stack (``Stack`` installs it on its layer's ``FlowTable.syn``)."""
+
+    cdef object stack          # its screening sets (_suspect_first, _suspect_src), iface, iface6, ipv6
+    cdef object layer          # the TcpLayer: connections, listeners, config, host
+    cdef object record         # synrecv.SynReceived
+    cdef object on_rtx         # SynReceived._on_rtx_timer, the SYN-ACK timer's callback
+    cdef object syn_segment    # output.syn_segment: the SYN-ACK built whole when neither fast emitter wrote it
+    cdef object counters
+    cdef readonly unsigned long taken   # SYNs done here
+
+    def __cinit__(self, stack, layer, record, syn_segment):
+        self.stack = stack
+        self.layer = layer
+        self.record = record
+        self.on_rtx = record._on_rtx_timer
+        self.syn_segment = syn_segment
+        self.counters = layer.host.stats.counters
+
+    cdef bint take(self, Packet p, now) except -1:
+        """The SYN round for ``p`` (a TCP or TCP6 record no flow took): True when done here."""
+        cdef int sport = p.src_port, dport = p.dst_port
+        if p.flags != 0x02 or sport == 0 or dport == 0:
+            return False
+        stack = self.stack
+        src = p.src
+        dst = p.dst
+        if p._alen == 4:
+            if p.kind != CK_TCP:
+                return False
+            if p._src[0] in stack._suspect_first or src in stack._suspect_src:
+                return False  # (Stack._deliver's martian screen)
+            if dst != stack.iface.addr:
+                return False  # (another of ours, a broadcast: _tcp_input's screen)
+        elif p._alen == 16:
+            if p.kind != CK_TCP6 or stack.ipv6 is None:
+                return False
+            if p._src[0] == 0 or p._src[0] == 0xFF or p._dst[0] == 0xFF:
+                return False
+            iface6 = stack.iface6
+            ours = iface6.valid_set
+            if src in ours or dst not in ours:
+                return False
+        else:
+            return False
+        layer = self.layer
+        connections = layer.connections
+        key = (dst, dport, src, sport)
+        if key in connections:
+            return False  # a connection, SYN-RECEIVED or TIME-WAIT record: theirs
+        listeners = layer.listeners
+        lst = listeners.get((dst, dport))
+        if lst is None:
+            if p._alen == 4:
+                lst = listeners.get((b"\0\0\0\0", dport))
+                if lst is None:
+                    lst = listeners.get((b"\0" * 16, dport))
+                    if lst is not None and lst.v6only:
+                        lst = None
+            else:
+                lst = listeners.get((b"\0" * 16, dport))
+            if lst is None:
+                return False
+        if len(lst._accept) >= lst.backlog or len(connections) >= layer.config.max_connections:
+            return False
+        if len(lst._syn_queue) >= lst.syn_backlog:
+            return False  # cookies or the drop
+        counters = self.counters
+        counters["tcp.in_segs"] += 1
+        rec = self.record(layer, lst.config, lst, (dst, dport), (src, sport), p, now)
+        connections[key] = rec  # outside the C flow table until built
+        lst._syn_queue.add(rec)
+        self._send_syn_ack(rec, layer, lst.config, dst, dport, src, sport, p, now)
+        layer.host.tcp_push()
+        self.taken += 1
+        return True
+
+    cdef int _send_syn_ack(self, rec, layer, cfg, laddr, int lport, raddr, int rport, Packet p, now) except -1:
+        """``SynReceived.send_syn_ack`` for the record ``take`` made: the same ISS, options, frame, counters
+        and timer (RFC 9293 3.10.7.2; RFC 7323; RFC 2018; RFC 6528 through the layer's keyed digest)."""
+        cdef uint8_t opt[40]
+        cdef Py_ssize_t n = 0
+        cdef double when = PyFloat_AsDouble(now)
+        cdef long own_mss, cmss
+        cdef uint32_t iss, tsval, ack
+        cdef int wscale = -1
+        cdef bint sack, ts
+        host = layer.host
+        own_mss = host.route_mtu(raddr) - (60 if p._alen == 16 else 40)
+        cmss = cfg.mss
+        if cmss and cmss < own_mss:
+            own_mss = cmss
+        if own_mss < 88:
+            own_mss = 88
+        rec.own_mss = own_mss
+        hashes = rec.hashes = layer.keyed.connection_hashes(laddr, lport, raddr, rport)
+        isn_f, ts_offset = hashes
+        iss = <uint32_t>((<uint64_t>(when * 250000.0) + <uint64_t>(<uint32_t>isn_f)) & 0xFFFFFFFF)  # isn_at
+        rec.iss = iss
+        if cfg.window_scaling and p._opts & OPTF_WSCALE:
+            wscale = cfg.rcvbuf_ceiling.bit_length() - 16  # window_shift_for
+            wscale = 0 if wscale < 0 else (14 if wscale > 14 else wscale)
+        sack = bool(cfg.sack) and p.sack_permitted
+        ts = bool(cfg.timestamps) and (p._opts & OPTF_TIMESTAMPS) != 0
+        window = min(cfg.rcvbuf, 0xFFFF)  # an empty receive buffer's room, never scaled (RFC 7323 2.2)
+        ack = p.seq + 1
+        # output.syn_options: MSS; SACK-permitted and timestamps (or NOP NOP SACK-permitted); NOP window scale
+        opt[0] = 2
+        opt[1] = 4
+        opt[2] = <uint8_t>(own_mss >> 8)
+        opt[3] = <uint8_t>own_mss
+        n = 4
+        if ts:
+            tsval = <uint32_t>((<uint64_t>(when * 1000.0) + <uint64_t>(<uint32_t>ts_offset)) & 0xFFFFFFFF)  # ts_clock
+            if sack:
+                opt[4] = 4
+                opt[5] = 2
+            else:
+                opt[4] = 1
+                opt[5] = 1
+            opt[6] = 8
+            opt[7] = 10
+            _syn_put32(&opt[8], tsval)
+            _syn_put32(&opt[12], p._tsval)
+            n = 16
+        elif sack:
+            opt[4] = 1
+            opt[5] = 1
+            opt[6] = 4
+            opt[7] = 2
+            n = 8
+        if wscale >= 0:
+            opt[n] = 1
+            opt[n + 1] = 3
+            opt[n + 2] = 3
+            opt[n + 3] = <uint8_t>wscale
+            n += 4
+        opts = PyBytes_FromStringAndSize(<const char *>opt, n)
+        make = getattr(host, "tcp_emitter", None)
+        emitter = rec.emitter = make() if make is not None else None
+        if emitter is not None and emitter.options(laddr, raddr, lport, rport, iss, ack, 0x12, window, opts, now):
+            pass
+        elif not host.tcp_output_options(laddr, raddr, lport, rport, iss, ack, 0x12, window, opts, now):
+            host.tcp_output(laddr, raddr, self.syn_segment(laddr, raddr, lport, rport, iss, ack, 0x12, window,
+                                                           own_mss, wscale if wscale >= 0 else None, sack,
+                                                           (tsval, p._tsval) if ts else None, opts), now)
+        counters = self.counters
+        counters["tcp.out_segs"] += 1
+        counters["tcp.passive_opens"] += 1
+        timer = rec.timer = host.timers.timer(self.on_rtx, rec)
+        timer.arm(now + max(cfg.min_rto, min(cfg.initial_rto, cfg.max_rto)))  # RttEstimator's first RTO
+        return 0
