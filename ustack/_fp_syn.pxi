@@ -18,6 +18,67 @@ cdef inline void _syn_put32(uint8_t *b, uint32_t v) noexcept:
     b[3] = <uint8_t>v
 
 
+# -- RFC 7693 BLAKE2s, for the layer's ``isn+ts`` digest (``isn.KeyedHash.connection_hashes``) in C ----------------
+# The same keyed, personalized 8-byte digest of the 4-tuple hashlib gives (``test_tcp_syn_c`` holds them equal).
+cdef uint32_t _B2S_IV[8]
+_B2S_IV[:] = [0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19]
+cdef uint8_t _B2S_SIGMA[10][16]
+_B2S_SIGMA[0][:] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+_B2S_SIGMA[1][:] = [14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3]
+_B2S_SIGMA[2][:] = [11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4]
+_B2S_SIGMA[3][:] = [7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8]
+_B2S_SIGMA[4][:] = [9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13]
+_B2S_SIGMA[5][:] = [2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9]
+_B2S_SIGMA[6][:] = [12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11]
+_B2S_SIGMA[7][:] = [13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10]
+_B2S_SIGMA[8][:] = [6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5]
+_B2S_SIGMA[9][:] = [10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0]
+
+
+cdef inline uint32_t _rotr32(uint32_t x, int n) noexcept nogil:
+    return (x >> n) | (x << (32 - n))
+
+
+cdef void _b2s_compress(uint32_t *h, const uint8_t *block, uint32_t t, bint last) noexcept nogil:
+    """RFC 7693 3.2 F over one 64-byte block (``t``: bytes so far, below 2**32 here)."""
+    cdef uint32_t v[16]
+    cdef uint32_t m[16]
+    cdef int i, r
+    cdef const uint8_t *s
+    for i in range(16):
+        m[i] = (<uint32_t>block[4 * i] | (<uint32_t>block[4 * i + 1] << 8) | (<uint32_t>block[4 * i + 2] << 16)
+                | (<uint32_t>block[4 * i + 3] << 24))
+    for i in range(8):
+        v[i] = h[i]
+        v[i + 8] = _B2S_IV[i]
+    v[12] ^= t
+    if last:
+        v[14] = ~v[14]
+    for r in range(10):
+        s = _B2S_SIGMA[r]
+        _b2s_g(v, 0, 4, 8, 12, m[s[0]], m[s[1]])
+        _b2s_g(v, 1, 5, 9, 13, m[s[2]], m[s[3]])
+        _b2s_g(v, 2, 6, 10, 14, m[s[4]], m[s[5]])
+        _b2s_g(v, 3, 7, 11, 15, m[s[6]], m[s[7]])
+        _b2s_g(v, 0, 5, 10, 15, m[s[8]], m[s[9]])
+        _b2s_g(v, 1, 6, 11, 12, m[s[10]], m[s[11]])
+        _b2s_g(v, 2, 7, 8, 13, m[s[12]], m[s[13]])
+        _b2s_g(v, 3, 4, 9, 14, m[s[14]], m[s[15]])
+    for i in range(8):
+        h[i] ^= v[i] ^ v[i + 8]
+
+
+cdef inline void _b2s_g(uint32_t *v, int a, int b, int c, int d, uint32_t x, uint32_t y) noexcept nogil:
+    v[a] = v[a] + v[b] + x
+    v[d] = _rotr32(v[d] ^ v[a], 16)
+    v[c] = v[c] + v[d]
+    v[b] = _rotr32(v[b] ^ v[c], 12)
+    v[a] = v[a] + v[b] + y
+    v[d] = _rotr32(v[d] ^ v[a], 8)
+    v[c] = v[c] + v[d]
+    v[b] = _rotr32(v[b] ^ v[c], 7)
+
+
 cdef class SynPath:
     """The SYN round in C for one stack (``Stack`` installs it on its layer's ``FlowTable.syn``)."""
 
@@ -27,6 +88,8 @@ cdef class SynPath:
     cdef object on_rtx         # SynReceived._on_rtx_timer, the SYN-ACK timer's callback
     cdef object syn_segment    # output.syn_segment: the SYN-ACK built whole when neither fast emitter wrote it
     cdef object counters
+    cdef object _secret        # the host's isn_secret the keyed state below is for (None: not made yet)
+    cdef uint32_t _keyed[8]    # BLAKE2s(key=the secret, digest_size=8, person=b"isn+ts") after its key block
     cdef readonly unsigned long taken   # SYNs done here
 
     def __cinit__(self, stack, layer, record, syn_segment):
@@ -113,7 +176,7 @@ cdef class SynPath:
         if own_mss < 88:
             own_mss = 88
         rec.own_mss = own_mss
-        hashes = rec.hashes = layer.keyed.connection_hashes(laddr, lport, raddr, rport)
+        hashes = rec.hashes = self._hashes(layer, laddr, lport, raddr, rport)
         isn_f, ts_offset = hashes
         iss = <uint32_t>((<uint64_t>(when * 250000.0) + <uint64_t>(<uint32_t>isn_f)) & 0xFFFFFFFF)  # isn_at
         rec.iss = iss
@@ -170,3 +233,46 @@ cdef class SynPath:
         timer = rec.timer = host.timers.timer(self.on_rtx, rec)
         timer.arm(now + max(cfg.min_rto, min(cfg.initial_rto, cfg.max_rto)))  # RttEstimator's first RTO
         return 0
+
+    cdef object _hashes(self, layer, laddr, int lport, raddr, int rport):
+        """``layer.keyed.connection_hashes(...)`` (F of the ISN, the timestamp offset) with the digest in C while the
+        layer's keyed hash is the host's secret's (else the layer's own, which renews it)."""
+        cdef uint8_t block[64]
+        cdef uint32_t h[8]
+        cdef const uint8_t *k
+        cdef Py_ssize_t klen, alen = len(laddr), i
+        secret = layer.host.isn_secret
+        if layer._keyed.secret is not secret or type(secret) is not bytes or len(<bytes>secret) > 32 or alen + len(raddr) + 4 > 64:
+            return layer.keyed.connection_hashes(laddr, lport, raddr, rport)
+        if secret is not self._secret:
+            k = <const uint8_t *><const char *>(<bytes>secret)
+            klen = len(<bytes>secret)
+            for i in range(8):
+                self._keyed[i] = _B2S_IV[i]
+            self._keyed[0] ^= 0x01010000 ^ (<uint32_t>klen << 8) ^ 8  # digest 8, key length, fanout 1, depth 1
+            self._keyed[6] ^= 0x2B6E7369  # person b"isn+ts\0\0", little-endian words
+            self._keyed[7] ^= 0x00007374
+            memset(block, 0, 64)
+            memcpy(block, k, klen)
+            _b2s_compress(self._keyed, block, 64, False)
+            self._secret = secret
+        for i in range(8):
+            h[i] = self._keyed[i]
+        memset(block, 0, 64)
+        memcpy(block, <const char *><bytes>laddr, alen)
+        memcpy(&block[alen], <const char *><bytes>raddr, alen)
+        block[2 * alen] = <uint8_t>(lport >> 8)
+        block[2 * alen + 1] = <uint8_t>lport
+        block[2 * alen + 2] = <uint8_t>(rport >> 8)
+        block[2 * alen + 3] = <uint8_t>rport
+        _b2s_compress(h, block, <uint32_t>(64 + 2 * alen + 4), True)
+        # the digest's 8 bytes are h[0], h[1] little-endian; read big-endian: F the first 4, the offset the last 4
+        return (_bswap32(h[0]), _bswap32(h[1]))
+
+    def connection_hashes(self, laddr, int lport, raddr, int rport):
+        """What the SYN path takes for ``layer.keyed.connection_hashes`` (for tests)."""
+        return self._hashes(self.layer, bytes(laddr), lport, bytes(raddr), rport)
+
+
+cdef inline uint32_t _bswap32(uint32_t x) noexcept nogil:
+    return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | (x >> 24)

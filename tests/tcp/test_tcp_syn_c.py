@@ -181,3 +181,22 @@ def test_fastpath_off_has_no_syn_path():
     link = PipeLink(clock, seed=1)
     stack = Stack(link.a, "198.18.0.1/24", fastpath=False, announce=False)
     assert stack.tcp.flows.syn is None
+
+
+@pytest.mark.parametrize("secret", [b"s" * 16, bytes(range(20)), bytes(range(32))])
+def test_syn_path_digest_is_the_layers(secret):
+    """The SYN path's BLAKE2s in C gives ``KeyedHash.connection_hashes``' values (F, the timestamp offset) for
+    IPv4 and IPv6 4-tuples, and follows the host's secret when it is replaced."""
+    clock = ManualClock(1000.0)
+    stack = Stack(PipeLink(clock).a, ["198.18.0.1/24", "fd00::1/64"], isn_secret=secret, announce=False,
+                  fastpath=True)
+    syn = stack.tcp.flows.syn
+    rng = random.Random(len(secret))
+    for i in range(500):
+        if i == 250:
+            stack._tcp_host.isn_secret = bytes(reversed(secret))  # (the layer renews its keyed hash: so does C)
+            stack.tcp.keyed
+        n = rng.choice((4, 16))
+        la, ra = rng.randbytes(n), rng.randbytes(n)
+        lp, rp = rng.randrange(65536), rng.randrange(65536)
+        assert syn.connection_hashes(la, lp, ra, rp) == stack.tcp.keyed.connection_hashes(la, lp, ra, rp)
