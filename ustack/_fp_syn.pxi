@@ -85,6 +85,7 @@ cdef class SynPath:
     cdef object stack          # its screening sets (_suspect_first, _suspect_src), iface, iface6, ipv6
     cdef object layer          # the TcpLayer: connections, listeners, config, host
     cdef object record         # synrecv.SynReceived
+    cdef object listener_type  # listener.Listener: another entry (a ReuseportGroup) is the Python path's
     cdef object on_rtx         # SynReceived._on_rtx_timer, the SYN-ACK timer's callback
     cdef object syn_segment    # output.syn_segment: the SYN-ACK built whole when neither fast emitter wrote it
     cdef object counters
@@ -92,8 +93,9 @@ cdef class SynPath:
     cdef uint32_t _keyed[8]    # BLAKE2s(key=the secret, digest_size=8, person=b"isn+ts") after its key block
     cdef readonly unsigned long taken   # SYNs done here
 
-    def __cinit__(self, stack, layer, record, syn_segment):
+    def __cinit__(self, stack, layer, record, syn_segment, listener_type):
         self.stack = stack
+        self.listener_type = listener_type
         self.layer = layer
         self.record = record
         self.on_rtx = record._on_rtx_timer
@@ -144,6 +146,8 @@ cdef class SynPath:
                 lst = listeners.get((b"\0" * 16, dport))
             if lst is None:
                 return False
+        if type(lst) is not self.listener_type:
+            return False  # an SO_REUSEPORT group picks its member in Python
         if len(lst._accept) >= lst.backlog or len(connections) >= layer.config.max_connections:
             return False
         if len(lst._syn_queue) >= lst.syn_backlog:
@@ -242,7 +246,8 @@ cdef class SynPath:
         cdef const uint8_t *k
         cdef Py_ssize_t klen, alen = len(laddr), i
         secret = layer.host.isn_secret
-        if layer._keyed.secret is not secret or type(secret) is not bytes or len(<bytes>secret) > 32 or alen + len(raddr) + 4 > 64:
+        if (layer._keyed.secret is not secret or type(secret) is not bytes or len(<bytes>secret) > 32
+                or type(laddr) is not bytes or type(raddr) is not bytes or len(raddr) != alen or alen > 16):
             return layer.keyed.connection_hashes(laddr, lport, raddr, rport)
         if secret is not self._secret:
             k = <const uint8_t *><const char *>(<bytes>secret)

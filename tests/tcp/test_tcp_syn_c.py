@@ -64,11 +64,12 @@ def _options(rng) -> bytes:
 
 def _tcp_only(frames) -> list:
     """The TCP frames (the stacks' own MLD reports and neighbour probes run on their own random timers)."""
-    return [bytes(f) for f in frames if (f[12:14] == b"\x08\x00" and f[23] == 6) or (f[12:14] == b"\x86\xdd" and f[20] == 6)]
+    return [bytes(f) for f in frames
+            if (f[12:14] == b"\x08\x00" and f[23] == 6) or (f[12:14] == b"\x86\xdd" and f[20] == 6)]
 
 
 class Server:
-    def __init__(self, c_path: bool, cfg: dict, listen_on, backlog: int):
+    def __init__(self, c_path: bool, cfg: dict, listen_on, backlog: int, reuseport: bool = False):
         self.clock = ManualClock(1000.0)
         self.link = PipeLink(self.clock, seed=1, mac_a=MAC_A, mac_b=MAC_B)
         self.stack = Stack(self.link.a, ["198.18.0.1/24", "fd00::1/64"], isn_secret=b"s" * 16,
@@ -82,7 +83,9 @@ class Server:
         self.stack.arp.learn(B4, MAC_B, now)
         self.stack.arp.learn(C4, MAC_B, now)
         self.stack.ndp._learn_stale(B6, MAC_B, now)
-        self.lst4 = self.stack.tcp.listen((listen_on, PORT), backlog)
+        self.lst4 = self.stack.tcp.listen((listen_on, PORT), backlog, reuseport=reuseport)
+        if reuseport:  # an SO_REUSEPORT group of two: its SYNs take the Python path (the group picks)
+            self.stack.tcp.listen((listen_on, PORT), backlog, reuseport=True)
         self.stack.poll(now)
         self.link.b.rx_burst(64)
 
@@ -115,14 +118,14 @@ class Server:
                 "flows": len(tcp.flows)}
 
 
-def _lockstep(seed: int, cfg: dict, listen_on, backlog: int, steps: int = 60) -> int:
+def _lockstep(seed: int, cfg: dict, listen_on, backlog: int, steps: int = 60, reuseport: bool = False) -> int:
     rng = random.Random(seed)
-    c, py = Server(True, cfg, listen_on, backlog), Server(False, cfg, listen_on, backlog)
+    c, py = Server(True, cfg, listen_on, backlog, reuseport), Server(False, cfg, listen_on, backlog, reuseport)
     assert c.syn is not None and py.syn is None
     synacks = []
     for step in range(steps):
         r = rng.random()
-        six = rng.random() < 0.4
+        six = rng.random() < (0.8 if len(listen_on) == 16 and listen_on != ANY6 else 0.4)
         src, dst = (B6, A6) if six else (rng.choice((B4, B4, C4)), A4)
         sport = rng.choice((1000, 1001, 1002, 1003, 1004, 1005, 40000 + step))
         if r < 0.6:
@@ -167,13 +170,18 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
-@pytest.mark.parametrize("listen_on", ["addr", "any4", "any6"])
+@pytest.mark.parametrize("listen_on", ["addr", "any4", "any6", "addr6"])
 def test_syn_c_path_lockstep(cfg, listen_on):
-    addr = {"addr": A4, "any4": ANY4, "any6": ANY6}[listen_on]
+    addr = {"addr": A4, "any4": ANY4, "any6": ANY6, "addr6": A6}[listen_on]
     taken = 0
     for seed in range(6):
         taken += _lockstep(seed * 7 + len(cfg), cfg, addr, backlog=1 + seed % 4)
     assert taken > 0  # the C path did take SYNs
+
+
+def test_reuseport_group_syns_take_the_python_path():
+    for seed in range(4):
+        assert _lockstep(seed, {}, A4, backlog=2, reuseport=True) == 0
 
 
 def test_fastpath_off_has_no_syn_path():
