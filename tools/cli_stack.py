@@ -75,6 +75,8 @@ def open_stack(args, clock):
     stack = Stack(device, args.addr, gateway=gateway, gateway6=gateway6, mtu=args.mtu,
                   fastpath=environment.fastpath(),
                   tcp_config=TcpConfig(congestion=congestion) if congestion else None)
+    if not environment.syn_c():
+        stack.tcp.flows.syn = None  # USTACK_SYN_C=0: SYNs through the Python path (an A/B of _fastpath.SynPath)
     return stack, extras
 
 

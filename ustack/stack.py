@@ -72,6 +72,9 @@ from ustack.timers import TimerHeap
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.ip_host import TcpOverIp
 from ustack.transport.tcp.layer import TcpLayer
+from ustack.transport.tcp.listener import Listener
+from ustack.transport.tcp.output import syn_segment
+from ustack.transport.tcp.synrecv import SynReceived
 from ustack.transport.udp import UdpLayer
 from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREACHABLE, TIME_EXCEEDED
 from ustack.wire import icmpv6 as icmp6wire
@@ -165,6 +168,8 @@ class Stack:
         # With the fast path the poll loop runs in C (FlowTable.deliver_burst): established flows' segments
         # go straight to their connections, every other frame to _deliver, in order.
         self._tcp_burst = self.tcp.flows.deliver_burst if self.tcp.fastpath else None
+        if self.tcp.fastpath:  # a SYN to a listener in its common form: its whole round in C (_fp_syn.pxi)
+            self.tcp.flows.syn = _fastpath.SynPath(self, self.tcp, SynReceived, syn_segment, Listener)
         if self.tcp.fastpath:  # echo requests from a source answered before: in that same C loop (_fp_echo.pxi)
             icmp.fast_echo = self.tcp.flows.echo = _fastpath.EchoResponder(self.link, stats.counters)
         self.protocols.register(PROTO_UDP, self.udp)

@@ -8,6 +8,9 @@ still reaches every stack a program builds:
 - ``USTACK_FASTPATH=0``: ``Stack(fastpath=False)``, TCP receive header
   prediction in C off (debugging; the suite's second run). Any other value,
   or none, leaves it on.
+- ``USTACK_SYN_C=0``: the SYN to a listener through the Python path even with
+  the fast path on (``stack.tcp.flows.syn = None``, ``_fastpath.SynPath``
+  off; ``ustack serve``'s A/B). Read by ``syn_c``.
 """
 
 from __future__ import annotations
@@ -19,3 +22,8 @@ from typing import Mapping, Optional
 def fastpath(environ: Optional[Mapping[str, str]] = None) -> bool:
     """The ``fastpath`` a stack gets under ``environ`` (default: this process's environment)."""
     return (os.environ if environ is None else environ).get("USTACK_FASTPATH", "1") != "0"
+
+
+def syn_c(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether a fast-path stack keeps its SYN path in C (``_fastpath.SynPath``) under ``environ``."""
+    return (os.environ if environ is None else environ).get("USTACK_SYN_C", "1") != "0"
