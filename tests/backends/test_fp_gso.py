@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ustack import _fastpath as fp
+from ustack.wire.checksum import ones_sum
 
 FS = 1 << 16  # slot size, as PacketRingDevice(gso=True)
 H3 = 48  # tpacket3_hdr, then the virtio_net_hdr
@@ -33,19 +34,10 @@ MACS = bytes.fromhex("0200000000010200000000020800")
 MACS6 = MACS[:12] + b"\x86\xdd"
 
 
-def fold(data: bytes, start: int = 0) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = start + sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
-
-
 def pseudo(v6: bool, src: bytes, dst: bytes, l4len: int) -> int:
     if v6:
-        return fold(src + dst + struct.pack("!IxxxB", l4len, 6))
-    return fold(src + dst + struct.pack("!xBH", 6, l4len))
+        return ones_sum(src + dst + struct.pack("!IxxxB", l4len, 6))
+    return ones_sum(src + dst + struct.pack("!xBH", 6, l4len))
 
 
 def tcp_frame(seq: int, payload: bytes, *, v6=False, ident=100, flags=0x10, tsval=7, sport=19, dport=40000,
@@ -56,11 +48,11 @@ def tcp_frame(seq: int, payload: bytes, *, v6=False, ident=100, flags=0x10, tsva
     th = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack, (20 + len(opts)) // 4 << 4, flags, window,
                      0, 0) + opts
     seg = th + payload
-    seg = seg[:16] + struct.pack("!H", 0xFFFF - fold(seg, pseudo(v6, src, dst, len(seg)))) + seg[18:]
+    seg = seg[:16] + struct.pack("!H", 0xFFFF - ones_sum(seg, pseudo(v6, src, dst, len(seg)))) + seg[18:]
     if v6:
         return MACS6 + struct.pack("!IHBB", 6 << 28, len(seg), 6, ttl) + src + dst + seg
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(seg), ident & 0xFFFF, 0x4000, ttl, 6, 0, src, dst)
-    ip = ip[:10] + struct.pack("!H", 0xFFFF - fold(ip)) + ip[12:]
+    ip = ip[:10] + struct.pack("!H", 0xFFFF - ones_sum(ip)) + ip[12:]
     return MACS + ip + seg
 
 
@@ -77,7 +69,7 @@ def software_segment(vnet: bytes, frame: bytes) -> list[bytes]:
     # the pseudo-header sum over the whole segment, as the kernel expects it (not complemented)
     assert struct.unpack_from("!H", frame, csum_start + 16)[0] == pseudo(v6, src, dst, len(frame) - csum_start)
     if not v6:
-        assert fold(frame[14:34]) == 0xFFFF  # inet_gso_segment refuses a bad IPv4 header checksum
+        assert ones_sum(frame[14:34]) == 0xFFFF  # inet_gso_segment refuses a bad IPv4 header checksum
     head, data = frame[:hdr_len], frame[hdr_len:]
     seq0 = struct.unpack_from("!I", head, csum_start + 4)[0]
     ident0 = 0 if v6 else struct.unpack_from("!H", head, 18)[0]
@@ -97,10 +89,10 @@ def software_segment(vnet: bytes, frame: bytes) -> list[bytes]:
         else:
             struct.pack_into("!HH", h, 16, 20 + l4len, (ident0 + i) & 0xFFFF)
             struct.pack_into("!H", h, 24, 0)
-            struct.pack_into("!H", h, 24, 0xFFFF - fold(bytes(h[14:34])))
+            struct.pack_into("!H", h, 24, 0xFFFF - ones_sum(bytes(h[14:34])))
         struct.pack_into("!H", h, th + 16, 0)
         seg = bytes(h[th:]) + piece
-        struct.pack_into("!H", h, th + 16, 0xFFFF - fold(seg, pseudo(v6, src, dst, l4len)))
+        struct.pack_into("!H", h, th + 16, 0xFFFF - ones_sum(seg, pseudo(v6, src, dst, l4len)))
         out.append(bytes(h) + piece)
     return out
 

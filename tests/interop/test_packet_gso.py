@@ -31,6 +31,7 @@ import pytest
 from tests.conftest import require_tool
 from tests.interop.harness import peer_tcp6, serving
 from ustack.tools.services import PATTERN_BLOCK, pattern_sha256
+from ustack.wire.checksum import ones_sum
 
 pytestmark = pytest.mark.privileged
 MB100 = 100_000_000
@@ -102,15 +103,6 @@ def test_kernel_pushes_100mb_through_the_echo_and_back_sha256_exact(served, v6):
     assert got[0] == MB100 and back.hexdigest() == sent.hexdigest()
 
 
-def fold(data: bytes, start: int = 0) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = start + sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
-
-
 def check_segments(pcap: str, v6: bool) -> int:
     """Every segment from ustack's address in ``pcap``: MSS-sized at most, checksums right, IPv4 IDs +1 and
     no gap in the data (a segment that is not the next is a retransmission of data already seen). Returns how many carried data."""
@@ -129,7 +121,7 @@ def check_segments(pcap: str, v6: bool) -> int:
         else:
             if frame[12:14] != b"\x08\x00" or frame[23] != 6 or frame[26:30] != bytes([198, 18, 0, 2]):
                 continue
-            assert fold(frame[14:34]) == 0xFFFF, "bad IPv4 header checksum"
+            assert ones_sum(frame[14:34]) == 0xFFFF, "bad IPv4 header checksum"
             src, dst, l3 = frame[26:30], frame[30:34], 20
             l4len = struct.unpack_from("!H", frame, 16)[0] - 20
             pseudo = src + dst + struct.pack("!xBH", 6, l4len)
@@ -139,7 +131,7 @@ def check_segments(pcap: str, v6: bool) -> int:
             last_id = ident
         seg = frame[14 + l3:14 + l3 + l4len]
         assert len(seg) == l4len and len(frame) <= 1514
-        assert fold(seg, fold(pseudo)) == 0xFFFF, "bad TCP checksum"
+        assert ones_sum(seg, ones_sum(pseudo)) == 0xFFFF, "bad TCP checksum"
         hl = (seg[12] >> 4) * 4
         seq = struct.unpack_from("!I", seg, 4)[0]
         if l4len > hl:
