@@ -40,6 +40,10 @@ def pattern_sha256(nbytes: int) -> str:
 
 
 class _Service:
+    # True for a service whose step only answers what it reads: a connection accepted with nothing to
+    # read (no data, EOF, error) is left to its first on_event (the layer's call after the segment).
+    reads_first = False
+
     def __init__(self, stack, port: int, backlog: int = 256):
         self.stack = stack
         wildcard = bytes(16) if stack.ipv6 is not None else bytes(4)  # :: is dual-stack: IPv4 too
@@ -58,7 +62,8 @@ class _Service:
             conn.on_event = self._on_conn
             conn.on_send_low_water = self._on_conn
             self.opened(conn)
-            self._on_conn(conn)
+            if not self.reads_first or conn.readable:
+                self._on_conn(conn)
 
     def _on_conn(self, conn) -> None:
         if conn.state == State.CLOSED:
@@ -89,6 +94,8 @@ class TcpEcho(_Service):
     server in ``ustack bench`` does: two copies per byte (receive ring -> buffer -> send ring). Only a
     tail the send buffer refused is kept, per connection, until ``on_send_low_water``.
     """
+
+    reads_first = True
 
     def __init__(self, stack, port: int, backlog: int = 256):
         super().__init__(stack, port, backlog)
@@ -126,6 +133,8 @@ class TcpEcho(_Service):
 class TcpDiscard(_Service):
     """Reads and drops everything (``recv_into`` one buffer of its own, as the kernel row's server does);
     closes after the peer's FIN."""
+
+    reads_first = True
 
     def __init__(self, stack, port: int, backlog: int = 256):
         super().__init__(stack, port, backlog)

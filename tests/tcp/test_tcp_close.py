@@ -74,6 +74,32 @@ def test_passive_close_close_wait_then_last_ack():
     assert fin.seq + 1 == conn.tcb.snd_una
 
 
+@pytest.mark.parametrize("closing", [False, True])
+def test_peer_fin_notifies_the_application_once(closing):
+    """The peer's FIN in ESTABLISHED tells the application once, at CLOSE-WAIT (no second call after
+    the segment); an application that closes from that call hears of LAST-ACK from its own close()
+    and its FIN leaves with the ACK of the peer's, one segment."""
+    h = Harness(delayed_ack=False)
+    lst, conn = h.open_passive()
+    events = []
+
+    def on_event(c):
+        events.append(c.state)
+        if closing and c.eof and not c.wr_shutdown:
+            c.close(now=h.now)
+
+    conn.on_event = on_event
+    h.peer.send(flags="FA")
+    h.layer.flush(h.now)
+    if closing:
+        assert events == [State.CLOSE_WAIT, State.LAST_ACK]
+        h.peer.expect(flags="FA", ack=1002)
+    else:
+        assert events == [State.CLOSE_WAIT]
+        h.peer.expect(flags="A", ack=1002)
+    h.peer.expect_nothing()
+
+
 def test_simultaneous_close_via_closing():
     h = Harness(delayed_ack=False)
     conn = h.open_active()

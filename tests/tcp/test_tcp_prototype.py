@@ -170,3 +170,36 @@ def test_second_passive_open_is_copied_and_behaves_the_same():
     h.layer.flush(h.now)
     out = h.drain()
     assert sorted(len(s.payload) for s in out) == [100, 100]
+
+
+def test_copied_connection_takes_the_syn_acks_timer_and_makes_none():
+    """A copied connection's retransmission timer is the SYN-ACK's (the record's, as ``adopt`` leaves
+    it): ``make`` creates no timer of its own for it, and the timer's deadline and callback are kept."""
+    h = Harness(sack=True, timestamps=True)
+    h.peer.use_ts = True
+    lst, _ = h.open_passive()
+    assert lst.prototype is not None
+    h.peer.port = 5001
+    h.peer.snd_nxt = 1000
+    h.peer.send(flags="S", win=65535, mss=1460)
+    synack = h.peer.expect(flags="SA", ack=1001)
+    rec = h.layer.connections[(LOCAL, 80, PEER, 5001)]
+    timer = rec.timer
+    assert isinstance(timer, Timer) and timer.deadline is not None
+    made = []
+    original = type(h.timers).timer
+
+    def counting(timers, callback, owner=None):
+        made.append(callback)
+        return original(timers, callback, owner)
+
+    type(h.timers).timer = counting
+    try:
+        conn = rec.build()
+    finally:
+        type(h.timers).timer = original
+    assert conn.sender.rtx_timer is timer and timer.owner is conn
+    assert timer.callback is Connection._on_rtx_timer
+    assert Connection._on_rtx_timer not in made
+    h.peer.send(flags="A", ack=synack.seq + 1, win=65535)
+    assert lst.accept() is conn and conn.state.name == "ESTABLISHED"

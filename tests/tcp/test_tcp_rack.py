@@ -553,3 +553,36 @@ def test_rfc6675_recovery_ends_with_cwnd_at_ssthresh_when_nothing_is_in_flight()
     cc = conn.sender.cc
     assert conn.info().congestion == "cubic"  # the default: ssthresh 0.7 of the 20 in flight (RFC 9438 4.6)
     assert cc.ssthresh == 20 * MSS * 7 // 10 and cc.window == cc.ssthresh
+
+
+@pytest.mark.parametrize("sack", [True, False])
+def test_fin_arms_the_retransmission_timer_once(sack, monkeypatch):
+    """A lone FIN arms the sender's timer once: RACK-TLP's probe timeout (RFC 8985 7.2, the earlier of
+    the PTO and the RTO) without an RTO arm before it; NewReno (no SACK) the RTO (RFC 6298 5.1)."""
+    from ustack import timers as timers_mod
+    from ustack.transport.tcp import rack
+
+    h = Harness(delayed_ack=False, sack=sack)
+    conn = h.open_active(peer_options={"sack_perm": True} if sack else None)
+    sender = conn.sender
+    arms = []
+    arm = timers_mod.Timer.arm
+
+    def counting(timer, deadline):
+        if timer is sender.rtx_timer:
+            arms.append(deadline)
+        arm(timer, deadline)
+
+    monkeypatch.setattr(timers_mod.Timer, "arm", counting)
+    now = h.now
+    conn.close(now=now)
+    h.layer.flush(now)
+    h.peer.expect(flags="FA")
+    rto = sender.rtt.rto
+    if sack:
+        srtt = sender.rtt.srtt
+        pto = max((2 * srtt if srtt is not None else 1.0) + rack.WC_DEL_ACK, rack.PTO_MIN)
+        assert arms == [min(now + pto, now + rto)] and sender.rtx_kind == rack.PTO
+    else:
+        assert arms == [now + rto] and sender.rtx_kind == rack.RTO
+    assert sender.rtx_timer.deadline == arms[0]

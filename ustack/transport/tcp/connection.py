@@ -351,7 +351,13 @@ class Connection(UserCalls):
                     self._notify_due = True  # the application hears of the burst once (TcpLayer.flush)
                     self.layer.notify_later(self)
                 return
-            if not (st in RECEIVING and _peer_fin(self, seg, payload, now)):
+            if st in RECEIVING and _peer_fin(self, seg, payload, now):
+                if st == ESTABLISHED and self.tcb.state != ESTABLISHED:
+                    # The FIN's CLOSE-WAIT (_set_state) told the application last; what followed only
+                    # sent (our ACK, or the FIN its close() queued): no second notification.
+                    self._recharge()
+                    return
+            else:
                 self._synchronized_arrives(seg, payload, now)
             if self.tcb.state == TIME_WAIT:
                 # Only a light record stays (timewait.py); the window is the one the last ACK carried.

@@ -85,9 +85,11 @@ class Prototype:
         return (own_mss == self.own_mss and family == self.family and layer.fastpath == self.fastpath
                 and self.copiers.config.matches(config, self.knobs))
 
-    def make(self, layer, local: tuple, remote: tuple, listener, hashes: tuple, emitter=None) -> Connection:
+    def make(self, layer, local: tuple, remote: tuple, listener, hashes: tuple, emitter=None,
+             rtx_timer=None) -> Connection:
         """The connection ``Connection(layer, config, local, remote, listener, hashes, own_mss)`` builds;
-        ``emitter``: the flow's fast emitter (``FlowEmitter``) already made (for the SYN-ACK), its own."""
+        ``emitter``: the flow's fast emitter (``FlowEmitter``) already made (for the SYN-ACK), its own;
+        ``rtx_timer``: the SYN-ACK's timer ``Connection.adopt`` makes its retransmission timer (else a new one)."""
         cp = self.copiers
         p = self.conn
         c = cp.conn.clone(p)
@@ -131,23 +133,23 @@ class Prototype:
         cc = ps.cc
         s.cc = cp.cc[type(cc)].clone(cc)
         s.recovery = NewRenoRecovery(s, 0)
-        s.rtx_timer = host.timers.timer(Connection._on_rtx_timer, c)
+        s.rtx_timer = rtx_timer if rtx_timer is not None else host.timers.timer(Connection._on_rtx_timer, c)
         s.low_water = c._send_low_water
         s.timer_maker = c
         return c
 
 
 def passive_connection(layer, config: TcpConfig, local: tuple, remote: tuple, listener, hashes: tuple,
-                       own_mss: int, emitter=None) -> Connection:
+                       own_mss: int, emitter=None, rtx_timer=None) -> Connection:
     """A listener's new connection (``synrecv.SynReceived.build``): copied from the listener's prototype
     when one fits, else built (and the prototype made for the next ones); ``emitter``: the flow's fast
-    emitter that wrote its SYN-ACK, the copy's (``Prototype.make``)."""
+    emitter that wrote its SYN-ACK, the copy's, and ``rtx_timer`` the SYN-ACK's timer (``Prototype.make``)."""
     if listener is None:
         return Connection(layer, config, local, remote, listener=None, hashes=hashes, own_mss=own_mss)
     family = len(local[0])
     proto = listener.prototype
     if proto is not None and proto.fits(layer, config, own_mss, family):
-        return proto.make(layer, local, remote, listener, hashes, emitter)
+        return proto.make(layer, local, remote, listener, hashes, emitter, rtx_timer)
     copiers = layer.copiers
     if copiers is None:
         copiers = layer.copiers = Copiers()

@@ -88,6 +88,7 @@ class RackRecovery:
                  "lost_segs", "tlps", "undos", "reorderings", "dsacks")
 
     name = "rack"
+    arms_after_send = True  # arm_timer runs the sender's timer after new data (Sender.output)
 
     def __init__(self, sender: RecoveryHost, recover: int):
         self.sender = sender
@@ -329,7 +330,7 @@ class RackRecovery:
             timer.arm(min(now + pto, rto_at))
             sender.rtx_kind = PTO
             return
-        if sender.rtx_kind != RTO:
+        if sender.rtx_kind != RTO or timer.deadline is None:  # (None: output left the RTO arm to us)
             timer.arm(now + sender.rtt.rto)
             sender.rtx_kind = RTO
 

@@ -78,6 +78,7 @@ class Recovery(Protocol):
     """The loss recovery interface the sender drives (see the module docstring)."""
 
     dupacks: int  # consecutive duplicate ACKs (RFC 5681 section 2)
+    arms_after_send: bool  # arm_timer arms the retransmission timer after new data (the segments leave it)
     in_recovery: bool
     recover: int  # RFC 6582 "recover" / RFC 6675 RecoveryPoint: SND.MAX - 1 when recovery started
     inflation: int  # bytes added to cwnd during NewReno recovery (negative after large partial ACKs)
@@ -120,6 +121,7 @@ class _FastRecovery:
     __slots__ = ("sender", "dupacks", "in_recovery", "recover", "inflation", "fast_retransmits")
     # What RACK-TLP counts (``info()``); these recoveries do not tell them apart.
     lost_segs = tlps = undos = reorderings = dsacks = 0
+    arms_after_send = False  # the sender arms the RTO itself as segments leave (arm_timer does nothing)
 
     def __init__(self, sender: RecoveryHost, recover: int):
         self.sender = sender

@@ -310,8 +310,10 @@ class Sender:
 
     # -- sending ---------------------------------------------------------
 
-    def send_data(self, seq: int, n: int, fin: bool, now: float, advance: bool = True, probe: bool = False) -> None:
-        """Send ``n`` bytes from the send buffer starting at ``seq`` (plus FIN)."""
+    def send_data(self, seq: int, n: int, fin: bool, now: float, advance: bool = True, probe: bool = False,
+                  arm: bool = True) -> None:
+        """Send ``n`` bytes from the send buffer starting at ``seq`` (plus FIN); ``arm``: False when the
+        caller arms the retransmission timer itself afterwards (``output`` for RACK-TLP)."""
         tcb = self.tcb
         off = seq_diff(seq, tcb.snd_una)
         sndbuf = self.sndbuf
@@ -341,7 +343,7 @@ class Sender:
             tcb.snd_nxt = end
         if seq_gt(end, tcb.snd_max):
             tcb.snd_max = end
-        if not probe and self.rtx_timer.deadline is None:
+        if arm and not probe and self.rtx_timer.deadline is None:
             self.rtx_kind = RTO
             self.rtx_timer.arm(now + self.rtt.rto)
 
@@ -415,6 +417,9 @@ class Sender:
         self.push = False
         corked = False
         send_data = self.send_data
+        # RACK-TLP arms the timer after new data (arm_timer below, RFC 8985 7.2): the segments leave it to
+        # that one arm (else an RTO arm and a PTO arm per flight, as for a lone FIN).
+        arm = budget is not None or not self.recovery.arms_after_send
         tx = self.tx
         if tx is not None and budget is None:
             if self.rs is None:
@@ -459,7 +464,7 @@ class Sender:
                             break
                 elif n < tcb.max_snd_wnd // 2:
                     break  # sender SWS avoidance: wait for the window to open further
-            send_data(nxt, n, fin, now)
+            send_data(nxt, n, fin, now, True, False, arm)
             force = False
             if budget is not None:
                 budget -= n
@@ -471,8 +476,9 @@ class Sender:
         # data with nothing outstanding needs the persist timer.
         if self.rtx_timer.deadline is None and self.persist_timer.deadline is None:
             if tcb.snd_max != tcb.snd_una:
-                self.rtx_kind = RTO
-                self.rtx_timer.arm(now + self.rtt.rto)
+                if arm or tcb.snd_max == snd_max:  # (else the recovery's arm_timer just below)
+                    self.rtx_kind = RTO
+                    self.rtx_timer.arm(now + self.rtt.rto)
             elif seq_diff(tcb.snd_nxt, una) < len(sndbuf) and not corked:
                 self.arm_persist(now)
         if tcb.snd_max != snd_max and budget is None:

@@ -134,7 +134,7 @@ class SynReceived:
         listener = self.listener
         if self.own_mss:  # (copied from the listener's prototype: the connection Connection() builds)
             conn = passive_connection(layer, self.config, self.local, self.remote, listener, self.hashes,
-                                      self.own_mss, self.emitter)
+                                      self.own_mss, self.emitter, self.timer)  # (adopt's timer: none made)
         else:
             conn = Connection(layer, self.config, self.local, self.remote, listener=listener, hashes=self.hashes)
         self.conn = conn
