@@ -105,22 +105,17 @@ def test_expired_arp_entry_sends_the_request_to_python():
         assert counts["icmp.echo_replies_sent"] == 1  # Python answered (and refreshed the neighbour)
 
 
-def test_broadcast_request_is_not_answered():
+@pytest.mark.parametrize("msg, dst, drop", [
+    (IcmpMessage(8, 0, 6, 6, b"bcast"), "198.18.0.255", "drop.icmp.broadcast_echo_ignored"),
+    (IcmpMessage(13, 0, 1, 1, bytes(12)), None, "drop.icmp.unsupported_type"),  # a timestamp request
+], ids=["broadcast-echo", "other-type"])
+def test_what_c_does_not_answer_goes_to_python_and_its_drop(msg, dst, drop):
+    """A broadcast echo request and other ICMP types are not the C path's: Python drops them, named."""
     with _net(True) as net:
         _warm(net)
-        msg = IcmpMessage(8, 0, 6, 6, b"bcast")
-        _request(net, msg, dst=ip_addr("198.18.0.255"))
+        _request(net, msg, **({"dst": ip_addr(dst)} if dst else {}))
         net.run(max_time=0.5)
-        assert net.a.stats["drop.icmp.broadcast_echo_ignored"] == 1
-        assert net.a.tcp.flows.echo.answered == 0
-
-
-def test_other_icmp_types_and_short_messages_go_to_python():
-    with _net(True) as net:
-        _warm(net)
-        _request(net, IcmpMessage(13, 0, 1, 1, bytes(12)))  # a timestamp request: not ours to answer
-        net.run(max_time=0.5)
-        assert net.a.stats["drop.icmp.unsupported_type"] == 1
+        assert net.a.stats[drop] == 1
         assert net.a.tcp.flows.echo.answered == 0
 
 
