@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from socket import AF_INET6, inet_aton, inet_pton
 
 import pytest
@@ -29,6 +30,21 @@ FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCh
 def test_checksum_matches_reference(data, initial):
     assert fp.checksum(data, initial) == internet_checksum(data, initial)
     assert fp.ones_sum(data, initial) == ones_sum(data, initial)
+
+
+@pytest.mark.parametrize("fill", ["ff", "random"])
+def test_checksum_every_length_and_alignment_around_the_wide_loop(fill):
+    # The C sum takes 64-byte blocks through AVX2 lanes from 128 bytes on (where the CPU has AVX2)
+    # and the tail through the scalar loop: every length 0..400 at each of 4 alignments, plus a
+    # 64 KiB super-frame, all against the pure-Python sum (0xff bytes push every carry).
+    rnd = random.Random(7)
+    big = bytes([0xFF]) * 70_000 if fill == "ff" else rnd.randbytes(70_000)
+    view = memoryview(big)
+    for off in range(4):
+        for n in range(401):
+            assert fp.ones_sum(view[off:off + n]) == ones_sum(big[off:off + n]), (off, n)
+    for n in (65_535, 65_536, 69_999):
+        assert fp.checksum(view[1:1 + n], 0x1234) == internet_checksum(big[1:1 + n], 0x1234)
 
 
 def test_checksum_known_vector_and_edges():
