@@ -40,6 +40,8 @@ def _device_opts(args) -> dict:
             opts[name] = value
     if args.backend == "packet" and "gso" not in opts and os.environ.get("USTACK_PACKET_GSO") in ("0", "1"):
         opts["gso"] = os.environ["USTACK_PACKET_GSO"] == "1"  # the device's default otherwise (benchmarks' A/B)
+    if args.backend == "afxdp" and "gso" not in opts and os.environ.get("USTACK_AFXDP_GSO") in ("0", "1"):
+        opts["gso"] = os.environ["USTACK_AFXDP_GSO"] == "1"
     if args.backend == "packet" and getattr(args, "claim", True):
         opts["claim"] = [a.split("/")[0] for a in args.addr]
     return opts
@@ -171,8 +173,9 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
                    help="packet: TPACKET_V2 RX ring (default: each frame visible at once) or V3 "
                         "(block-batched: cheapest per frame, up to 1 ms of added latency)")
     p.add_argument("--gso", action=argparse.BooleanOptionalAction, default=None,
-                   help="packet: hand the kernel runs of full-sized TCP segments as one super-frame "
-                        "(PACKET_VNET_HDR; the kernel segments them back)")
+                   help="packet, afxdp: hand the kernel runs of full-sized TCP segments as one super-frame "
+                        "(PACKET_VNET_HDR; the kernel segments them back; afxdp: through an AF_PACKET socket "
+                        "beside the AF_XDP one, in copy mode on a noqueue interface)")
     p.add_argument("--no-claim", dest="claim", action="store_false",
                    help="packet: let the kernel's own IP input see frames to our addresses too (by default an "
                         "nftables ingress rule, after the packet socket's tap, keeps them from it, as AF_XDP's "
