@@ -20,7 +20,7 @@ import sys
 
 from ustack.api import environment
 from ustack.api.clock import MonotonicClock
-from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
+from ustack.api.driver import DEFAULT_BUSY_POLL, DEFAULT_PUSH_WAIT, PUSH_HOLD_MAX, Driver
 from ustack.capture import PcapDevice
 from ustack.device import DeviceError
 from ustack.stack import Stack
@@ -122,6 +122,7 @@ def start_stack(args, name: str):
         print(f"ustack {name}: {describe_error(e)}", file=sys.stderr)
         return None
     return stack, Driver(stack, clock, busy_poll=getattr(args, "busy_poll", DEFAULT_BUSY_POLL),
+                         push_wait=getattr(args, "push_wait", DEFAULT_PUSH_WAIT),
                          anticipate=getattr(args, "anticipate", False)), extras
 
 
@@ -160,6 +161,11 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
                    help="spin on the RX ring this long after each round that received frames before "
                         f"sleeping, like SO_BUSY_POLL (default {DEFAULT_BUSY_POLL * 1e6:.0f} µs; 0: never spin; "
                         "longer than a flow's spacing: lower latency, one CPU busy while it flows)")
+    p.add_argument("--push-wait", type=float_range(0.0, high=PUSH_HOLD_MAX), default=DEFAULT_PUSH_WAIT, metavar="SECONDS",
+                   help="when a round ends on a TCP segment of a write still going on (data, no PSH), wait "
+                        "this long for its next frame before the applications are told (one read and one "
+                        f"answer per write; default {DEFAULT_PUSH_WAIT * 1e6:.0f} µs, at most "
+                        f"{PUSH_HOLD_MAX * 1e6:.0f} µs in all; 0: tell them after every RX burst)")
     p.add_argument("--anticipate", action="store_true",
                    help="anticipate steady spaced flows (off by default): once requests come at a steady "
                         "period of ~6 ms to 1 s the poller wakes just before each is due and spins ~0.3 ms "
