@@ -138,7 +138,7 @@ def cmd_serve(args) -> int:
             if counts:
                 print("device counters:")
                 for name, count in counts.items():
-                    print(f"  {name:38s} {count}")
+                    print(f"{name:40s} {count}")  # unindented, as Stats.format (not a drop line)
         sys.stdout.flush()
         stack.device.close()
     return 0
