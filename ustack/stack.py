@@ -50,6 +50,7 @@ import os
 from typing import Optional
 
 from ustack import _fastpath
+from ustack._fastpath import data_without_push  # ustack.wire.push's check, in C
 from ustack._fastpath import (K_ARP, K_DROP, K_FRAG, K_ICMP, K_ICMP6, K_IP6, K_IP_OTHER, K_TCP, K_TCP6, K_UDP,
                               K_UDP6, REASONS)
 from ustack.device import Device
@@ -78,7 +79,6 @@ from ustack.transport.tcp.synrecv import SynReceived
 from ustack.transport.udp import UdpLayer
 from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREACHABLE, TIME_EXCEEDED
 from ustack.wire import icmpv6 as icmp6wire
-from ustack.wire.push import data_without_push
 from ustack.wire.proto import PROTO_TCP, PROTO_UDP
 
 

@@ -1,4 +1,5 @@
-"""ustack.wire.push.data_without_push: a peek at raw frames, every length checked (RFC 9293 3.9.1.2's PSH)."""
+"""ustack.wire.push.data_without_push and its C twin (_fastpath.data_without_push, what Stack.poll calls):
+a peek at raw frames, every length checked (RFC 9293 3.9.1.2's PSH); both give the same answer for any bytes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ustack.wire.push import data_without_push
+from ustack import _fastpath
+from ustack.wire import push
+
+IMPLS = [push.data_without_push, _fastpath.data_without_push]
 
 ETH4 = bytes(12) + b"\x08\x00"
 ETH6 = bytes(12) + b"\x86\xdd"
@@ -27,8 +31,9 @@ def v6(seg: bytes, nh: int = 6) -> bytes:
     return ETH6 + struct.pack("!IHBB", 6 << 28, len(seg), nh, 64) + bytes(32) + seg
 
 
+@pytest.mark.parametrize("data_without_push", IMPLS)
 @pytest.mark.parametrize("ip", [v4, v6])
-def test_data_without_psh_is_mid_write_and_nothing_else_is(ip):
+def test_data_without_psh_is_mid_write_and_nothing_else_is(ip, data_without_push):
     assert data_without_push(ip(tcp(0x10, b"x" * 100)))
     assert data_without_push(ip(tcp(0x10, b"x", doff=32)))  # with options
     assert not data_without_push(ip(tcp(0x18, b"x" * 100)))  # PSH: the write's end
@@ -38,7 +43,8 @@ def test_data_without_psh_is_mid_write_and_nothing_else_is(ip):
         assert not data_without_push(ip(tcp(other, b"x" * 10)))
 
 
-def test_ethernet_padding_is_not_data_and_other_frames_are_not_tcp():
+@pytest.mark.parametrize("data_without_push", IMPLS)
+def test_ethernet_padding_is_not_data_and_other_frames_are_not_tcp(data_without_push):
     assert not data_without_push(v4(tcp(0x10, b""), pad=6))  # a 60-byte minimum frame's padding
     assert not data_without_push(v4(tcp(0x10, b"x"), frag=0x2000))  # a first fragment
     assert not data_without_push(v4(tcp(0x10, b"x"), proto=17))
@@ -48,8 +54,9 @@ def test_ethernet_padding_is_not_data_and_other_frames_are_not_tcp():
     assert not data_without_push(b"")
 
 
+@pytest.mark.parametrize("data_without_push", IMPLS)
 @pytest.mark.parametrize("ip", [v4, v6])
-def test_every_truncation_is_answered_without_reading_past_the_end(ip):
+def test_every_truncation_is_answered_without_reading_past_the_end(ip, data_without_push):
     frame = ip(tcp(0x10, b"x" * 40, doff=24))
     for n in range(len(frame)):
         assert data_without_push(memoryview(frame)[:n]) is False  # the IP length says more than is there
@@ -57,6 +64,15 @@ def test_every_truncation_is_answered_without_reading_past_the_end(ip):
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=120))
-def test_random_bytes_never_raise(data):
-    assert data_without_push(ETH4 + data) in (True, False)
-    assert data_without_push(ETH6 + data) in (True, False)
+def test_random_bytes_never_raise_and_both_implementations_agree(data):
+    for frame in (ETH4 + data, ETH6 + data, data):
+        assert push.data_without_push(frame) is _fastpath.data_without_push(frame) in (True, False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([v4, v6]), st.integers(0, 255), st.integers(0, 60), st.sampled_from([20, 24, 32, 60]),
+       st.integers(-4, 4))
+def test_both_implementations_agree_on_tcp_frames(ip, flags, payload, doff, cut):
+    frame = ip(tcp(flags, b"y" * payload, doff=doff))
+    frame = frame[:len(frame) + cut] if cut < 0 else frame + bytes(cut)
+    assert push.data_without_push(frame) is _fastpath.data_without_push(frame)

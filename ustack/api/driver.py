@@ -155,10 +155,11 @@ class Driver:
             received = stats[_RX_COUNTER]
             now = self.clock()
             due = self.deadline is not None and now >= self.deadline
-            if hold and self.push_wait and self._may_hold(now):
+            if hold and self.push_wait and (self._held_since is None or self._may_hold(now)):
                 self.deadline = self.stack.poll(now, hold=True)
                 worked = stats[_RX_COUNTER] != received
-                self._note_hold(now, worked)
+                if self.stack.flush_held or self._held_since is not None:
+                    self._note_hold(now, worked)
             else:
                 self.deadline = self.stack.poll(now)
                 worked = stats[_RX_COUNTER] != received
@@ -178,10 +179,8 @@ class Driver:
         return result
 
     def _may_hold(self, now: float) -> bool:
-        """May this round leave the TCP flush to a later one (within the push_wait bounds)?"""
+        """May this round leave the TCP flush to a later one (a flush already held: within the bounds)?"""
         since = self._held_since
-        if since is None:
-            return True
         return (now - self._held_rx < self.push_wait and now - since < PUSH_HOLD_MAX
                 and self._held_empty < PUSH_HOLD_ROUNDS)
 
