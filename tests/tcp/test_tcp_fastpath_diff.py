@@ -283,6 +283,22 @@ def _run_both(steps, ts=True, wscale=False, sack=False, cc="newreno"):
     return fast_conn, slow_conn
 
 
+@pytest.mark.parametrize("cc", ["newreno", "cubic"])
+@pytest.mark.parametrize("dack", ["all", "half"])
+def test_a_request_that_acks_our_reply_takes_the_ack_in_c(cc, dack):
+    """An echo's next request: data whose ACK field advances SND.UNA (our reply acknowledged) runs
+    Sender.on_ack in C (TxPath.on_ack, as for a pure ACK), with the same bytes and state as the Python path."""
+    fast_conn, slow_conn = _run_both([
+        ("burst", 2, 1448, "A", 0),  # a request
+        ("send", 2896 + 100),  # our reply, outstanding
+        ("seg", 0, 1448, "A", dack, 65535, "now"),  # the next request, acknowledging (part of) it
+        ("seg", 0, 700, "AP", "all", 65535, "now"),
+        ("time", 0.05),
+    ], cc=cc)
+    assert fast_conn.sender.tx.acks == (1 if dack == "all" else 2)  # (0 before: the Python Sender.on_ack)
+    assert fast_conn.tcb.snd_una == fast_conn.tcb.snd_max
+
+
 def test_data_that_opens_a_zero_window_cancels_persist_as_the_python_path_does():
     fast_conn, _ = _run_both([
         ("seg", 0, 0, "A", 0, 0, "now"),  # the peer closes its window
