@@ -17,6 +17,8 @@ GSO skbs segmented in one batch: what that batching is worth at each size.
 Rows ``packet-gso`` / ``packet-nogso``: ``ustack serve --backend packet
 --gso`` (runs of full-sized segments handed to the kernel as one
 super-frame; the packet backend's default) or ``--no-gso`` (frame by frame).
+Rows ``afxdp-gso`` / ``afxdp-nogso``: the same for afxdp (its runs through an
+AF_PACKET socket beside the AF_XDP one; on by default in copy mode).
 Beside each p50, in brackets: the client's pure ACKs per echo (the peer
 namespace's TCP OutSegs less the data segments), the trace of a sender
 whose frames reach the client one softirq at a time (it reads and ACKs
@@ -45,7 +47,8 @@ def one_rep(kind: str, placement: Placement, sizes: list, count: int, warmup: in
                                 "gso_max_segs", "1"], check=True)
             server = kernel_server(topo, 1000)
         else:  # "packet-gso"/"packet-nogso": the packet backend with TCP segmentation offload on transmit or not
-            backend, extra = {"packet-gso": ("packet", ["--gso"]), "packet-nogso": ("packet", ["--no-gso"])}.get(
+            backend, extra = {"packet-gso": ("packet", ["--gso"]), "packet-nogso": ("packet", ["--no-gso"]),
+                              "afxdp-gso": ("afxdp", ["--gso"]), "afxdp-nogso": ("afxdp", ["--no-gso"])}.get(
                 kind, (kind, []))
             server, _ = ustack_server(topo, backend, 1000, None, extra)
         out = {}

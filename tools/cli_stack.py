@@ -20,7 +20,7 @@ import sys
 
 from ustack.api import environment
 from ustack.api.clock import MonotonicClock
-from ustack.api.driver import DEFAULT_BUSY_POLL, Driver
+from ustack.api.driver import DEFAULT_BUSY_POLL, DEFAULT_PUSH_WAIT, PUSH_HOLD_MAX, Driver
 from ustack.capture import PcapDevice
 from ustack.device import DeviceError
 from ustack.stack import Stack
@@ -40,6 +40,8 @@ def _device_opts(args) -> dict:
             opts[name] = value
     if args.backend == "packet" and "gso" not in opts and os.environ.get("USTACK_PACKET_GSO") in ("0", "1"):
         opts["gso"] = os.environ["USTACK_PACKET_GSO"] == "1"  # the device's default otherwise (benchmarks' A/B)
+    if args.backend == "afxdp" and "gso" not in opts and os.environ.get("USTACK_AFXDP_GSO") in ("0", "1"):
+        opts["gso"] = os.environ["USTACK_AFXDP_GSO"] == "1"
     if args.backend == "packet" and getattr(args, "claim", True):
         opts["claim"] = [a.split("/")[0] for a in args.addr]
     return opts
@@ -120,6 +122,7 @@ def start_stack(args, name: str):
         print(f"ustack {name}: {describe_error(e)}", file=sys.stderr)
         return None
     return stack, Driver(stack, clock, busy_poll=getattr(args, "busy_poll", DEFAULT_BUSY_POLL),
+                         push_wait=getattr(args, "push_wait", DEFAULT_PUSH_WAIT),
                          anticipate=getattr(args, "anticipate", False)), extras
 
 
@@ -158,6 +161,11 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
                    help="spin on the RX ring this long after each round that received frames before "
                         f"sleeping, like SO_BUSY_POLL (default {DEFAULT_BUSY_POLL * 1e6:.0f} µs; 0: never spin; "
                         "longer than a flow's spacing: lower latency, one CPU busy while it flows)")
+    p.add_argument("--push-wait", type=float_range(0.0, high=PUSH_HOLD_MAX), default=DEFAULT_PUSH_WAIT, metavar="SECONDS",
+                   help="when a round ends on a TCP segment of a write still going on (data, no PSH), wait "
+                        "this long for its next frame before the applications are told (one read and one "
+                        f"answer per write; default {DEFAULT_PUSH_WAIT * 1e6:.0f} µs, at most "
+                        f"{PUSH_HOLD_MAX * 1e6:.0f} µs in all; 0: tell them after every RX burst)")
     p.add_argument("--anticipate", action="store_true",
                    help="anticipate steady spaced flows (off by default): once requests come at a steady "
                         "period of ~6 ms to 1 s the poller wakes just before each is due and spins ~0.3 ms "
@@ -171,8 +179,9 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
                    help="packet: TPACKET_V2 RX ring (default: each frame visible at once) or V3 "
                         "(block-batched: cheapest per frame, up to 1 ms of added latency)")
     p.add_argument("--gso", action=argparse.BooleanOptionalAction, default=None,
-                   help="packet: hand the kernel runs of full-sized TCP segments as one super-frame "
-                        "(PACKET_VNET_HDR; the kernel segments them back)")
+                   help="packet, afxdp: hand the kernel runs of full-sized TCP segments as one super-frame "
+                        "(PACKET_VNET_HDR; the kernel segments them back; afxdp: through an AF_PACKET socket "
+                        "beside the AF_XDP one, in copy mode on a noqueue interface)")
     p.add_argument("--no-claim", dest="claim", action="store_false",
                    help="packet: let the kernel's own IP input see frames to our addresses too (by default an "
                         "nftables ingress rule, after the packet socket's tap, keeps them from it, as AF_XDP's "

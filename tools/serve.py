@@ -133,6 +133,12 @@ def cmd_serve(args) -> int:
         if isinstance(getattr(dev, "stats", None), Stats) and dev.stats.format():
             print("device counters:")
             print(dev.stats.format())
+        elif callable(getattr(dev, "stats", None)):  # afxdp: its data path's counters as a dict
+            counts = {k: v for k, v in dev.stats().items() if v}
+            if counts:
+                print("device counters:")
+                for name, count in counts.items():
+                    print(f"{name:40s} {count}")  # unindented, as Stats.format (not a drop line)
         sys.stdout.flush()
         stack.device.close()
     return 0

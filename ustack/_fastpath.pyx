@@ -23,6 +23,8 @@ Pieces (each in its own include file, one concern each):
 - _fp_clone.pxi: shallow copies of slotted objects (SlotCopier: connection setup from a prototype)
 - _fp_syn.pxi: the SYN to a listener in one C call (SynPath: the record, its ISS by BLAKE2s, the SYN-ACK)
 - _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
+- _fp_gso.pxi: TCP segmentation offload on transmit (AF_PACKET TX ring super-frames; AF_XDP runs by sendmsg)
+- _fp_push.pxi: is a frame a TCP segment in the middle of its sender's write (data, no PSH)?
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -47,3 +49,4 @@ include "_fp_echo.pxi"
 include "_fp_clone.pxi"
 include "_fp_ctl.pxi"
 include "_fp_gso.pxi"
+include "_fp_push.pxi"

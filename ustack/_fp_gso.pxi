@@ -234,3 +234,115 @@ def tpv3_tx_post_gso(object ring, Py_ssize_t tx_off, Py_ssize_t frame_size, Py_s
         return (out, posted, supers, merged)
     finally:
         PyBuffer_Release(&rb)
+
+
+# -- AF_XDP: runs of segments through an AF_PACKET socket with PACKET_VNET_HDR --
+#
+# AF_XDP descriptors carry no offload metadata, so an AF_XDP socket in copy
+# mode sends frame by frame (one skb, one softirq and one receive by a local
+# peer per frame). XskDataPath.tx_commit, given such a socket on the same
+# interface (set_gso), hands each run of segments that qualifies (the rules
+# above, _gso_run) to the kernel as one super-frame through it instead: one
+# sendmsg of a virtio_net_hdr, the run's first headers (rewritten as above)
+# and the run's payloads straight from the UMEM (an iovec each: no copy on our
+# side). Both sockets transmit synchronously in the calling thread when the
+# interface has no queueing discipline (noqueue, a veth's default: AF_XDP's
+# generic transmit through __dev_direct_xmit, AF_PACKET's through
+# dev_queue_xmit), so the wire order is the commit order as long as the AF_XDP
+# ring is empty before each super-frame (tx_commit checks, else sends the run
+# frame by frame).
+
+from posix.uio cimport iovec
+
+cdef extern from *:
+    """
+    #include <string.h>
+    #include <sys/uio.h>
+    #include <sys/socket.h>
+    static inline long ustack_gso_sendmsg(int fd, struct iovec *iov, int n)
+    {
+        struct msghdr m;
+        memset(&m, 0, sizeof m);
+        m.msg_iov = iov;
+        m.msg_iovlen = (size_t)n;
+        return (long)sendmsg(fd, &m, MSG_DONTWAIT);
+    }
+    """
+    long ustack_gso_sendmsg(int fd, iovec *iov, int n) nogil
+
+cdef enum:
+    _GSO_SCRATCH = _VNET_HDR_LEN + 14 + 40 + 60  # virtio_net_hdr + the largest Ethernet/IP/TCP headers merged
+
+
+cdef Py_ssize_t _gso_run(unsigned char **frames, const uint32_t *lens, Py_ssize_t k, Py_ssize_t n,
+                         Py_ssize_t max_bytes, Py_ssize_t max_segs, Py_ssize_t *hl_out, int *v6_out) noexcept nogil:
+    """How many of frames k.. (``n`` in all) make one super-frame by the rules above (1: not a run)."""
+    cdef int v6 = 0
+    cdef Py_ssize_t hl = _gso_headers(frames[k], lens[k], &v6)
+    cdef Py_ssize_t l3, total, j, run = 1
+    cdef unsigned int mss
+    if not hl or max_segs < 2:
+        return 1
+    l3 = 40 if v6 else 20
+    if frames[k][14 + l3 + 13] != 0x10:  # a run starts with flags exactly ACK
+        return 1
+    mss = <unsigned int>(lens[k] - hl)
+    total = lens[k]
+    if max_bytes > 65535:
+        max_bytes = 65535
+    while k + run < n and run < max_segs:
+        j = lens[k + run]
+        if total + (j - hl) - 14 > max_bytes:
+            break
+        if not _gso_joins(frames[k], frames[k + run], j, hl, v6, <unsigned int>run, mss):
+            break
+        total += j - hl
+        run += 1
+        if <unsigned int>(j - hl) < mss or frames[k + run - 1][14 + l3 + 13] != 0x10:
+            break  # a short or PSH segment ends the run
+    hl_out[0] = hl
+    v6_out[0] = v6
+    return run
+
+
+cdef long _gso_send_run(int fd, unsigned char **frames, const uint32_t *lens, Py_ssize_t k, Py_ssize_t run,
+                        Py_ssize_t hl, int v6, unsigned char *scratch, iovec *iov) noexcept nogil:
+    """Send frames k..k+run-1 (a run _gso_run found) as one super-frame: sendmsg's result (-1: errno).
+
+    The frames are not written to: the super-frame's headers are built in ``scratch`` (_GSO_SCRATCH bytes)
+    and its payloads are the frames' own, one iovec each (``iov``: run + 1 entries).
+    """
+    cdef Py_ssize_t l3 = 40 if v6 else 20
+    cdef Py_ssize_t csum_start = 14 + l3
+    cdef Py_ssize_t i, total = hl
+    cdef unsigned char *h = scratch + _VNET_HDR_LEN
+    cdef unsigned char *th = h + csum_start
+    cdef Py_ssize_t l4len
+    cdef uint64_t s
+    memcpy(h, frames[k], hl)
+    iov[0].iov_base = scratch
+    iov[0].iov_len = <size_t>(_VNET_HDR_LEN + hl)
+    for i in range(run):
+        iov[i + 1].iov_base = frames[k + i] + hl
+        iov[i + 1].iov_len = <size_t>(lens[k + i] - hl)
+        total += lens[k + i] - hl
+    l4len = total - csum_start
+    if v6:
+        _gso_put_be16(h + 18, <unsigned int>l4len)
+    else:
+        _gso_put_be16(h + 16, <unsigned int>(total - 14))
+        h[24] = 0
+        h[25] = 0
+        _gso_put_be16(h + 24, (~_gso_sum16(h + 14, 20)) & 0xFFFF)
+    th[13] = th[13] | (frames[k + run - 1][csum_start + 13] & 0x08)  # the last segment's PSH
+    s = _gso_sum16(h + (22 if v6 else 26), 32 if v6 else 8) + 6 + <uint64_t>l4len  # RFC 9293 3.1 pseudo-header
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    _gso_put_be16(th + 16, <unsigned int>s)
+    scratch[0] = _VNET_F_NEEDS_CSUM
+    scratch[1] = _VNET_GSO_TCPV6 if v6 else _VNET_GSO_TCPV4
+    _gso_put_le16(scratch + 2, <unsigned int>hl)
+    _gso_put_le16(scratch + 4, <unsigned int>(lens[k] - hl))
+    _gso_put_le16(scratch + 6, <unsigned int>csum_start)
+    _gso_put_le16(scratch + 8, 16)
+    return ustack_gso_sendmsg(fd, iov, <int>(run + 1))

@@ -241,7 +241,13 @@ cdef class EstablishedPath:
                     if snd_max != una:
                         recovery.arm_timer(now)  # (it does nothing with nothing outstanding)
             else:
-                sender.on_ack(seg, dlen, now)
+                # SND.UNA advances: Sender.on_ack, whose data length only tells duplicate ACKs (none here)
+                # apart, as for a pure ACK: in C
+                tx = _fget(sender, so[S_TX]) if so != NULL else sender.tx
+                if type(tx) is TxPath:
+                    (<TxPath>tx).on_ack(sender, tcb, p, now)
+                else:
+                    sender.on_ack(seg, dlen, now)
             _ts_recent(tcb, off, ts_ok, p, now)  # (after the ACK, as the Python path)
             if ooo_off:
                 _ooo_append(receiver, self.receiver_layout._off, tcb, off, rcvbuf, bo, run, payload, dlen, ooo_off)

@@ -349,7 +349,7 @@ cdef class TxPath:
         cdef int64_t mss, buffered, wnd, lim, o, n, avail, usable, cwnd, plim = 0, lim_w
         cdef int kind
         cdef uint32_t una, nxt
-        cdef bint paced = False
+        cdef bint paced = False, tail
         cdef Py_ssize_t *so = self._sender_off(sender)
         if so == NULL:
             return 0  # a sender without the slots TXS_FIELDS names: the Python way
@@ -400,16 +400,19 @@ cdef class TxPath:
         n = avail if avail < mss else mss
         if n > usable:
             n = usable if usable > 0 else 0
+        tail = False
         if n:
             if n == avail:
                 # a partial segment: held while an earlier short one is unacknowledged (Nagle, Minshall's
-                # variant: SND.UNA < snd_sml; the loop's break), as if nothing were left to send; else the
-                # Python loop (it goes)
+                # variant: SND.UNA < snd_sml; the loop's break), as if nothing were left to send; else it
+                # goes, last, with PSH (the burst's tail)
                 if _bget(sender, so[X_NODELAY]) or not _seq_lt(una, <uint32_t>_as_i64(tcb.snd_sml)):
-                    return 0
+                    if paced:
+                        return 0  # (a pacing controller's rate sampler is told per send_data: the Python loop)
+                    tail = True
             elif n >= _iget(tcb, off[T_MAX_SND_WND]) // 2:
                 return 0  # one SWS avoidance lets go: the Python loop
-        if o == <int64_t>(nxt - una):  # nothing to send
+        if o == <int64_t>(nxt - una) and not tail:  # nothing to send
             if paced and (avail <= 0 or (plim < lim_w and self._pace_rearm(sender, cc, now))):
                 return 0  # the application's limit to note, or the pacing timer to arm: the Python loop
             if (self._deadline(_fget(sender, so[X_RTX_TIMER])) is None
@@ -417,7 +420,7 @@ cdef class TxPath:
                 return 0  # a timer to start (the RTO, or the persist timer): the Python loop
             self.outputs += 1
             return 1
-        if self._burst(sender, lim if paced else cwnd, now) <= 0:
+        if self._burst(sender, lim if paced else cwnd, now, tail) <= 0:
             return 0  # declined before sending anything
         if paced:
             sender.paced_sent(PyLong_FromUnsignedLong(nxt), plim if plim < cwnd else None, cwnd_o, now)
@@ -431,11 +434,14 @@ cdef class TxPath:
         deadline = sender.pace_timer.deadline
         return deadline is None or sender.pacer.wake_at(cc.pacing_rate, cc.quantum, now) < deadline
 
-    cdef Py_ssize_t _burst(self, sender, int64_t cwnd, now) except -1:
+    cdef Py_ssize_t _burst(self, sender, int64_t cwnd, now, bint tail=False) except -1:
+        # ``tail``: the caller (``output``) found the data's last, short segment free to go (the window and
+        # cwnd reach the end of the data, neither Nagle, cork nor a FIN holds it): it leaves last, with PSH,
+        # as ``Sender.send_data`` sends it (and its end becomes SND.SML, Minshall's last short segment)
         cdef Py_ssize_t *off = self.layout._off
         cdef Py_ssize_t *ro = self.receiver_layout._off
         cdef Py_ssize_t *do = self.delack_layout._off
-        cdef int64_t mss, buffered, wnd, limit, pos, top = 0, una_pos = 0, start
+        cdef int64_t mss, buffered, wnd, limit, pos, top = 0, una_pos = 0, start, seg
         cdef uint32_t una, nxt, end, tsv = 0, tsecr = 0, rcv_nxt
         cdef Py_ssize_t sent = 0, ring_off, first
         cdef SendRing ring
@@ -474,7 +480,9 @@ cdef class TxPath:
             limit = buffered  # the end of the data
         if _bget(tcb, off[T_FIN_QUEUED]):
             limit -= 1  # the last segment carries the FIN: the Python loop
-        if <int64_t>(nxt - una) + mss > limit:
+        if limit < buffered:
+            tail = False  # the window, cwnd or a FIN stop short of the data's end: no tail here
+        if <int64_t>(nxt - una) + mss > limit and not (tail and <int64_t>(nxt - una) < limit):
             return 0
         recovery = sender.recovery
         if type(recovery) is self.rack_cls:
@@ -499,28 +507,34 @@ cdef class TxPath:
         if ts_ok:
             tsecr = <uint32_t>_iget(tcb, off[T_TS_RECENT])
         rcv_nxt = <uint32_t>_iget(tcb, off[T_RCV_NXT])
-        while <int64_t>(nxt - una) + mss <= limit:
+        while True:
             ring_off = <Py_ssize_t>(nxt - una)
-            flags = TH_ACK | TH_PSH if ring_off + mss == buffered else TH_ACK
+            if ring_off + mss <= limit:
+                seg = mss
+            elif tail and ring_off < limit:
+                seg = limit - ring_off  # the short last segment (limit is the end of the data here)
+            else:
+                break
+            flags = TH_ACK | TH_PSH if ring_off + seg == buffered else TH_ACK
             # Output.emit
-            end = nxt + <uint32_t>mss
+            end = nxt + <uint32_t>seg
             ok = 0
             t = fe.template if fe is not None else None
             if t is not None and t.fresh(when):
                 start = (ring._head + ring_off) % ring._size
-                if start + mss <= ring._size:  # contiguous in the ring: copied straight into the slot
+                if start + seg <= ring._size:  # contiguous in the ring: copied straight into the slot
                     ok = t.emit_ptr(sport, dport, nxt, rcv_nxt, flags, <uint16_t>window,
-                                    ts_ok, tsv, tsecr, <const uint8_t *>ring._base + start, mss)
+                                    ts_ok, tsv, tsecr, <const uint8_t *>ring._base + start, seg)
                 else:
                     ok = t.emit(sport, dport, nxt, rcv_nxt, flags, <uint16_t>window,
-                                ts_ok, tsv, tsecr, ring.peek(ring_off, mss))
+                                ts_ok, tsv, tsecr, ring.peek(ring_off, seg))
                 if not ok:
                     ok = -1  # declined (the MTU, a full ring): the general builder, as Output.emit
             if ok != 1:
                 seq_o = PyLong_FromUnsignedLong(nxt)
                 ack_o = _fget(tcb, off[T_RCV_NXT])
                 ts = (PyLong_FromUnsignedLong(tsv), _fget(tcb, off[T_TS_RECENT])) if ts_ok else None
-                payload = ring.peek(ring_off, mss)
+                payload = ring.peek(ring_off, seg)
                 if ok == 0:  # the host's emitter: the flow's template rebuilt (FlowEmitter), or its own
                     if fe is not None:
                         ok = fe.send(out.local_addr, out.remote_addr, out.local_port, out.remote_port, seq_o, ack_o,
@@ -537,13 +551,13 @@ cdef class TxPath:
             if rack:
                 pos = una_pos + <int32_t>(nxt - una)
                 if pos < top:
-                    recovery.on_send(PyLong_FromUnsignedLong(nxt), mss, now)
+                    recovery.on_send(PyLong_FromUnsignedLong(nxt), seg, now)
                     top = _as_i64((<object>PyList_GET_ITEM(segs, len(segs) - 1))[1])
                 else:
-                    segs.append([pos, pos + mss, now, _ZERO])
-                    top = pos + mss
+                    segs.append([pos, pos + seg, now, _ZERO])
+                    top = pos + seg
             else:
-                recovery.on_send(PyLong_FromUnsignedLong(nxt), mss, now)
+                recovery.on_send(PyLong_FromUnsignedLong(nxt), seg, now)
             end_o = PyLong_FromUnsignedLong(end)
             if time_it:  # RFC 6298 without timestamps: time this segment (Karn: new data only)
                 sender.rtt_seq = end_o
@@ -553,6 +567,9 @@ cdef class TxPath:
             _fset(tcb, off[T_SND_MAX], end_o)
             nxt = end
             sent += 1
+            if seg < mss:
+                tcb.snd_sml = end_o  # Minshall: the last short segment sent (Sender.send_data)
+                break
         if sent:
             self.segments += sent
             out.segs_out += sent

@@ -25,6 +25,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER, PyMemoryView_FromObject
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
+from posix.uio cimport iovec
 
 cdef extern from *:
     """
@@ -254,6 +255,14 @@ cdef class XskDataPath:
     cdef readonly uint64_t tx_packets, tx_descs, tx_kicks, tx_kick_again, tx_kick_busy
     cdef readonly uint64_t tx_bad_completion, tx_kick_error
     cdef readonly int last_kick_errno
+    # TCP segmentation offload through an AF_PACKET socket (set_gso; _fp_gso.pxi)
+    cdef readonly int gso_fd
+    cdef Py_ssize_t _gso_max_bytes, _gso_max_segs
+    cdef unsigned char **_gso_frames
+    cdef iovec *_gso_iov
+    cdef unsigned char _gso_scratch[128]
+    cdef readonly uint64_t tx_gso_frames, tx_gso_segments, tx_gso_unordered, tx_gso_error
+    cdef readonly int last_gso_errno
 
     def __cinit__(self):
         self._held = False
@@ -264,6 +273,9 @@ cdef class XskDataPath:
         self._slot_free = NULL
         self._reserved = NULL
         self._commit_len = NULL
+        self.gso_fd = -1
+        self._gso_frames = NULL
+        self._gso_iov = NULL
 
     def __init__(self, umem, uint32_t frame_size, XskRing rx not None, XskRing tx not None,
                  XskRing fill not None, XskRing comp not None, int fd, uint32_t rx_frames,
@@ -312,7 +324,9 @@ cdef class XskDataPath:
         self._slot_free = <uint32_t *>PyMem_Malloc(tx_slots * sizeof(uint32_t))
         self._reserved = <uint32_t *>PyMem_Malloc(tx_slots * sizeof(uint32_t))
         self._commit_len = <uint32_t *>PyMem_Malloc(tx_slots * sizeof(uint32_t))
-        if (self._commit_len == NULL or self._rx_state == NULL or self._rx_free == NULL or self._slot_state == NULL
+        self._gso_frames = <unsigned char **>PyMem_Malloc(tx_slots * sizeof(unsigned char *))
+        self._gso_iov = <iovec *>PyMem_Malloc((tx_slots + 1) * sizeof(iovec))
+        if (self._commit_len == NULL or self._gso_frames == NULL or self._gso_iov == NULL or self._rx_state == NULL or self._rx_free == NULL or self._slot_state == NULL
                 or self._slot_pending == NULL or self._slot_free == NULL or self._reserved == NULL):
             self.close()
             raise MemoryError()
@@ -345,6 +359,8 @@ cdef class XskDataPath:
         PyMem_Free(self._slot_free)
         PyMem_Free(self._reserved)
         PyMem_Free(self._commit_len)
+        PyMem_Free(self._gso_frames)
+        PyMem_Free(self._gso_iov)
 
     def close(self):
         """Stop using the UMEM (idempotent). TX slot views become invalid."""
@@ -362,6 +378,7 @@ cdef class XskDataPath:
             except BufferError:
                 pass
             self._umem_view = None
+        self.gso_fd = -1
         if self._held:
             self._held = False
             self._base = NULL
@@ -610,15 +627,31 @@ cdef class XskDataPath:
             self._kick_tx()
         return out
 
+    def set_gso(self, int fd, Py_ssize_t max_bytes=65535, Py_ssize_t max_segs=64):
+        """Send runs of TCP segments as super-frames through ``fd`` (-1: never), an AF_PACKET socket bound
+        to this interface with PACKET_VNET_HDR (_fp_gso.pxi says when a run qualifies and why the order
+        holds). ``max_bytes``: the largest IP datagram of one super-frame; ``max_segs``: its segments."""
+        if fd >= 0 and (max_segs < 2 or max_bytes < 2 * 54):
+            raise ValueError("gso needs max_segs >= 2 and room for two segments")
+        self.gso_fd = fd
+        self._gso_max_bytes = max_bytes if max_bytes < 65535 else 65535
+        self._gso_max_segs = max_segs
+
     def tx_commit(self, lengths):
-        """Post the first ``len(lengths)`` reserved slots, return the rest, kick once."""
+        """Post the first ``len(lengths)`` reserved slots, return the rest, kick once.
+
+        With set_gso, each run of segments that qualifies leaves as one super-frame through the AF_PACKET
+        socket instead, after the AF_XDP ring holds nothing earlier (kicked until empty; if it cannot be
+        emptied the run goes frame by frame, and so does the rest of the commit)."""
         cdef XskRing tx = self._tx
         cdef Py_ssize_t n = len(lengths)
-        cdef Py_ssize_t k
+        cdef Py_ssize_t k, i, run, hl
         cdef long long length
         cdef uint32_t slot, piece, ndesc, idx, total_descs = 0
         cdef uint64_t base, left
         cdef XskDesc *d
+        cdef bint gso
+        cdef int v6
         self._check()
         if n > self._n_reserved:
             raise ValueError(f"tx_commit of {n} frames but only {self._n_reserved} slots reserved")
@@ -627,9 +660,41 @@ cdef class XskDataPath:
             if length <= 0 or <uint64_t>length > self.slot_bytes:
                 raise ValueError(f"frame length {length} outside 1..{self.slot_bytes}")
             self._commit_len[k] = <uint32_t>length
+        gso = self.gso_fd >= 0 and n >= 2
+        if gso:
+            for k in range(n):
+                self._gso_frames[k] = <unsigned char *>self._base + (
+                    (<uint64_t>self._tx_first + <uint64_t>self._reserved[k] * self.slot_frames) << self._shift)
         idx = tx._cached_prod
-        for k in range(n):
+        k = 0
+        while k < n:
             slot = self._reserved[k]
+            if gso and k + 1 < n:
+                run = _gso_run(self._gso_frames, self._commit_len, k, n, self._gso_max_bytes, self._gso_max_segs,
+                               &hl, &v6)
+                if run > 1:
+                    if idx != tx._cached_prod:  # what precedes the run leaves first
+                        tx._cached_prod = idx
+                        tx.prod_submit()
+                        self._kick_tx()
+                    if tx.prod_unconsumed():
+                        self.tx_gso_unordered += 1
+                        gso = False
+                    elif _gso_send_run(self.gso_fd, self._gso_frames, self._commit_len, k, run, hl, v6,
+                                       self._gso_scratch, self._gso_iov) < 0:
+                        self.tx_gso_error += 1
+                        self.last_gso_errno = errno
+                        gso = False
+                    else:
+                        for i in range(k, k + run):  # the kernel copied them: the slots are ours again
+                            slot = self._reserved[i]
+                            self._slot_state[slot] = XSK_SLOT_FREE
+                            self._slot_free[self._slot_free_len] = slot
+                            self._slot_free_len += 1
+                        self.tx_gso_frames += 1
+                        self.tx_gso_segments += run
+                        k += run
+                        continue
             left = self._commit_len[k]
             base = (<uint64_t>self._tx_first + <uint64_t>slot * self.slot_frames) << self._shift
             ndesc = 0
@@ -646,6 +711,7 @@ cdef class XskDataPath:
             self._slot_pending[slot] = ndesc
             self._slot_state[slot] = XSK_SLOT_IN_FLIGHT
             total_descs += ndesc
+            k += 1
         for k in range(n, self._n_reserved):
             slot = self._reserved[k]
             self._slot_state[slot] = XSK_SLOT_FREE
@@ -654,11 +720,12 @@ cdef class XskDataPath:
         self._n_reserved = 0
         if n == 0:
             return
-        tx._cached_prod = idx
-        tx.prod_submit()
         self.tx_packets += n
         self.tx_descs += total_descs
-        self._kick_tx()
+        if idx != tx._cached_prod:
+            tx._cached_prod = idx
+            tx.prod_submit()
+            self._kick_tx()
 
     cdef int _kick_tx(self) noexcept:
         """Wake the kernel's TX path when it asks for it (or always without need_wakeup)."""
@@ -736,4 +803,8 @@ cdef class XskDataPath:
             "tx_kick_busy": self.tx_kick_busy,
             "tx_kick_error": self.tx_kick_error,
             "tx_bad_completion": self.tx_bad_completion,
+            "tx_gso_frames": self.tx_gso_frames,
+            "tx_gso_segments": self.tx_gso_segments,
+            "tx_gso_unordered": self.tx_gso_unordered,
+            "tx_gso_error": self.tx_gso_error,
         }

@@ -50,6 +50,7 @@ import os
 from typing import Optional
 
 from ustack import _fastpath
+from ustack._fastpath import data_without_push  # ustack.wire.push's check, in C
 from ustack._fastpath import (K_ARP, K_DROP, K_FRAG, K_ICMP, K_ICMP6, K_IP6, K_IP_OTHER, K_TCP, K_TCP6, K_UDP,
                               K_UDP6, REASONS)
 from ustack.device import Device
@@ -168,6 +169,7 @@ class Stack:
         # With the fast path the poll loop runs in C (FlowTable.deliver_burst): established flows' segments
         # go straight to their connections, every other frame to _deliver, in order.
         self._tcp_burst = self.tcp.flows.deliver_burst if self.tcp.fastpath else None
+        self.flush_held = False  # the last poll(hold=True) left the TCP flush to a later round
         if self.tcp.fastpath:  # a SYN to a listener in its common form: its whole round in C (_fp_syn.pxi)
             self.tcp.flows.syn = _fastpath.SynPath(self, self.tcp, SynReceived, syn_segment, Listener)
         if self.tcp.fastpath:  # echo requests from a source answered before: in that same C loop (_fp_echo.pxi)
@@ -251,16 +253,26 @@ class Stack:
                 self.ndp.start(now)
             self.link.commit()
 
-    def poll(self, now: float) -> Optional[float]:
-        """One round: RX burst, deliver, timers, TX commit. Returns the next deadline."""
+    def poll(self, now: float, hold: bool = False) -> Optional[float]:
+        """One round: RX burst, deliver, timers, TX commit. Returns the next deadline.
+
+        ``hold``: when the burst's last frame is a TCP segment in the middle of its sender's write
+        (data, no PSH: ustack.wire.push), or this round received nothing while an earlier one held,
+        leave the TCP flush (the applications' notifications, in-order ACKs, output after them) to a
+        later round: ``flush_held`` says so and the round returns ``now``. The caller bounds the wait
+        (``ustack.api.driver``); a round without ``hold`` always flushes.
+        """
         if not self._started:
             self.start(now)
         link = self.link
         opened = link.begin_round()
         frames = None
+        held = False
         try:
             device = self.device
             frames = device.rx_burst(link.burst)
+            if hold:
+                held = data_without_push(frames[-1]) if frames else self.flush_held
             if frames:
                 self.stats.inc("eth.frames_received", len(frames))
                 hold = self.rx_hold
@@ -292,14 +304,18 @@ class Stack:
                     mld.sync(now)  # the joined groups changed (an address added, DAD done or failed)
                 except Exception as e:
                     self._internal_error(e)
-            try:
-                self.tcp.flush(now)
-            except Exception as e:
-                self._internal_error(e)
+            self.flush_held = held
+            if not held:
+                try:
+                    self.tcp.flush(now)
+                except Exception as e:
+                    self._internal_error(e)
             deadline = self.timers.next_deadline()
         finally:
             if opened:
                 link.end_round()
+        if held:
+            return now  # the rest of the write is due: poll again at once
         t = self.device.poll_at(now)
         if t is not None and (deadline is None or t < deadline):
             deadline = t

@@ -17,6 +17,24 @@ longer than ``frame_size`` leaves as several descriptors. A received frame
 that arrives in several descriptors (jumbo frames) is copied into one buffer
 so the stack always sees one frame; that is the only copy on this path.
 
+TCP segmentation offload on transmit (``gso``): AF_XDP descriptors carry
+no offload metadata, so in copy mode every frame is its own skb, and a local
+peer (a veth's other end) takes a softirq and a TCP receive per frame, on our
+CPU, inside our TX kick. With gso the device also opens an AF_PACKET socket
+on the interface with PACKET_VNET_HDR (it receives nothing: protocol 0), and
+``tx_commit`` sends each run of consecutive full-sized segments of one TCP
+flow (the rules of ustack/_fp_gso.pxi, as the packet backend merges them)
+as one super-frame through it, which the kernel segments back into exactly
+those frames; every other frame takes the AF_XDP ring. Both sockets transmit
+synchronously in the caller when the interface has no queueing discipline
+(``noqueue``, a veth's default), and a run is sent only once the AF_XDP ring
+holds nothing earlier, so frames leave in commit order. ``gso="auto"`` (the
+default) turns it on in copy mode on a noqueue interface; ``True`` asks for
+it (copy mode and noqueue still required); ``False`` is frame by frame.
+Counted as ``tx_gso_frames`` / ``tx_gso_segments`` (and ``tx_gso_unordered``:
+runs sent frame by frame because the ring was not empty; ``tx_gso_error``:
+a refused sendmsg, the run then frame by frame).
+
 close() (idempotent; also at exit and, when the handlers are ours, on
 SIGTERM/SIGHUP) tears down in the order the kernel needs: rings unmapped,
 socket closed, program detached if we attached it.
@@ -28,6 +46,7 @@ import atexit
 import errno
 import resource
 import signal
+import socket
 import threading
 import time
 import weakref
@@ -55,10 +74,14 @@ XDP_PACKET_HEADROOM = 256  # the kernel receives at frame + 256 (FACTS.md)
 ETH_HLEN = 14
 MAX_REASSEMBLED_FRAME = 65535 + 18  # sanity bound on a multi-buffer frame
 BUSY_QUEUE_WAIT = 1.0  # seconds a bind waits for a just-closed socket's queue
+SOL_PACKET = 263
+PACKET_VNET_HDR = 15
+GSO_MAX_SEGS = 64  # segments per super-frame, as the packet backend's
 
 _XDP_MODES = ("auto", "native", "generic")
 _ZEROCOPY = {"auto": "auto", "on": "on", "off": "off", True: "on", False: "off"}
 _MULTI_BUFFER = {"auto": "auto", True: True, False: False, "on": True, "off": False}
+_GSO = {"auto": "auto", True: True, False: False, "on": True, "off": False, None: "auto"}
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -99,6 +122,8 @@ class AfXdpDevice:
     ``mac``: the MAC the stack uses (default: the interface's).
     ``handle_signals``: turn SIGTERM/SIGHUP into SystemExit when they still
     have their default action (main thread only), so teardown runs.
+    ``gso``: "auto", True, False: TCP segmentation offload on transmit
+    through an AF_PACKET socket (module docstring).
     """
 
     def __init__(
@@ -116,6 +141,7 @@ class AfXdpDevice:
         multi_buffer="auto",
         mac=None,
         handle_signals: bool = True,
+        gso="auto",
     ):
         if xdp_mode not in _XDP_MODES:
             raise ValueError(f"xdp_mode must be one of {_XDP_MODES}, not {xdp_mode!r}")
@@ -123,6 +149,8 @@ class AfXdpDevice:
             raise ValueError(f"zerocopy must be 'auto', 'on' or 'off', not {zerocopy!r}")
         if multi_buffer not in _MULTI_BUFFER:
             raise ValueError(f"multi_buffer must be 'auto', True or False, not {multi_buffer!r}")
+        if gso not in _GSO:
+            raise ValueError(f"gso must be 'auto', True or False, not {gso!r}")
         if frame_size not in (2048, 4096):
             raise ValueError("frame_size must be 2048 or 4096")
         if num_frames < 16 or num_frames & (num_frames - 1):
@@ -141,6 +169,8 @@ class AfXdpDevice:
         self._xsk: XskSocket | None = None
         self._program: XdpProgram | None = None
         self._path: XskDataPath | None = None
+        self._gso_sock: socket.socket | None = None
+        self.gso = False
         self._atexit = None
         try:
             self._open(
@@ -153,6 +183,7 @@ class AfXdpDevice:
                 need_wakeup=bool(need_wakeup),
                 multi_buffer=_MULTI_BUFFER[multi_buffer],
                 mac=mac,
+                gso=_GSO[gso],
             )
         except BaseException:
             self.close()
@@ -167,7 +198,7 @@ class AfXdpDevice:
     # -- opening ---------------------------------------------------------------
 
     def _open(self, *, xdp_mode, zerocopy, frame_size, num_frames, ring_size, burst, need_wakeup,
-              multi_buffer, mac) -> None:
+              multi_buffer, mac, gso) -> None:
         try:
             self._link = Link(self.ifname)
         except LinkError as exc:
@@ -210,6 +241,7 @@ class AfXdpDevice:
             rx_frames=rx_frames, tx_slots=tx_slots, slot_frames=slot_frames,
             need_wakeup=need_wakeup, sg=sg_bound, max_frame=MAX_REASSEMBLED_FRAME,
         )
+        gso_bytes = self._open_gso(gso, info, zc)
         # The hot calls go straight to the Cython data path (no Python frame in
         # between); close() removes these and the methods below take over.
         self.rx_burst = self._path.rx_burst
@@ -218,7 +250,7 @@ class AfXdpDevice:
         self.tx_commit = self._path.tx_commit
         mode = " ".join(
             w for w in ("afxdp", self._program.mode, "zerocopy" if zc else "copy",
-                        "need_wakeup" if need_wakeup else "", "sg" if sg else "") if w
+                        "need_wakeup" if need_wakeup else "", "sg" if sg else "", "gso" if self.gso else "") if w
         )
         self.capabilities = Capabilities(
             mac=_parse_mac(mac) if mac is not None else info.mac,
@@ -229,6 +261,7 @@ class AfXdpDevice:
             tx_checksum_offload=False,
             zero_copy=zc,
             mode=mode,
+            tx_tcp_segmentation=gso_bytes,
             extra={
                 "xdp_mode": self._program.mode,
                 "zerocopy": zc,
@@ -246,8 +279,45 @@ class AfXdpDevice:
                 "tx_budget": x.tx_budget,
                 "xdp_prog_id": self._program.prog_id,
                 "xdp_prog_owned": self._program.owned,
+                "qdisc": info.qdisc,
+                "gso": (gso_bytes, self._gso_segs) if self.gso else None,
             },
         )
+
+    def _open_gso(self, gso, info, zc: bool) -> int:
+        """Open the AF_PACKET socket for super-frames when ``gso`` asks for it and the interface allows
+        the ordering it relies on (copy mode, noqueue); returns the largest IP datagram of one (0: off)."""
+        if gso is False:
+            return 0
+        why = ""
+        if zc:
+            why = "zero-copy mode (the driver transmits from the ring asynchronously)"
+        elif info.qdisc != "noqueue":
+            why = f"qdisc {info.qdisc or 'unknown'} (a queued super-frame could leave after later AF_XDP frames)"
+        if why:
+            if gso is True:
+                raise ModeUnavailableError(errno.EOPNOTSUPP, f"gso on {self.ifname} needs copy mode and noqueue: {why}")
+            return 0
+        try:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: it receives nothing
+        except OSError as exc:
+            if gso is True:
+                raise AfXdpError(exc.errno, f"gso: opening the AF_PACKET socket: {exc.strerror}") from None
+            return 0
+        try:
+            sock.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
+            sock.bind((self.ifname, 0))
+        except OSError as exc:
+            sock.close()
+            if gso is True:
+                raise AfXdpError(exc.errno, f"gso: PACKET_VNET_HDR socket on {self.ifname}: {exc.strerror}") from None
+            return 0
+        self._gso_sock = sock
+        max_bytes = min(0xFFFF, info.gso_max_size)
+        self._gso_segs = min(GSO_MAX_SEGS, info.gso_max_segs)
+        self._path.set_gso(sock.fileno(), max_bytes, self._gso_segs)
+        self.gso = True
+        return max_bytes
 
     def _create_socket(self, frame_size, num_frames, ring_size, rx_frames, tx_frames) -> XskSocket:
         size = frame_size * num_frames
@@ -420,10 +490,13 @@ class AfXdpDevice:
             xsk, self._xsk = self._xsk, None
             program, self._program = self._program, None
             link, self._link = self._link, None
+            gso_sock, self._gso_sock = self._gso_sock, None
             for name in ("rx_burst", "rx_release", "tx_reserve", "tx_commit"):
                 self.__dict__.pop(name, None)
         if path is not None:
             path.close()
+        if gso_sock is not None:
+            gso_sock.close()
         if xsk is not None:
             xsk.close()
         if program is not None:

@@ -46,6 +46,9 @@ class LinkInfo:
     kind: str  # "veth", "" when unknown
     xdp_prog_id: int  # 0: none attached
     xdp_mode: str  # "native", "generic", "offload", "multi", "" when none
+    qdisc: str = ""  # the transmit queueing discipline ("noqueue": none), "" when unknown
+    gso_max_size: int = 65536  # the largest GSO packet the interface takes
+    gso_max_segs: int = 65535  # and its most segments
 
 
 class LinkError(OSError):
@@ -105,6 +108,9 @@ class Link:
             kind=kind,
             xdp_prog_id=prog_id,
             xdp_mode="multi" if attached == XDP_ATTACHED_MULTI else ATTACHED_MODE.get(attached, ""),
+            qdisc=msg.get_attr("IFLA_QDISC") or "",
+            gso_max_size=msg.get_attr("IFLA_GSO_MAX_SIZE") or 65536,
+            gso_max_segs=msg.get_attr("IFLA_GSO_MAX_SEGS") or 65535,
         )
 
     def attach_xdp(self, prog_fd: int, mode: str) -> None:

@@ -39,7 +39,7 @@ def test_capabilities_report_the_mode_obtained(topo, xdp_mode):
         assert caps.frame_size >= caps.mtu + 14
         assert caps.max_burst == 256
         # veth has no zero-copy: auto falls back to copy mode
-        assert caps.mode == f"afxdp {xdp_mode} copy need_wakeup sg"
+        assert caps.mode == f"afxdp {xdp_mode} copy need_wakeup sg gso"  # noqueue veth: gso auto is on
         assert caps.zero_copy is False
         extra = caps.extra
         assert {k: extra[k] for k in ("xdp_mode", "zerocopy", "need_wakeup", "sg", "queue")} == {

@@ -87,6 +87,8 @@ class Served:
 
     def cli_backend(self):
         b = self.backend
+        if b in ("afxdp-gso", "afxdp-nogso"):
+            return ["--backend", "afxdp", "--" + b.split("-", 1)[1]]
         if b.startswith("afxdp"):
             return ["--backend", "afxdp", "--xdp-mode", b.split("-", 1)[1]]
         if b == "packet-v3":
@@ -115,7 +117,7 @@ class Served:
         head = "".join(self.lines)
         m = re.search(r"mac ([0-9a-f:]{17})", head)
         assert m, head
-        expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "packet-gso": "tpacket_v3 tx gso", "tap-gso": "tap (/dev/net/tun, one read/write per frame) vnet_hdr gso", "afxdp-native": "afxdp native",
+        expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "packet-gso": "tpacket_v3 tx gso", "tap-gso": "tap (/dev/net/tun, one read/write per frame) vnet_hdr gso", "afxdp-native": "afxdp native", "afxdp-gso": "copy need_wakeup sg gso", "afxdp-nogso": "copy need_wakeup sg",
                          "afxdp-generic": "afxdp generic", "tap": "tap"}[self.backend]
         assert expected_mode in head, head
         self.mac = m.group(1)

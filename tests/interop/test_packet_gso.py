@@ -1,5 +1,5 @@
-"""TCP segmentation offload on transmit against the kernel: ``ustack serve --gso`` on the packet backend over veth
-and on TAP (IFF_VNET_HDR).
+"""TCP segmentation offload on transmit against the kernel: ``ustack serve --gso`` on the packet backend over veth,
+on afxdp (its runs through an AF_PACKET socket beside the AF_XDP one) and on TAP (IFF_VNET_HDR).
 
 The stack's runs of full-sized segments leave as super-frames that the
 kernel segments (the veth has TSO and checksum offload off, as
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.privileged
 MB100 = 100_000_000
 
 
-@pytest.fixture(scope="module", params=["packet-gso", "tap-gso"])
+@pytest.fixture(scope="module", params=["packet-gso", "afxdp-gso", "tap-gso"])
 def served(request, tmp_path_factory):
     yield from serving(request.param, tmp_path_factory, "tcp-" + request.param,
                        ["--tcp-echo", "7", "--tcp-source", "19", "--source-bytes", str(MB100),
@@ -144,9 +144,9 @@ def check_segments(pcap: str, v6: bool) -> int:
     return data_segs
 
 
-# Packet only: a TAP has no wire, the kernel takes the super-frame whole as one GSO skb and never segments it
+# Packet and afxdp: a TAP has no wire, the kernel takes the super-frame whole as one GSO skb and never segments it
 # (there the sha256-exact transfers above are the proof).
-@pytest.mark.parametrize("served", ["packet-gso"], indirect=True)
+@pytest.mark.parametrize("served", ["packet-gso", "afxdp-gso"], indirect=True)
 @pytest.mark.parametrize("v6", [False, True], ids=["ipv4", "ipv6"])
 def test_the_kernel_made_segments_are_valid_on_the_wire(served, v6, tmp_path):
     require_tool("tcpdump")
@@ -176,8 +176,10 @@ def test_serve_exits_0_and_counts_super_frames(served):
         time.sleep(0.01)
     text = "".join(served.lines)
     assert rc == 0, text
-    prefix = "tap" if served.backend == "tap-gso" else "packet_ring"
-    frames = int(re.search(prefix + r"\.gso_frames\s+(\d+)", text).group(1))
-    segments = int(re.search(prefix + r"\.gso_segments\s+(\d+)", text).group(1))
+    prefix = {"tap-gso": "tap.", "packet-gso": "packet_ring.", "afxdp-gso": "tx_"}[served.backend]
+    frames = int(re.search(prefix + r"gso_frames\s+(\d+)", text).group(1))
+    segments = int(re.search(prefix + r"gso_segments\s+(\d+)", text).group(1))
+    if served.backend == "afxdp-gso":  # every run found the AF_XDP ring empty, no sendmsg refused
+        assert "tx_gso_unordered" not in text and "tx_gso_error" not in text, text
     # 4 x 100 MB went out mostly as super-frames (~9 segments each with the Python path, more in C)
     assert frames > 1000 and segments > 4 * frames, text

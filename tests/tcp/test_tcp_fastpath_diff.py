@@ -283,6 +283,22 @@ def _run_both(steps, ts=True, wscale=False, sack=False, cc="newreno"):
     return fast_conn, slow_conn
 
 
+@pytest.mark.parametrize("cc", ["newreno", "cubic"])
+@pytest.mark.parametrize("dack", ["all", "half"])
+def test_a_request_that_acks_our_reply_takes_the_ack_in_c(cc, dack):
+    """An echo's next request: data whose ACK field advances SND.UNA (our reply acknowledged) runs
+    Sender.on_ack in C (TxPath.on_ack, as for a pure ACK), with the same bytes and state as the Python path."""
+    fast_conn, slow_conn = _run_both([
+        ("burst", 2, 1448, "A", 0),  # a request
+        ("send", 2896 + 100),  # our reply, outstanding
+        ("seg", 0, 1448, "A", dack, 65535, "now"),  # the next request, acknowledging (part of) it
+        ("seg", 0, 700, "AP", "all", 65535, "now"),
+        ("time", 0.05),
+    ], cc=cc)
+    assert fast_conn.sender.tx.acks == (1 if dack == "all" else 2)  # (0 before: the Python Sender.on_ack)
+    assert fast_conn.tcb.snd_una == fast_conn.tcb.snd_max
+
+
 def test_data_that_opens_a_zero_window_cancels_persist_as_the_python_path_does():
     fast_conn, _ = _run_both([
         ("seg", 0, 0, "A", 0, 0, "now"),  # the peer closes its window
@@ -442,6 +458,33 @@ def test_a_partial_segment_nagle_holds_is_held_in_c():
         outputs.append(fast_conn.sender.tx.outputs)
     assert outputs[2] == outputs[1] + 1  # the ACK of 50 bytes: the 656-byte tail held, in C
     assert len(fast_conn.sender.sndbuf) == 0  # and it left once the short segment was acknowledged
+
+
+@pytest.mark.parametrize("cc", ["newreno", "cubic"])
+@pytest.mark.parametrize("ts", [True, False])
+def test_a_short_last_segment_that_goes_leaves_in_c(cc, ts):
+    """The data's short last segment, when nothing holds it (no short segment outstanding, the window and
+    cwnd reach it): sent by the C output (TxPath.output, the burst's tail, PSH, SND.SML its end), as the
+    Python loop sends it: same bytes and state (RACK's records, the timer, Minshall's SND.SML)."""
+    steps = [("send", 64), ("acks", 1, "all", 65535, 0.001), ("send", 2 * 1448 + 300),
+             ("acks", 1, "all", 65535, 0.001), ("send", 1000), ("send", 10),  # 10 bytes held: 1000 outstanding
+             ("acks", 1, "all", 65535, 0.001), ("acks", 1, "all", 65535, 0.001)]
+    fast_h, fast_conn = _open(True, ts, False, True, cc)
+    slow_h, slow_conn = _open(False, ts, False, True, cc)
+    segments = []
+    for step in steps:
+        fast_out, slow_out = [], []
+        _apply(fast_h, fast_conn, step, fast_out)
+        _apply(slow_h, slow_conn, step, slow_out)
+        assert fast_out == slow_out, step
+        assert _rack_state(fast_h, fast_conn) == _rack_state(slow_h, slow_conn), step
+        assert _state(fast_h, fast_conn) == _state(slow_h, slow_conn), step
+        segments.append(fast_conn.sender.tx.segments)
+    assert segments[0] == 1  # the 64-byte reply, in C (the Python loop before)
+    assert segments[2] == segments[1] + 3  # two full segments and the 300-byte tail
+    assert segments[4] == segments[3] + 1 and segments[5] == segments[4]  # Nagle holds the 10 bytes
+    assert segments[6] == segments[5] + 1  # and they go, from C, once the 1000 are acknowledged
+    assert len(fast_conn.sender.sndbuf) == 0
 
 
 def test_whole_segments_read_the_connection_through_slot_offsets():

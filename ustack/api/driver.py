@@ -22,6 +22,16 @@ start a thread. The wait policy (DESIGN.md "How the stack runs"):
   awake thread instead of paying the wake-up; at most a few % of one CPU
   for such a flow, nothing when idle. Sleeps are timed to the µs
   (select(2)'s timeval; poll(2) rounds its timeout up to whole ms);
+- the rest of a write is waited for (``push_wait``): when a spinning
+  leader's round ends on a TCP data segment without PSH (its sender's
+  write goes on, RFC 9293 3.9.1.2), the next rounds take the following
+  frames before the stack's TCP flush (``Stack.poll(hold=True)``), so the
+  application reads the write in one piece and answers it in one burst
+  (one notification, one output, one TX kick, instead of one per RX burst
+  the write happened to straddle). Bounded: the flush waits at most
+  ``push_wait`` after the last frame received and ``PUSH_HOLD_MAX`` in all
+  (and ``PUSH_HOLD_ROUNDS`` empty rounds, whatever the clock does); only
+  the leader's spin loop holds, never ``poll()``. ``push_wait=0``: never;
 - one lock makes sure one thread touches the stack at a time; sleeping
   happens outside the lock, so other threads can send meanwhile, and they
   write to the wake-up pipe when they may have moved a deadline earlier;
@@ -66,6 +76,9 @@ from ustack.api.clock import ManualClock, MonotonicClock
 
 MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, stop requests)
 DEFAULT_BUSY_POLL = 50e-6  # seconds of spinning after a round that received frames
+DEFAULT_PUSH_WAIT = 10e-6  # a held TCP flush waits this long for the next frame of the write
+PUSH_HOLD_MAX = 100e-6  # and this long in all
+PUSH_HOLD_ROUNDS = 64  # and at most this many rounds that received nothing (a clock that does not move)
 ERROR_BACKOFF = 0.01  # the background thread's pause after Stack.poll raised (no hot error loop)
 _RX_COUNTER = "eth.frames_received"  # the Stack counts every received frame here: "the round did work"
 TIMER_SLACK_NS = 1000  # a polling thread's timer slack (prctl PR_SET_TIMERSLACK; Linux's default: 50 µs)
@@ -81,9 +94,15 @@ class Driver:
     """
 
     def __init__(self, stack, clock=None, *, busy_poll: float = DEFAULT_BUSY_POLL,
-                 auto_start: Optional[bool] = None, anticipate=False):
+                 auto_start: Optional[bool] = None, anticipate=False, push_wait: float = DEFAULT_PUSH_WAIT):
         if not busy_poll >= 0:
             raise ValueError(f"busy_poll must be a number of seconds >= 0, not {busy_poll!r}")
+        if not 0 <= push_wait <= PUSH_HOLD_MAX:
+            raise ValueError(f"push_wait must be 0..{PUSH_HOLD_MAX} seconds, not {push_wait!r}")
+        self.push_wait = push_wait if hasattr(stack, "flush_held") else 0.0  # a stack that can hold its flush
+        self._held_since: Optional[float] = None  # the first round of a held TCP flush, its last frame's round
+        self._held_rx = 0.0
+        self._held_empty = 0
         self.stack = stack
         # True: anticipate steady spaced flows with the default predictor; False/None (the default,
         # as Linux's busy polling is opt-in): never;
@@ -125,7 +144,7 @@ class Driver:
         """One round of the stack (under the lock); returns its next deadline."""
         return self._round()[0]
 
-    def _round(self) -> tuple[Optional[float], bool]:
+    def _round(self, hold: bool = False) -> tuple[Optional[float], bool]:
         """One round: (next deadline, whether it received frames).
 
         A round that received frames or ran timers wakes the followers whose condition now holds.
@@ -136,8 +155,15 @@ class Driver:
             received = stats[_RX_COUNTER]
             now = self.clock()
             due = self.deadline is not None and now >= self.deadline
-            self.deadline = self.stack.poll(now)
-            worked = stats[_RX_COUNTER] != received
+            if hold and self.push_wait and (self._held_since is None or self._may_hold(now)):
+                self.deadline = self.stack.poll(now, hold=True)
+                worked = stats[_RX_COUNTER] != received
+                if self.stack.flush_held or self._held_since is not None:
+                    self._note_hold(now, worked)
+            else:
+                self.deadline = self.stack.poll(now)
+                worked = stats[_RX_COUNTER] != received
+                self._held_since = None
             if worked and self.arrivals is not None:
                 met = self.arrivals.received(now)
                 if met is not None:  # an arrival of a steady flow: did it find the poller awake?
@@ -145,6 +171,30 @@ class Driver:
             if (worked or due) and self._followers:
                 self._wake_followers()
             return self.deadline, worked
+
+    def _unhold(self, result: bool) -> bool:
+        """A leader leaving its loop flushes what its rounds held (under the lock); returns ``result``."""
+        if self.push_wait and self.stack.flush_held:
+            self._round()
+        return result
+
+    def _may_hold(self, now: float) -> bool:
+        """May this round leave the TCP flush to a later one (a flush already held: within the bounds)?"""
+        since = self._held_since
+        return (now - self._held_rx < self.push_wait and now - since < PUSH_HOLD_MAX
+                and self._held_empty < PUSH_HOLD_ROUNDS)
+
+    def _note_hold(self, now: float, worked: bool) -> None:
+        if not self.stack.flush_held:
+            self._held_since = None
+            return
+        if self._held_since is None:
+            self._held_since = now
+            self._held_empty = 0
+        if worked:
+            self._held_rx = now
+        else:
+            self._held_empty += 1
 
     def defer(self, fn: Callable[[], None]) -> None:
         """Have the next round run ``fn()`` under the lock, before ``Stack.poll`` (whose flush sends
@@ -319,15 +369,16 @@ class Driver:
         while True:
             with self.lock:
                 if predicate():
-                    return True
-                deadline, worked = self._round()
+                    return self._unhold(True)
+                deadline, worked = self._round(hold=True)
                 kicks = self._kicks
                 if predicate():
-                    return True
+                    return self._unhold(True)
                 others = bool(self._followers) or self.lock.waiting
             now = clock()
             if end is not None and now >= end:
-                return False
+                with self.lock:
+                    return self._unhold(False)
             spin_end = self._pause(now, deadline, worked, kicks, others, spin_end, end)
 
     def _pause(self, now: float, deadline: Optional[float], worked: bool, kicks: int, others: bool,
