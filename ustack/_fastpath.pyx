@@ -22,6 +22,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_echo.pxi: ICMP echo replies in C for sources the Python path answered (EchoResponder)
 - _fp_clone.pxi: shallow copies of slotted objects (SlotCopier: connection setup from a prototype)
 - _fp_syn.pxi: the SYN to a listener in one C call (SynPath: the record, its ISS by BLAKE2s, the SYN-ACK)
+- _fp_hsk.pxi: the handshake's ACK in one C call (HandshakePath: the connection from the prototype, ESTABLISHED)
 - _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
 
 Bounds checks are off in this module: every function length-checks
@@ -32,6 +33,7 @@ include "_fp_checksum.pxi"
 include "_fp_classify.pxi"
 include "_fp_classify6.pxi"
 include "_fp_syn.pxi"
+include "_fp_hsk.pxi"
 include "_fp_emit.pxi"
 include "_fp_emit6.pxi"
 include "_fp_ring.pxi"

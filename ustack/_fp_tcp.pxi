@@ -469,6 +469,7 @@ cdef class FlowTable:
     cdef object _ours_seen       # the last preferred-address set deliver_burst was given (issue 13) ...
     cdef bytes _ours_packed      # ... and its addresses end to end, compared in C (no bytes object per segment)
     cdef public SynPath syn      # the SYN to a listener in C (_fp_syn.pxi), or None: the stack's path
+    cdef public HandshakePath hsk  # the handshake's ACK in C (_fp_hsk.pxi), or None: the stack's path
 
     def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
@@ -638,12 +639,16 @@ cdef class FlowTable:
                             continue
                         if p.flags == 0x02 and self.syn is not None and self.syn.take(p, now):
                             continue
+                        if p.flags == 0x10 and self.hsk is not None and self.hsk.take(p, now):
+                            continue
                     elif p.kind == CK_TCP6 and ours is not None:
                         packed = self._ours_packed
                         if (_addr_among(p._dst, packed) and not _addr_among(p._src, packed)
                                 and self._take(p, frame, now)):
                             continue
                         if p.flags == 0x02 and self.syn is not None and self.syn.take(p, now):
+                            continue
+                        if p.flags == 0x10 and self.hsk is not None and self.hsk.take(p, now):
                             continue
                     elif p.kind == CK_ICMP and self.echo is not None:
                         if self.echo.answer_frame(p, frame, now):

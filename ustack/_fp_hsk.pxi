@@ -1,0 +1,282 @@
+from libc.stdint cimport int32_t
+from cpython.float cimport PyFloat_AsDouble
+
+# -- the handshake's ACK in one C call (issue 11's connect+close, issue 10's connect()) -----------------------------
+#
+# ``FlowTable.deliver_burst`` hands a lone ACK it finds no flow for to ``HandshakePath.take`` before the stack's
+# ``_deliver`` (as a SYN to ``SynPath.take``). For the handshake's third segment in its one common form, to a
+# ``synrecv.SynReceived`` record not built yet whose listener has a prototype that fits, the whole round is done
+# here: the stack's address screens (as ``SynPath``), the layer's demux (the record for the 4-tuple), the checks
+# of ``synrecv._handshake_acked`` (ACK alone, no data, SEG.SEQ = RCV.NXT, SEG.ACK = SND.MAX, the TSval not older
+# than TS.Recent when timestamps were negotiated: RFC 9293 3.10.7.4, RFC 5961, RFC 7323 5.3; room in the accept
+# queue), then what that path does, step for step: the connection copied from the listener's prototype
+# (``Prototype.make``, the one Python call that builds), ``Connection.adopt`` (the TCB of SYN-RECEIVED as the SYN
+# and our SYN-ACK left it, ``_negotiate``'s options), the record replaced in the layer, the C flow table and the
+# SYN queue (``SynReceived.build``), and ``_handshake_acked``'s effects: SND.UNA and the send window, the
+# handshake's RTT sample (RFC 7323 4.1 or the SYN-ACK's time, RFC 6298 2.2), ESTABLISHED, the accept queue and
+# the application's notifications, TS.Recent (RFC 7323 4.3), the output loop and the memory charge. Anything
+# else (data or FIN on the ACK, a RST, a bad SEQ or ACK number, PAWS, no room, cookies, a record already built,
+# no fitting prototype) is False before anything changed, and goes to the Python path unchanged.
+# ``tests/tcp/test_tcp_hsk_c.py`` holds the two paths in lockstep.
+
+
+cdef class HandshakePath:
+    """The handshake's ACK in C for one stack (``Stack`` installs it on its layer's ``FlowTable.hsk``)."""
+
+    cdef object stack          # its screening sets (_suspect_first, _suspect_src), iface, iface6, ipv6
+    cdef object layer          # the TcpLayer: connections, flows, host
+    cdef object record         # synrecv.SynReceived
+    cdef object listener_type  # listener.Listener
+    cdef object on_rtx         # Connection._on_rtx_timer, the retransmission timer's callback once adopted
+    cdef object syn_received   # tcb.State.SYN_RECEIVED
+    cdef object established    # tcb.State.ESTABLISHED
+    cdef object fin_wait_1     # tcb.State.FIN_WAIT_1
+    cdef object closed         # tcb.State.CLOSED
+    cdef object time_wait      # tcb.State.TIME_WAIT
+    cdef object counters
+    cdef readonly unsigned long taken   # handshake ACKs done here
+
+    def __cinit__(self, stack, layer, record, listener_type, on_rtx, states):
+        self.stack = stack
+        self.layer = layer
+        self.record = record
+        self.listener_type = listener_type
+        self.on_rtx = on_rtx
+        self.syn_received, self.established, self.fin_wait_1, self.closed, self.time_wait = states
+        self.counters = layer.host.stats.counters
+
+    cdef bint take(self, Packet p, now) except -1:
+        """The handshake's ACK round for ``p`` (a TCP or TCP6 record no flow took): True when done here."""
+        cdef int sport = p.src_port, dport = p.dst_port
+        cdef uint32_t rseq, iss
+        if p.flags != 0x10 or p.payload_len != 0 or sport == 0 or dport == 0:
+            return False
+        stack = self.stack
+        src = p.src
+        dst = p.dst
+        if p._alen == 4:
+            if p.kind != CK_TCP:
+                return False
+            if p._src[0] in stack._suspect_first or src in stack._suspect_src:
+                return False  # (Stack._deliver's martian screen)
+            if dst != stack.iface.addr:
+                return False  # (another of ours, a broadcast: _tcp_input's screen)
+        elif p._alen == 16:
+            if p.kind != CK_TCP6 or stack.ipv6 is None:
+                return False
+            if p._src[0] == 0 or p._src[0] == 0xFF or p._dst[0] == 0xFF:
+                return False
+            ours = stack.iface6.valid_set
+            if src in ours or dst not in ours:
+                return False
+        else:
+            return False
+        layer = self.layer
+        connections = layer.connections
+        key = (dst, dport, src, sport)
+        rec = connections.get(key)
+        if type(rec) is not self.record or rec.conn is not None or not rec.own_mss or rec.timer is None:
+            return False
+        lst = rec.listener
+        if type(lst) is not self.listener_type:
+            return False
+        proto = lst.prototype
+        own_mss = rec.own_mss
+        cfg = rec.config
+        if proto is None or not proto.fits(layer, cfg, own_mss, p._alen):
+            return False  # (the first connection of a configuration is built by Connection())
+        # synrecv._handshake_acked's form, against the TCB adopt would make: RCV.NXT = the SYN's SEQ + 1,
+        # SND.UNA = ISS, SND.MAX = ISS + 1; TS.Recent the SYN's TSval when timestamps are on
+        rseq = <uint32_t>rec.seq
+        iss = <uint32_t>rec.iss
+        if p.seq != <uint32_t>(rseq + 1) or p.ack != <uint32_t>(iss + 1):
+            return False
+        pconn = proto.conn
+        syn_ts = rec.timestamps
+        ts_ok = bool(pconn._offer_ts) and syn_ts is not None
+        if ts_ok:
+            if not p._opts & OPTF_TIMESTAMPS:
+                return False
+            if <int32_t>(p._tsval - <uint32_t>syn_ts[0]) < 0:
+                return False  # (RFC 7323 5.3 R1: PAWS; the general path answers it)
+        if len(lst._accept) >= lst.backlog:
+            return False
+        psender = pconn.sender
+        if psender.rto_tsval is not None or psender.rtt.srtt is not None or pconn._syn_retransmitted:
+            return False
+        # -- SynReceived.build: the connection from the prototype, adopt, the record replaced -----------------
+        counters = self.counters
+        counters["tcp.in_segs"] += 1
+        timer = rec.timer
+        conn = proto.make(layer, rec.local, rec.remote, lst, rec.hashes, rec.emitter, timer)
+        rec.conn = conn
+        self._adopt(conn, rec, timer, ts_ok)
+        rec.timer = None
+        connections[key] = conn  # layer.register
+        layer.flows.add(dst, dport, src, sport, conn)
+        queue = lst._syn_queue
+        if rec in queue:
+            queue.discard(rec)
+            queue.add(conn)
+        # -- synrecv._handshake_acked -----------------------------------------------------------------------
+        self._acked(conn, lst, p, now, ts_ok)
+        self.taken += 1
+        return True
+
+    cdef int _adopt(self, conn, rec, timer, bint ts_ok) except -1:
+        """``Connection.adopt(rec, timer)`` (``_syn_received`` and ``_negotiate`` at the SYN's time)."""
+        cdef uint32_t rseq = <uint32_t>rec.seq, iss = <uint32_t>rec.iss
+        cdef long peer_mss, mss_base, own, snd_mss
+        syn_time = rec.syn_time
+        tcb = conn.tcb
+        sender = conn.sender
+        receiver = conn.receiver
+        tcb.irs = rec.seq
+        rcv_nxt = <uint32_t>(rseq + 1)
+        tcb.rcv_nxt = rcv_nxt
+        tcb.last_ack_sent = rcv_nxt
+        tcb.iss = rec.iss
+        tcb.snd_una = rec.iss
+        # _negotiate (RFC 9293 3.7.1, RFC 7323 2.2/2.3, RFC 2018)
+        peer_mss = rec.mss or 536
+        own = conn._own_mss
+        mss_base = peer_mss if peer_mss < own else own
+        if mss_base < 64:
+            mss_base = 64
+        tcb.mss_base = mss_base
+        wscale = rec.wscale
+        if conn._offer_ws and wscale is not None:
+            tcb.snd_wscale = min(wscale, 14)
+        else:
+            conn._offer_ws = False
+            tcb.snd_wscale = tcb.rcv_wscale = 0
+        if ts_ok:
+            tcb.ts_ok = True
+            tcb.ts_recent = rec.timestamps[0]
+            tcb.ts_recent_age = syn_time
+        else:
+            conn._offer_ts = False
+        sack_ok = conn._offer_sack and rec.sack_permitted
+        tcb.sack_ok = sack_ok
+        conn._offer_sack = sack_ok
+        snd_mss = mss_base - (12 if tcb.ts_ok else 0)
+        tcb.snd_mss = snd_mss
+        tcb.rcv_mss = snd_mss if snd_mss < 536 else 536
+        sender.cc.set_mss(snd_mss)
+        sender.use_sack(sack_ok)
+        window = rec.window
+        tcb.snd_wnd = window
+        tcb.max_snd_wnd = window
+        tcb.snd_wl1 = rec.seq
+        tcb.state = self.syn_received
+        conn._syn_time = syn_time
+        conn._last_rcv = syn_time
+        # adopt: the SYN-ACK sent
+        snd_max = <uint32_t>(iss + 1)
+        tcb.snd_nxt = snd_max
+        tcb.snd_max = snd_max
+        free = receiver.rcvbuf.free  # receiver.syn_window(True): never scaled (RFC 7323 2.2)
+        rwnd = min(free, 0xFFFF)
+        tcb.rcv_wnd = rwnd
+        tcb.rcv_adv = <uint32_t>(rcv_nxt + <uint32_t>rwnd)
+        # receiver.ack_sent(syn_time, False)
+        receiver.delack.ack_sent(receiver.unacked > 0)
+        receiver.ack_now = False
+        receiver.ack_round = False
+        receiver.wnd_update = False
+        receiver.dsack = None
+        receiver.unacked = 0
+        receiver.sack_tick = receiver.rcvbuf.tick
+        receiver.delack_due = None
+        out = conn.out
+        out.segs_out += 1
+        timer.callback = self.on_rtx
+        timer.owner = conn
+        sender.rtx_timer = timer
+        return 0
+
+    cdef int _acked(self, conn, lst, Packet p, now, bint ts_ok) except -1:
+        """``synrecv._handshake_acked`` after its checks (``Connection._handshake_acked``, fifth step in
+        SYN-RECEIVED, then TS.Recent, the output loop, the charge and the event)."""
+        cdef uint32_t r32
+        cdef double r, rttvar
+        conn.segs_in += 1
+        conn._last_rcv = now
+        conn._keep_probes = 0
+        sender = conn.sender
+        sender.probes_out = 0
+        tcb = conn.tcb
+        seq = p.seq
+        ack = p.ack
+        tcb.snd_una = ack
+        snd_wnd = p.window << tcb.snd_wscale
+        tcb.snd_wnd = snd_wnd
+        tcb.max_snd_wnd = max(tcb.max_snd_wnd, snd_wnd)
+        tcb.snd_wl1 = seq
+        tcb.snd_wl2 = ack
+        # _handshake_rtt: RFC 7323 4.1 (sender.sample_tsecr), else the SYN-ACK's time (never retransmitted here)
+        rtt = sender.rtt
+        if ts_ok and p._tsecr:
+            r32 = <uint32_t>(<uint64_t>(PyFloat_AsDouble(now) * 1000.0) + <uint64_t>(<uint32_t>tcb.ts_offset)) - p._tsecr
+            if r32 < 0x7FFFFFFF:
+                _rtt_first_sample(rtt, r32 / 1000.0)
+        else:
+            r = PyFloat_AsDouble(now) - PyFloat_AsDouble(conn._syn_time)
+            if r >= 0:
+                _rtt_first_sample(rtt, r)
+        # _become_established: sender.established(False), ESTABLISHED, the listener's accept queue
+        sender.rtx_timer.cancel()
+        sender.rtx_count = 0
+        rtt.backoffs = 0  # rtt.reset_backoff()
+        rtt.rto = _rtt_clamp(rtt, rtt._base_rto)
+        sender.cc.set_mss(tcb.snd_mss)
+        tcb.snd_sml = tcb.snd_una
+        tcb.state = self.fin_wait_1 if tcb.fin_queued else self.established
+        if conn.on_event is not None:
+            conn._notify()
+        self.counters["tcp.established"] += 1
+        cfg = conn.config
+        if cfg.keepalive:
+            conn._keepalive().arm(now + cfg.keepidle)
+        if conn.listener is not None:
+            conn.listener.child_established(conn)
+        if ts_ok:  # RFC 7323 4.3 (SEG.SEQ = RCV.NXT = Last.ACK.sent; the TSval checked not older above)
+            if (<int32_t>(<uint32_t>seq - <uint32_t>tcb.last_ack_sent) <= 0
+                    and <int32_t>(p._tsval - <uint32_t>tcb.ts_recent) >= 0):
+                tcb.ts_recent = p._tsval
+                tcb.ts_recent_age = now
+        state = tcb.state
+        if state != self.closed:
+            sender.output(now)
+            receiver = conn.receiver
+            if receiver.ack_now:
+                conn.out.send_ack(now)
+        if tcb.state == self.time_wait:
+            self.layer.enter_time_wait(conn, conn.receiver.select_window(), now)
+        conn._recharge()
+        if conn.on_event is not None:
+            conn._notify()
+        return 0
+
+
+cdef object _rtt_clamp(rtt, rto):
+    """``RttEstimator._clamp``: min(max_rto, max(min_rto, rto)) with the builtins' choice of object."""
+    lo = rtt.min_rto
+    v = rto if rto > lo else lo
+    hi = rtt.max_rto
+    return v if v < hi else hi
+
+
+cdef int _rtt_first_sample(rtt, double r) except -1:
+    """``RttEstimator.sample(r)`` for its first measurement (RFC 6298 2.2; SRTT not set yet)."""
+    srtt = r
+    rttvar = r / 2
+    rtt.srtt = srtt
+    rtt.rttvar = rttvar
+    k_var = 4 * <double>rttvar
+    gran = rtt.granularity
+    base = srtt + (k_var if k_var > gran else gran)
+    rtt._base_rto = base
+    rtt.backoffs = 0
+    rtt.rto = _rtt_clamp(rtt, base)
+    return 0
