@@ -125,7 +125,7 @@ cdef class HandshakePath:
 
     cdef int _adopt(self, conn, rec, timer, bint ts_ok) except -1:
         """``Connection.adopt(rec, timer)`` (``_syn_received`` and ``_negotiate`` at the SYN's time)."""
-        cdef uint32_t rseq = <uint32_t>rec.seq, iss = <uint32_t>rec.iss
+        cdef uint32_t rseq = <uint32_t>rec.seq, iss = <uint32_t>rec.iss, rcv_nxt, snd_max
         cdef long peer_mss, mss_base, own, snd_mss
         syn_time = rec.syn_time
         tcb = conn.tcb

@@ -38,6 +38,7 @@ MAC_B = b"\x02\x00\x00\x00\x00\x0b"
 A4, B4 = parse("198.18.0.1"), parse("198.18.0.2")
 A6, B6 = parse("fd00::1"), parse("fd00::2")
 PORT = 80
+_EDGES = (0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFF00, 0xFFFF0001, 0x7FFFFFFF, 0x80000000, 0)
 _PLAIN = (int, float, bool, str, bytes, type(None))
 
 
@@ -252,8 +253,8 @@ def _lockstep(seed: int, cfg: dict, listen_on, backlog: int, app: str, steps: in
         src, dst = (B6, A6) if six else (B4, A4)
         if r < 0.35:
             sport = rng.choice((1000, 1001, 1002, 1003)) if rng.random() < 0.3 else 20000 + step
-            frame = _syn(src, dst, sport, PORT, rng.getrandbits(32), 0x02, rng.choice((0, 512, 65535)),
-                         _options(rng))
+            isn = rng.getrandbits(32) if rng.random() < 0.7 else rng.choice(_EDGES)  # (RCV.NXT + window wraps)
+            frame = _syn(src, dst, sport, PORT, isn, 0x02, rng.choice((0, 512, 65535)), _options(rng))
             out = (c.feed(frame), py.feed(frame))
         elif r < 0.75 and synacks:
             frame = _ack_for(rng, rng.choice(synacks[-6:]), common)
