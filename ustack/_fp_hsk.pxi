@@ -20,6 +20,40 @@ from cpython.float cimport PyFloat_AsDouble
 # ``tests/tcp/test_tcp_hsk_c.py`` holds the two paths in lockstep.
 
 
+# The TCB fields the handshake sets, written through their slot offsets (``SlotLayout``, as the fast path's).
+HSK_TCB_FIELDS = ("state", "irs", "iss", "rcv_nxt", "last_ack_sent", "snd_una", "snd_nxt", "snd_max", "mss_base",
+                  "snd_wscale", "rcv_wscale", "ts_ok", "ts_recent", "ts_recent_age", "sack_ok", "snd_mss", "rcv_mss",
+                  "snd_wnd", "max_snd_wnd", "snd_wl1", "snd_wl2", "rcv_wnd", "rcv_adv", "snd_sml", "ts_offset",
+                  "fin_queued")
+cdef enum:
+    H_STATE = 0
+    H_IRS = 1
+    H_ISS = 2
+    H_RCV_NXT = 3
+    H_LAST_ACK_SENT = 4
+    H_SND_UNA = 5
+    H_SND_NXT = 6
+    H_SND_MAX = 7
+    H_MSS_BASE = 8
+    H_SND_WSCALE = 9
+    H_RCV_WSCALE = 10
+    H_TS_OK = 11
+    H_TS_RECENT = 12
+    H_TS_RECENT_AGE = 13
+    H_SACK_OK = 14
+    H_SND_MSS = 15
+    H_RCV_MSS = 16
+    H_SND_WND = 17
+    H_MAX_SND_WND = 18
+    H_SND_WL1 = 19
+    H_SND_WL2 = 20
+    H_RCV_WND = 21
+    H_RCV_ADV = 22
+    H_SND_SML = 23
+    H_TS_OFFSET = 24
+    H_FIN_QUEUED = 25
+
+
 cdef class HandshakePath:
     """The handshake's ACK in C for one stack (``Stack`` installs it on its layer's ``FlowTable.hsk``)."""
 
@@ -34,6 +68,7 @@ cdef class HandshakePath:
     cdef object closed         # tcb.State.CLOSED
     cdef object time_wait      # tcb.State.TIME_WAIT
     cdef object counters
+    cdef SlotLayout tl         # the TCB class's HSK_TCB_FIELDS (learned from the first connection)
     cdef readonly unsigned long taken   # handshake ACKs done here
 
     def __cinit__(self, stack, layer, record, listener_type, on_rtx, states):
@@ -109,6 +144,9 @@ cdef class HandshakePath:
         counters["tcp.in_segs"] += 1
         timer = rec.timer
         conn = proto.make(layer, rec.local, rec.remote, lst, rec.hashes, rec.emitter, timer)
+        tcb = conn.tcb
+        if self.tl is None or type(tcb) is not self.tl.cls:
+            self.tl = SlotLayout(type(tcb), HSK_TCB_FIELDS)
         rec.conn = conn
         self._adopt(conn, rec, timer, ts_ok)
         rec.timer = None
@@ -127,58 +165,67 @@ cdef class HandshakePath:
         """``Connection.adopt(rec, timer)`` (``_syn_received`` and ``_negotiate`` at the SYN's time)."""
         cdef uint32_t rseq = <uint32_t>rec.seq, iss = <uint32_t>rec.iss, rcv_nxt, snd_max
         cdef long peer_mss, mss_base, own, snd_mss
+        cdef Py_ssize_t *o = self.tl._off
         syn_time = rec.syn_time
         tcb = conn.tcb
         sender = conn.sender
         receiver = conn.receiver
-        tcb.irs = rec.seq
-        rcv_nxt = <uint32_t>(rseq + 1)
-        tcb.rcv_nxt = rcv_nxt
-        tcb.last_ack_sent = rcv_nxt
-        tcb.iss = rec.iss
-        tcb.snd_una = rec.iss
+        seq = rec.seq
+        iss_o = rec.iss
+        _fset(tcb, o[H_IRS], seq)
+        rcv_nxt = rseq + 1
+        rcv_nxt_o = rcv_nxt
+        _fset(tcb, o[H_RCV_NXT], rcv_nxt_o)
+        _fset(tcb, o[H_LAST_ACK_SENT], rcv_nxt_o)
+        _fset(tcb, o[H_ISS], iss_o)
+        _fset(tcb, o[H_SND_UNA], iss_o)
         # _negotiate (RFC 9293 3.7.1, RFC 7323 2.2/2.3, RFC 2018)
         peer_mss = rec.mss or 536
         own = conn._own_mss
         mss_base = peer_mss if peer_mss < own else own
         if mss_base < 64:
             mss_base = 64
-        tcb.mss_base = mss_base
+        _fset(tcb, o[H_MSS_BASE], mss_base)
         wscale = rec.wscale
         if conn._offer_ws and wscale is not None:
-            tcb.snd_wscale = min(wscale, 14)
+            _fset(tcb, o[H_SND_WSCALE], min(wscale, 14))
         else:
             conn._offer_ws = False
-            tcb.snd_wscale = tcb.rcv_wscale = 0
+            _fset(tcb, o[H_SND_WSCALE], 0)
+            _fset(tcb, o[H_RCV_WSCALE], 0)
         if ts_ok:
-            tcb.ts_ok = True
-            tcb.ts_recent = rec.timestamps[0]
-            tcb.ts_recent_age = syn_time
+            _fset(tcb, o[H_TS_OK], True)
+            _fset(tcb, o[H_TS_RECENT], rec.timestamps[0])
+            _fset(tcb, o[H_TS_RECENT_AGE], syn_time)
         else:
             conn._offer_ts = False
         sack_ok = conn._offer_sack and rec.sack_permitted
-        tcb.sack_ok = sack_ok
+        _fset(tcb, o[H_SACK_OK], sack_ok)
         conn._offer_sack = sack_ok
-        snd_mss = mss_base - (12 if tcb.ts_ok else 0)
-        tcb.snd_mss = snd_mss
-        tcb.rcv_mss = snd_mss if snd_mss < 536 else 536
-        sender.cc.set_mss(snd_mss)
+        snd_mss = mss_base - (12 if _bget(tcb, o[H_TS_OK]) else 0)
+        snd_mss_o = snd_mss
+        _fset(tcb, o[H_SND_MSS], snd_mss_o)
+        _fset(tcb, o[H_RCV_MSS], snd_mss if snd_mss < 536 else 536)
+        # (Window.set_mss: sender.established sets the same SMSS again, which changes nothing more)
+        sender.cc.set_mss(snd_mss_o)
         sender.use_sack(sack_ok)
         window = rec.window
-        tcb.snd_wnd = window
-        tcb.max_snd_wnd = window
-        tcb.snd_wl1 = rec.seq
-        tcb.state = self.syn_received
+        _fset(tcb, o[H_SND_WND], window)
+        _fset(tcb, o[H_MAX_SND_WND], window)
+        _fset(tcb, o[H_SND_WL1], seq)
+        _fset(tcb, o[H_STATE], self.syn_received)
         conn._syn_time = syn_time
         conn._last_rcv = syn_time
         # adopt: the SYN-ACK sent
-        snd_max = <uint32_t>(iss + 1)
-        tcb.snd_nxt = snd_max
-        tcb.snd_max = snd_max
-        free = receiver.rcvbuf.free  # receiver.syn_window(True): never scaled (RFC 7323 2.2)
+        snd_max = iss + 1
+        snd_max_o = snd_max
+        _fset(tcb, o[H_SND_NXT], snd_max_o)
+        _fset(tcb, o[H_SND_MAX], snd_max_o)
+        rcvbuf = receiver.rcvbuf
+        free = rcvbuf.free  # receiver.syn_window(True): never scaled (RFC 7323 2.2)
         rwnd = min(free, 0xFFFF)
-        tcb.rcv_wnd = rwnd
-        tcb.rcv_adv = <uint32_t>(rcv_nxt + <uint32_t>rwnd)
+        _fset(tcb, o[H_RCV_WND], rwnd)
+        _fset(tcb, o[H_RCV_ADV], <uint32_t>(rcv_nxt + <uint32_t>rwnd))
         # receiver.ack_sent(syn_time, False)
         receiver.delack.ack_sent(receiver.unacked > 0)
         receiver.ack_now = False
@@ -186,7 +233,7 @@ cdef class HandshakePath:
         receiver.wnd_update = False
         receiver.dsack = None
         receiver.unacked = 0
-        receiver.sack_tick = receiver.rcvbuf.tick
+        receiver.sack_tick = rcvbuf.tick
         receiver.delack_due = None
         out = conn.out
         out.segs_out += 1
@@ -199,7 +246,8 @@ cdef class HandshakePath:
         """``synrecv._handshake_acked`` after its checks (``Connection._handshake_acked``, fifth step in
         SYN-RECEIVED, then TS.Recent, the output loop, the charge and the event)."""
         cdef uint32_t r32
-        cdef double r, rttvar
+        cdef double r
+        cdef Py_ssize_t *o = self.tl._off
         conn.segs_in += 1
         conn._last_rcv = now
         conn._keep_probes = 0
@@ -208,16 +256,18 @@ cdef class HandshakePath:
         tcb = conn.tcb
         seq = p.seq
         ack = p.ack
-        tcb.snd_una = ack
-        snd_wnd = p.window << tcb.snd_wscale
-        tcb.snd_wnd = snd_wnd
-        tcb.max_snd_wnd = max(tcb.max_snd_wnd, snd_wnd)
-        tcb.snd_wl1 = seq
-        tcb.snd_wl2 = ack
+        _fset(tcb, o[H_SND_UNA], ack)
+        snd_wnd = p.window << _iget(tcb, o[H_SND_WSCALE])
+        snd_wnd_o = snd_wnd
+        _fset(tcb, o[H_SND_WND], snd_wnd_o)
+        _fset(tcb, o[H_MAX_SND_WND], max(_fget(tcb, o[H_MAX_SND_WND]), snd_wnd_o))
+        _fset(tcb, o[H_SND_WL1], seq)
+        _fset(tcb, o[H_SND_WL2], ack)
         # _handshake_rtt: RFC 7323 4.1 (sender.sample_tsecr), else the SYN-ACK's time (never retransmitted here)
         rtt = sender.rtt
         if ts_ok and p._tsecr:
-            r32 = <uint32_t>(<uint64_t>(PyFloat_AsDouble(now) * 1000.0) + <uint64_t>(<uint32_t>tcb.ts_offset)) - p._tsecr
+            r32 = <uint32_t>(<uint64_t>(PyFloat_AsDouble(now) * 1000.0)
+                             + <uint64_t>(<uint32_t>_iget(tcb, o[H_TS_OFFSET]))) - p._tsecr
             if r32 < 0x7FFFFFFF:
                 _rtt_first_sample(rtt, r32 / 1000.0)
         else:
@@ -229,9 +279,8 @@ cdef class HandshakePath:
         sender.rtx_count = 0
         rtt.backoffs = 0  # rtt.reset_backoff()
         rtt.rto = _rtt_clamp(rtt, rtt._base_rto)
-        sender.cc.set_mss(tcb.snd_mss)
-        tcb.snd_sml = tcb.snd_una
-        tcb.state = self.fin_wait_1 if tcb.fin_queued else self.established
+        _fset(tcb, o[H_SND_SML], ack)
+        _fset(tcb, o[H_STATE], self.fin_wait_1 if _bget(tcb, o[H_FIN_QUEUED]) else self.established)
         if conn.on_event is not None:
             conn._notify()
         self.counters["tcp.established"] += 1
@@ -241,17 +290,16 @@ cdef class HandshakePath:
         if conn.listener is not None:
             conn.listener.child_established(conn)
         if ts_ok:  # RFC 7323 4.3 (SEG.SEQ = RCV.NXT = Last.ACK.sent; the TSval checked not older above)
-            if (<int32_t>(<uint32_t>seq - <uint32_t>tcb.last_ack_sent) <= 0
-                    and <int32_t>(p._tsval - <uint32_t>tcb.ts_recent) >= 0):
-                tcb.ts_recent = p._tsval
-                tcb.ts_recent_age = now
-        state = tcb.state
-        if state != self.closed:
+            if (<int32_t>(<uint32_t>p.seq - <uint32_t>_iget(tcb, o[H_LAST_ACK_SENT])) <= 0
+                    and <int32_t>(p._tsval - <uint32_t>_iget(tcb, o[H_TS_RECENT])) >= 0):
+                _fset(tcb, o[H_TS_RECENT], p._tsval)
+                _fset(tcb, o[H_TS_RECENT_AGE], now)
+        if _fget(tcb, o[H_STATE]) != self.closed:
             sender.output(now)
             receiver = conn.receiver
             if receiver.ack_now:
                 conn.out.send_ack(now)
-        if tcb.state == self.time_wait:
+        if _fget(tcb, o[H_STATE]) == self.time_wait:
             self.layer.enter_time_wait(conn, conn.receiver.select_window(), now)
         conn._recharge()
         if conn.on_event is not None:
