@@ -143,7 +143,7 @@ cdef class HandshakePath:
         counters = self.counters
         counters["tcp.in_segs"] += 1
         timer = rec.timer
-        conn = proto.make(layer, rec.local, rec.remote, lst, rec.hashes, rec.emitter, timer)
+        conn = _make(proto, layer, rec.local, rec.remote, lst, rec.hashes, rec.emitter, timer)
         tcb = conn.tcb
         if self.tl is None or type(tcb) is not self.tl.cls:
             self.tl = SlotLayout(type(tcb), HSK_TCB_FIELDS)
@@ -328,3 +328,95 @@ cdef int _rtt_first_sample(rtt, double r) except -1:
     rtt.backoffs = 0
     rtt.rto = _rtt_clamp(rtt, base)
     return 0
+
+
+cdef object _clone_slots(SlotCopier cp, obj):
+    """``cp.clone(obj)`` without the Python call (_fp_clone.pxi)."""
+    cdef PyObject **dst
+    cdef PyObject *v
+    cdef Py_ssize_t k
+    cdef _CloneType *t = <_CloneType *><PyObject *>cp.cls
+    cdef PyObject *q
+    if type(obj) is not cp.cls:
+        raise TypeError(f"not a {cp.cls.__name__}")
+    q = t.tp_alloc(t, 0)
+    if q == NULL:
+        raise MemoryError()
+    new = <object>q
+    Py_XDECREF(q)
+    for k in range(cp._n):
+        v = _slot(obj, cp._off[k])
+        Py_XINCREF(v)
+        dst = <PyObject **>((<char *><PyObject *>new) + cp._off[k])
+        Py_XDECREF(dst[0])
+        dst[0] = v
+    return new
+
+
+cdef object _make(proto, layer, local, remote, lst, hashes, emitter, rtx_timer):
+    """``Prototype.make(layer, local, remote, lst, hashes, emitter, rtx_timer)`` for the handshake's ACK, step for
+    step, but for the loss recovery: the copy's is made by ``Sender.use_sack`` in ``_adopt`` (``make``'s
+    ``NewRenoRecovery(sender, 0)`` is always replaced there before anything reads it)."""
+    cp = proto.copiers
+    p = proto.conn
+    c = _clone_slots(cp.conn, p)
+    tcb = _clone_slots(cp.tcb, p.tcb)
+    c.tcb = tcb
+    laddr = bytes(local[0])
+    lport = local[1]
+    raddr = bytes(remote[0])
+    rport = remote[1]
+    c.local_addr = laddr
+    c.local_port = lport
+    c.remote_addr = raddr
+    c.remote_port = rport
+    c.key = (laddr, lport, raddr, rport)
+    c.listener = lst
+    c.passive = lst is not None
+    isn_f, ts_offset = hashes
+    c._isn_f = isn_f
+    tcb.ts_offset = ts_offset
+    config = c.config
+    host = c.host
+    # the receiver: its buffer, delayed-ACK state and auto-tuning its own; its callbacks bound to c
+    pr = p.receiver
+    r = _clone_slots(cp.receiver, pr)
+    c.receiver = r
+    r.tcb = tcb
+    rcvbuf = type(pr.rcvbuf)(config.rcvbuf, config.max_ooo_runs)
+    r.rcvbuf = rcvbuf
+    rcvbuf.hold = layer.rx_hold
+    r._owner = c
+    r.high_water = c._recv_high_water
+    r.delack = _clone_slots(cp.delack, pr.delack)
+    r.space = _clone_slots(cp.space, pr.space)
+    # the output: a fast emitter of its own (it caches the flow's frame template)
+    o = _clone_slots(cp.output, p.out)
+    c.out = o
+    o.tcb = tcb
+    o.receiver = r
+    if emitter is None:
+        make = getattr(host, "tcp_emitter", None)
+        emitter = make() if make is not None else host.tcp_output_segment
+    o.fast = emitter
+    o.fast_sack = getattr(emitter, "sack", None)
+    o.local_addr = laddr
+    o.local_port = lport
+    o.remote_addr = raddr
+    o.remote_port = rport
+    # the sender: buffer, RTT estimator, controller and retransmission timer its own
+    ps = p.sender
+    s = _clone_slots(cp.sender, ps)
+    c.sender = s
+    s.tcb = tcb
+    s.out = o
+    s.sndbuf = type(ps.sndbuf)(config.sndbuf)
+    rtt = _clone_slots(cp.rtt, ps.rtt)
+    s.rtt = rtt
+    r.rtt = rtt
+    cc = ps.cc
+    s.cc = _clone_slots(cp.cc[type(cc)], cc)
+    s.rtx_timer = rtx_timer
+    s.low_water = c._send_low_water
+    s.timer_maker = c
+    return c

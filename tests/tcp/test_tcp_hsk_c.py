@@ -272,7 +272,26 @@ def _lockstep(seed: int, cfg: dict, listen_on, backlog: int, app: str, steps: in
         assert out[0] == out[1], f"step {step}: frames differ"
         synacks += [f for f in out[0] if _is_synack(f)]
         assert c.state() == py.state(), f"step {step}: state differs"
+        _own_parts(c)
     return c.hsk.taken
+
+
+def _parts(conn) -> list:
+    s, r = conn.sender, conn.receiver
+    return [conn.tcb, r, r.rcvbuf, r.delack, r.space, conn.out, s, s.sndbuf, s.rtt, s.cc, s.recovery]
+
+
+def _own_parts(server) -> None:
+    """No connection shares a part it changes with another or with its listener's prototype (a copy's own)."""
+    seen = {}
+    proto = server.lst.prototype
+    if proto is not None:
+        for part in _parts(proto.conn):
+            seen[id(part)] = "prototype"
+    conns = {id(c): c for c in list(server.stack.tcp.connections.values()) + server.accepted if type(c) is Connection}
+    for conn in conns.values():
+        for part in _parts(conn):
+            assert seen.setdefault(id(part), conn.key) == conn.key, f"{type(part).__name__} shared: {conn.key}"
 
 
 CONFIGS = [
