@@ -304,14 +304,17 @@ CONFIGS = [
 ]
 
 
+APPS = ["none", "accept", "send", "close", "send_now"]
+
+
 @pytest.mark.parametrize("cfg", CONFIGS)
 @pytest.mark.parametrize("listen_on", ["addr", "any6", "addr6"])
-@pytest.mark.parametrize("app", ["none", "accept", "send", "close", "send_now"])
-def test_handshake_ack_c_path_lockstep(cfg, listen_on, app):
+def test_handshake_ack_c_path_lockstep(cfg, listen_on):
     addr = {"addr": A4, "any6": ANY6, "addr6": A6}[listen_on]
     taken = 0
-    for seed in range(3):
-        taken += _lockstep(seed * 11 + len(cfg) + len(app), cfg, addr, backlog=1 + 3 * seed, app=app)
+    for seed in range(5):  # (each application behaviour once per configuration and address)
+        app = APPS[(seed + len(cfg) + len(listen_on)) % len(APPS)]
+        taken += _lockstep(seed * 11 + len(cfg) + len(app), cfg, addr, backlog=1 + 3 * (seed % 3), app=app)
     assert taken > 0  # the C path did take handshakes
 
 
@@ -325,3 +328,28 @@ def test_fastpath_off_has_no_handshake_path():
     clock = ManualClock(1000.0)
     stack = Stack(PipeLink(clock, seed=1).a, "198.18.0.1/24", fastpath=False, announce=False)
     assert stack.tcp.flows.hsk is None
+
+
+@pytest.mark.parametrize("value, on", [(None, True), ("1", True), ("", True), ("0", False)])
+def test_ack_c_variable_turns_the_path_off_in_the_cli_stack(monkeypatch, value, on):
+    """USTACK_ACK_C=0 (``environment.ack_c``, read by the CLI's stack builder): the handshake's ACKs through
+    the Python path, the SYN path untouched; any other value or none keeps the C path."""
+    import argparse
+
+    from ustack.api import environment
+    from ustack.tools.cli_stack import open_stack
+
+    env = {} if value is None else {"USTACK_ACK_C": value}
+    assert environment.ack_c(env) is on
+    if value is None:
+        monkeypatch.delenv("USTACK_ACK_C", raising=False)
+    else:
+        monkeypatch.setenv("USTACK_ACK_C", value)
+    monkeypatch.setenv("USTACK_FASTPATH", "1")
+    args = argparse.Namespace(backend="pipe", mtu=None, addr=["198.18.0.1/24"], gateway=None, ifname=None)
+    stack, extras = open_stack(args, ManualClock(1000.0))
+    try:
+        assert (stack.tcp.flows.hsk is not None) is on
+        assert stack.tcp.flows.syn is not None
+    finally:
+        extras["link"].close()
