@@ -79,6 +79,8 @@ def open_stack(args, clock):
                   tcp_config=TcpConfig(congestion=congestion) if congestion else None)
     if not environment.syn_c():
         stack.tcp.flows.syn = None  # USTACK_SYN_C=0: SYNs through the Python path (an A/B of _fastpath.SynPath)
+    if not environment.ack_c():
+        stack.tcp.flows.hsk = None  # USTACK_ACK_C=0: handshake ACKs through the Python path (_fastpath.HandshakePath)
     return stack, extras
 
 

@@ -22,6 +22,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_echo.pxi: ICMP echo replies in C for sources the Python path answered (EchoResponder)
 - _fp_clone.pxi: shallow copies of slotted objects (SlotCopier: connection setup from a prototype)
 - _fp_syn.pxi: the SYN to a listener in one C call (SynPath: the record, its ISS by BLAKE2s, the SYN-ACK)
+- _fp_hsk.pxi: the handshake's ACK in one C call (HandshakePath: the connection from the prototype, ESTABLISHED)
 - _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
 - _fp_gso.pxi: TCP segmentation offload on transmit (AF_PACKET TX ring super-frames; AF_XDP runs by sendmsg)
 - _fp_push.pxi: is a frame a TCP segment in the middle of its sender's write (data, no PSH)?
@@ -34,6 +35,7 @@ include "_fp_checksum.pxi"
 include "_fp_classify.pxi"
 include "_fp_classify6.pxi"
 include "_fp_syn.pxi"
+include "_fp_hsk.pxi"
 include "_fp_emit.pxi"
 include "_fp_emit6.pxi"
 include "_fp_ring.pxi"

@@ -475,6 +475,7 @@ cdef class FlowTable:
     cdef object _ours_seen       # the last preferred-address set deliver_burst was given (issue 13) ...
     cdef bytes _ours_packed      # ... and its addresses end to end, compared in C (no bytes object per segment)
     cdef public SynPath syn      # the SYN to a listener in C (_fp_syn.pxi), or None: the stack's path
+    cdef public HandshakePath hsk  # the handshake's ACK in C (_fp_hsk.pxi), or None: the stack's path
 
     def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
@@ -644,6 +645,8 @@ cdef class FlowTable:
                             continue
                         if p.flags == 0x02 and self.syn is not None and self.syn.take(p, now):
                             continue
+                        if p.flags == 0x10 and self.hsk is not None and not self._has_flow(p) and self.hsk.take(p, now):
+                            continue
                     elif p.kind == CK_TCP6 and ours is not None:
                         packed = self._ours_packed
                         if (_addr_among(p._dst, packed) and not _addr_among(p._src, packed)
@@ -651,12 +654,22 @@ cdef class FlowTable:
                             continue
                         if p.flags == 0x02 and self.syn is not None and self.syn.take(p, now):
                             continue
+                        if p.flags == 0x10 and self.hsk is not None and not self._has_flow(p) and self.hsk.take(p, now):
+                            continue
                     elif p.kind == CK_ICMP and self.echo is not None:
                         if self.echo.answer_frame(p, frame, now):
                             continue
                 deliver(frame, rec, now)
             except Exception as e:  # the barrier: one frame's bug never stops the burst
                 failed(e)
+
+    cdef bint _has_flow(self, Packet p) noexcept:
+        """Whether the table holds a connection for ``p``'s 4-tuple (any state): no handshake's record then."""
+        cdef FlowKey key
+        if p._alen != 4 and p._alen != 16:
+            return False
+        _key_set(&key, p._dst, p._src, p._alen, <uint32_t>p.dst_port, <uint32_t>p.src_port)
+        return self._find(&key) >= 0
 
     cdef bint _take(self, Packet p, frame, now) except -1:
         cdef FlowKey key

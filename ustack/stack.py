@@ -71,11 +71,13 @@ from ustack.snapshot import snapshot
 from ustack.stats import Stats
 from ustack.timers import TimerHeap
 from ustack.transport.tcp.config import TcpConfig
+from ustack.transport.tcp.connection import Connection
 from ustack.transport.tcp.ip_host import TcpOverIp
 from ustack.transport.tcp.layer import TcpLayer
 from ustack.transport.tcp.listener import Listener
 from ustack.transport.tcp.output import syn_segment
 from ustack.transport.tcp.synrecv import SynReceived
+from ustack.transport.tcp.tcb import CLOSED, ESTABLISHED, FIN_WAIT_1, SYN_RECEIVED, TIME_WAIT
 from ustack.transport.udp import UdpLayer
 from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREACHABLE, TIME_EXCEEDED
 from ustack.wire import icmpv6 as icmp6wire
@@ -172,6 +174,10 @@ class Stack:
         self.flush_held = False  # the last poll(hold=True) left the TCP flush to a later round
         if self.tcp.fastpath:  # a SYN to a listener in its common form: its whole round in C (_fp_syn.pxi)
             self.tcp.flows.syn = _fastpath.SynPath(self, self.tcp, SynReceived, syn_segment, Listener)
+            # ... and the handshake's ACK to its SYN-RECEIVED record, the connection copied (_fp_hsk.pxi)
+            self.tcp.flows.hsk = _fastpath.HandshakePath(self, self.tcp, SynReceived, Listener,
+                                                         Connection._on_rtx_timer,
+                                                         (SYN_RECEIVED, ESTABLISHED, FIN_WAIT_1, CLOSED, TIME_WAIT))
         if self.tcp.fastpath:  # echo requests from a source answered before: in that same C loop (_fp_echo.pxi)
             icmp.fast_echo = self.tcp.flows.echo = _fastpath.EchoResponder(self.link, stats.counters)
         self.protocols.register(PROTO_UDP, self.udp)

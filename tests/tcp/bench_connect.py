@@ -11,7 +11,7 @@ shared machine. Prints connections per CPU-second, the median and the best
 of ``--runs`` runs (the best is the steadier figure when other work shares
 the CPU).
 
-    .venv/bin/python -m tests.tcp.bench_connect [--conns 2000] [--runs 5] [--profile] [--rounds [--no-syn-c]]
+    .venv/bin/python -m tests.tcp.bench_connect [--conns 2000] [--runs 5] [--profile] [--rounds [--no-syn-c] [--no-ack-c]]
 
 ``--rounds``: the server side alone, as ``ustack serve`` runs it (a ``TcpEcho``
 service on its listener): the wall time of each of its poll rounds (one
@@ -80,15 +80,18 @@ def connect_close(conns: int, seed: int = 1) -> tuple[float, float]:
 _FLAGS = {0x02: "S", 0x10: "A", 0x11: "FA", 0x18: "PA", 0x19: "FPA", 0x04: "R", 0x14: "RA"}
 
 
-def server_rounds(conns: int, seed: int = 1, syn_c: bool = True) -> dict:
+def server_rounds(conns: int, seed: int = 1, syn_c: bool = True, ack_c: bool = True) -> dict:
     """{(flags of the round's segments, phase): [ns per round]} for the server's poll rounds (see ``--rounds``);
-    ``syn_c=False``: the server's SYNs through the Python path (``flows.syn = None``), for an A/B in one tree."""
+    ``syn_c=False``: the server's SYNs through the Python path (``flows.syn = None``), for an A/B in one tree;
+    ``ack_c=False``: the handshake's ACKs through the Python path (``flows.hsk = None``)."""
     from ustack.tools.services import TcpEcho
 
     pair = PipePair(seed=seed, delay=0.00005)
     clock, a, b = pair.clock, pair.a, pair.b
     if not syn_c:
         a.tcp.flows.syn = None
+    if not ack_c:
+        a.tcp.flows.hsk = None
     service = TcpEcho(a, PORT)
     remote = (parse(SERVER), PORT)
     a.poll(clock.now)
@@ -147,6 +150,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", action="store_true", help="the server's time per poll round by what it received")
     p.add_argument("--no-syn-c", action="store_true",
                    help="with --rounds: the server's SYNs through the Python path (no _fastpath.SynPath)")
+    p.add_argument("--no-ack-c", action="store_true",
+                   help="with --rounds: the handshake's ACKs through the Python path (no _fastpath.HandshakePath)")
     args = p.parse_args(argv)
     if args.conns <= 0 or args.runs <= 0:
         p.error("--conns and --runs must be positive")
@@ -159,7 +164,7 @@ def main(argv=None) -> int:
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
         return 0
     if args.rounds:
-        times = server_rounds(args.conns, syn_c=not args.no_syn_c)
+        times = server_rounds(args.conns, syn_c=not args.no_syn_c, ack_c=not args.no_ack_c)
         total = 0.0
         print(f"server poll rounds (TcpEcho), {args.conns} connections over the pipe: median µs by segments received")
         for (flags, phase), ns in sorted(times.items(), key=lambda kv: -len(kv[1])):

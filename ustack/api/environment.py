@@ -11,6 +11,9 @@ still reaches every stack a program builds:
 - ``USTACK_SYN_C=0``: the SYN to a listener through the Python path even with
   the fast path on (``stack.tcp.flows.syn = None``, ``_fastpath.SynPath``
   off; ``ustack serve``'s A/B). Read by ``syn_c``.
+- ``USTACK_ACK_C=0``: the handshake's ACK through the Python path even with
+  the fast path on (``stack.tcp.flows.hsk = None``, ``_fastpath.HandshakePath``
+  off). Read by ``ack_c``.
 """
 
 from __future__ import annotations
@@ -27,3 +30,8 @@ def fastpath(environ: Optional[Mapping[str, str]] = None) -> bool:
 def syn_c(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether a fast-path stack keeps its SYN path in C (``_fastpath.SynPath``) under ``environ``."""
     return (os.environ if environ is None else environ).get("USTACK_SYN_C", "1") != "0"
+
+
+def ack_c(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether a fast-path stack keeps the handshake's ACK in C (``_fastpath.HandshakePath``) under ``environ``."""
+    return (os.environ if environ is None else environ).get("USTACK_ACK_C", "1") != "0"

@@ -89,7 +89,9 @@ class Prototype:
              rtx_timer=None) -> Connection:
         """The connection ``Connection(layer, config, local, remote, listener, hashes, own_mss)`` builds;
         ``emitter``: the flow's fast emitter (``FlowEmitter``) already made (for the SYN-ACK), its own;
-        ``rtx_timer``: the SYN-ACK's timer ``Connection.adopt`` makes its retransmission timer (else a new one)."""
+        ``rtx_timer``: the SYN-ACK's timer ``Connection.adopt`` makes its retransmission timer (else a new one).
+        ``_fastpath.HandshakePath`` copies the same way in C (``_make`` in _fp_hsk.pxi): a part given here must
+        be given there too (``tests/tcp/test_tcp_hsk_c.py`` compares the two connections and their sharing)."""
         cp = self.copiers
         p = self.conn
         c = cp.conn.clone(p)
