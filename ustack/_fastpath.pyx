@@ -23,6 +23,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_clone.pxi: shallow copies of slotted objects (SlotCopier: connection setup from a prototype)
 - _fp_syn.pxi: the SYN to a listener in one C call (SynPath: the record, its ISS by BLAKE2s, the SYN-ACK)
 - _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
+- _fp_fin.pxi: the peer's in-order FIN on an established flow (FinPath: CLOSE-WAIT without the Python frames)
 
 Bounds checks are off in this module: every function length-checks
 untrusted bytes before reading a field.
@@ -47,3 +48,4 @@ include "_fp_echo.pxi"
 include "_fp_clone.pxi"
 include "_fp_ctl.pxi"
 include "_fp_gso.pxi"
+include "_fp_fin.pxi"

@@ -1,0 +1,130 @@
+# The peer's FIN on an ESTABLISHED flow in C (issues 10 and 11: connection teardown).
+#
+# ``FinPath.take(conn, seg, payload, now)`` is what ``FlowTable`` runs for a FIN
+# header prediction declined, before ``Connection.segment_arrives``. It takes
+# the one common form ``connection._peer_fin`` takes -- FIN and ACK alone (no
+# PSH, no data) at exactly RCV.NXT, no FIN received before, TSval not older
+# than TS.Recent when timestamps are on -- narrowed to what needs no more of
+# the sender than header prediction's window update: SEG.ACK = SND.UNA =
+# SND.MAX (nothing of ours outstanding: the ACK acknowledges nothing new and
+# is no duplicate, RFC 5681 2), no option but the negotiated timestamps, a
+# window that does not open from zero (the persist timer's), a controller
+# that does not pace (no rate sample). Anything else: False before touching
+# anything, and the general path runs.
+#
+# What it does is ``segment_arrives`` -> ``_peer_fin`` in that case, in the
+# same order on the same objects: the per-segment bookkeeping (``_arrived_at``),
+# the fifth step's ACK (``Sender.on_ack``: TSecr for RACK, the window update
+# of RFC 9293 3.10.7.4 guarded by SND.WL1/WL2, the recovery's ``after_ack``
+# and ``arm_timer``: ``TxPath.after_ack`` in RACK-TLP's plain case), TS.Recent
+# (RFC 7323 4.3), the eighth step (RCV.NXT over the FIN, ``fin_rcvd``, the
+# FIN acknowledged at once: ``Receiver.receive_fin``), CLOSE-WAIT through
+# ``Connection._set_state`` (the application's one notification, where its
+# ``close()`` queues our FIN), then ``Sender.output`` and the ACK still owed
+# (``_send_ack``), and the memory charge (``_recharge_at``). The Python calls
+# left are the ones whose work the application sees: ``_set_state`` and
+# ``output``. tests/tcp/test_tcp_teardown_diff.py holds it to the general
+# path in lockstep.
+
+cdef class FinPath:
+    """The peer's in-order FIN on an ESTABLISHED flow (see the top of the file); ``FlowTable.fin``."""
+
+    cdef EstablishedPath established
+    cdef object close_wait              # State.CLOSE_WAIT, the object ``_set_state`` is given
+    cdef readonly unsigned long taken   # FINs taken here (for tests)
+
+    def __cinit__(self, EstablishedPath established, close_wait):
+        self.established = established
+        self.close_wait = close_wait
+
+    def take(self, conn, seg, payload, now):
+        """True when ``seg`` (a classify ``Packet`` of ``conn``, ESTABLISHED) was handled here; False:
+        nothing changed, the caller runs ``conn.segment_arrives``."""
+        if type(seg) is not Packet:
+            return False
+        return self._take(conn, <Packet>seg, payload, now) == 1
+
+    cdef int _take(self, conn, Packet p, payload, now) except -1:
+        cdef EstablishedPath ep = self.established
+        cdef Py_ssize_t *off = ep.layout._off
+        cdef Py_ssize_t *ro
+        cdef Py_ssize_t *co
+        cdef Py_ssize_t *so
+        cdef uint32_t seq, ack, una, wl1
+        cdef int64_t seg_wnd, old_wnd
+        cdef bint ts_ok
+        if p.flags != (TH_FIN | TH_ACK) or p.payload_len or len(payload):
+            return 0
+        if not ep._fits(conn):
+            return 0
+        co = ep.conn_layout._off
+        so = ep.sender_layout._off
+        ro = ep.receiver_layout._off
+        tcb = _fget(conn, co[N_TCB])
+        ep.layout._check(tcb)
+        if _iget(tcb, off[T_STATE]) != TCPS_ESTABLISHED:
+            return 0
+        if p._nsack or p._unklen or p.sack_permitted:
+            return 0
+        ts_ok = _bget(tcb, off[T_TS_OK])
+        if ts_ok:
+            if p._opts != OPTF_TIMESTAMPS or _seq_lt(p._tsval, <uint32_t>_iget(tcb, off[T_TS_RECENT])):
+                return 0
+        elif p._opts:
+            return 0
+        seq = p.seq
+        ack = p.ack
+        una = <uint32_t>_iget(tcb, off[T_SND_UNA])
+        if (seq != <uint32_t>_iget(tcb, off[T_RCV_NXT]) or ack != <uint32_t>_iget(tcb, off[T_SND_MAX])
+                or ack != una or tcb.fin_rcvd):
+            return 0
+        if _seq_lt(ack, una - <uint32_t>_iget(tcb, off[T_MAX_SND_WND])):
+            return 0  # (RFC 5961 5.2's "too old" for an ACK of SND.MAX: only with a window near 2**31)
+        receiver = _fget(conn, co[N_RECEIVER])
+        sender = _fget(conn, co[N_SENDER])
+        if type(_fget(receiver, ro[R_DELACK])) is not ep.delack_layout.cls:
+            return 0
+        if sender.rs is not None:
+            return 0  # a pacing controller's rate sample (Sender.sample_ack): the Python way
+        seg_wnd = (<int64_t>p.window) << _iget(tcb, off[T_SND_WSCALE])
+        old_wnd = _iget(tcb, off[T_SND_WND])
+        wl1 = <uint32_t>_iget(tcb, off[T_SND_WL1])
+        update = _seq_lt(wl1, seq) or (wl1 == seq and _seq_le(<uint32_t>_iget(tcb, off[T_SND_WL2]), ack))
+        if update and old_wnd == 0 and seg_wnd:
+            return 0  # the window opens: the persist timer's work, the Python way
+        # Committed from here on: segment_arrives' bookkeeping, then _process_ack -> Sender.on_ack.
+        _arrived_at(conn, co, sender, so, now)
+        sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
+        if update:
+            if seg_wnd != old_wnd:
+                _fset(tcb, off[T_SND_WND], seg_wnd)
+            _fset(tcb, off[T_SND_WL1], PyLong_FromUnsignedLong(seq))
+            _fset(tcb, off[T_SND_WL2], PyLong_FromUnsignedLong(ack))
+            if seg_wnd > _iget(tcb, off[T_MAX_SND_WND]):
+                _fset(tcb, off[T_MAX_SND_WND], seg_wnd)
+        recovery = _fget(sender, so[S_RECOVERY])
+        tx = _fget(sender, so[S_TX])
+        if type(tx) is not TxPath or not (<TxPath>tx).after_ack(sender, tcb, recovery, now, True):
+            recovery.after_ack(ack, (), now)
+            recovery.arm_timer(now)
+        _ts_recent(tcb, off, ts_ok, p, now)
+        # Eighth step: Receiver.receive_fin, then CLOSE-WAIT (the application hears of it once).
+        _fset(tcb, off[T_RCV_NXT], PyLong_FromUnsignedLong(seq + 1))
+        tcb.fin_rcvd = True
+        _fset(tcb, off[T_FIN_RCVD_SEQ], None)
+        _fset(receiver, ro[R_ACK_NOW], True)
+        conn._set_state(self.close_wait)
+        if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
+            sender.output(now)
+            if _bget(receiver, ro[R_ACK_NOW]):
+                _send_ack(conn, tcb, off, receiver, ro, ep.delack_layout._off, now)
+        _recharge_at(ep, conn, sender, receiver)
+        self.taken += 1
+        return 1
+
+
+cdef int _fin_take(object fin, object conn, Packet p, object payload, object now) except -1:
+    """``FlowTable``'s call: ``fin`` a FinPath or None."""
+    if fin is None or type(fin) is not FinPath:
+        return 0
+    return (<FinPath>fin)._take(conn, p, payload, now)
