@@ -20,11 +20,11 @@
 # (RFC 7323 4.3), the eighth step (RCV.NXT over the FIN, ``fin_rcvd``, the
 # FIN acknowledged at once: ``Receiver.receive_fin``), CLOSE-WAIT through
 # ``Connection._set_state`` (the application's one notification, where its
-# ``close()`` queues our FIN), then ``Sender.output`` and the ACK still owed
-# (``_send_ack``), and the memory charge (``_recharge_at``). The Python calls
-# left are the ones whose work the application sees: ``_set_state`` and
-# ``output``. tests/tcp/test_tcp_teardown_diff.py holds it to the general
-# path in lockstep.
+# ``close()`` queues our FIN), then ``Sender.output`` (when all it has to send
+# is that FIN, under RACK-TLP's plain case: ``_lone_fin``, in C) and the ACK
+# still owed (``_send_ack``), and the memory charge (``_recharge_at``). The
+# Python call left is the one the application sees: ``_set_state``.
+# tests/tcp/test_tcp_teardown_diff.py holds it to the general path in lockstep.
 
 cdef class FinPath:
     """The peer's in-order FIN on an ESTABLISHED flow (see the top of the file); ``FlowTable.fin``."""
@@ -32,6 +32,7 @@ cdef class FinPath:
     cdef EstablishedPath established
     cdef object close_wait              # State.CLOSE_WAIT, the object ``_set_state`` is given
     cdef readonly unsigned long taken   # FINs taken here (for tests)
+    cdef readonly unsigned long fins_sent  # of which our own FIN went out here (_lone_fin)
 
     def __cinit__(self, EstablishedPath established, close_wait):
         self.established = established
@@ -115,12 +116,80 @@ cdef class FinPath:
         _fset(receiver, ro[R_ACK_NOW], True)
         conn._set_state(self.close_wait)
         if _iget(tcb, off[T_STATE]) != TCPS_CLOSED:
-            sender.output(now)
+            if _lone_fin(ep, tcb, sender, so, now):
+                self.fins_sent += 1  # the application closed from its callback: our FIN went out here
+            else:
+                sender.output(now)
             if _bget(receiver, ro[R_ACK_NOW]):
                 _send_ack(conn, tcb, off, receiver, ro, ep.delack_layout._off, now)
         _recharge_at(ep, conn, sender, receiver)
         self.taken += 1
         return 1
+
+
+cdef enum:
+    TCPS_FIN_WAIT_1 = 5
+    TCPS_LAST_ACK = 9
+
+
+cdef int _lone_fin(EstablishedPath ep, tcb, sender, Py_ssize_t *so, now) except -1:
+    """``Sender.output(now)`` when all it has to send is our FIN (the application's close with nothing
+    buffered or outstanding: LAST-ACK or FIN-WAIT-1), under RACK-TLP in its plain case, no pacing, no cork
+    timer: 1 when sent; 0, nothing changed (the caller calls ``output``).
+
+    What ``output`` does then, in its order: ``force`` and ``push`` cleared, the loop's one call of
+    ``send_data(SND.NXT, 0, fin=True, arm=False)`` -- the FIN|ACK through ``emit_control`` (else
+    ``Output.emit``), RACK's transmit record for its one sequence number (RFC 8985 6.1: nothing is
+    outstanding, so the list is empty and it is appended), SND.NXT and SND.MAX past it -- and, new data
+    having gone out, the recovery's ``arm_timer`` (RFC 8985 7.2: ``TxPath._rack_arm_timer``); the
+    retransmission timer is the recovery's to arm (``arms_after_send``), the persist and cork timers
+    untouched (nothing buffered, the cork timer idle)."""
+    cdef Py_ssize_t *off = ep.layout._off
+    cdef int64_t st = _iget(tcb, off[T_STATE])
+    cdef uint32_t una
+    cdef TxPath tx
+    if st != TCPS_LAST_ACK and st != TCPS_FIN_WAIT_1:
+        return 0
+    if not _bget(tcb, off[T_FIN_QUEUED]) or tcb.fin_acked:
+        return 0
+    una = <uint32_t>_iget(tcb, off[T_SND_UNA])
+    if una != <uint32_t>_iget(tcb, off[T_SND_NXT]) or una != <uint32_t>_iget(tcb, off[T_SND_MAX]):
+        return 0
+    sndbuf = _fget(sender, so[S_SNDBUF])
+    if (<SendRing>sndbuf)._len if type(sndbuf) is SendRing else len(sndbuf):
+        return 0
+    txo = _fget(sender, so[S_TX])
+    if type(txo) is not TxPath:
+        return 0
+    tx = <TxPath>txo
+    recovery = _fget(sender, so[S_RECOVERY])
+    if not tx._rack_plain(recovery) or len(recovery.segs):
+        return 0
+    if sender.rs is not None or sender.pacer is not None or _fget(sender, so[S_CORK_TIMER]).deadline is not None:
+        return 0
+    out = sender.out
+    ctl = out.ctl
+    if ctl is None:
+        return 0
+    # Committed: Sender.output's loop, its one segment.
+    _fset(sender, so[S_FORCE], False)
+    _fset(sender, so[S_PUSH], False)
+    seq_o = _fget(tcb, off[T_SND_NXT])
+    if not emit_control(ctl, out, seq_o, TH_FIN | TH_ACK, now):
+        out.emit(seq_o, TH_FIN | TH_ACK, now)
+    # RackRecovery.on_send: _sync (SND.UNA moved by the handshake, unseen: _slide over no records), the record
+    pos = _as_i64(recovery.una)
+    una_o = _fget(tcb, off[T_SND_UNA])
+    if recovery.una_seq != una_o:
+        pos += <int32_t>(una - <uint32_t>_as_i64(recovery.una_seq))
+        recovery.una = pos
+        recovery.una_seq = una_o
+    recovery.segs.append([pos, pos + 1, now, _ZERO])
+    end_o = PyLong_FromUnsignedLong(una + 1)
+    _fset(tcb, off[T_SND_NXT], end_o)
+    _fset(tcb, off[T_SND_MAX], end_o)
+    tx._rack_arm_timer(sender, tcb, recovery, now)
+    return 1
 
 
 cdef int _fin_take(object fin, object conn, Packet p, object payload, object now) except -1:
