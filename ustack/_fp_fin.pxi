@@ -33,6 +33,7 @@ cdef class FinPath:
     cdef object close_wait              # State.CLOSE_WAIT, the object ``_set_state`` is given
     cdef readonly unsigned long taken   # FINs taken here (for tests)
     cdef readonly unsigned long fins_sent  # of which our own FIN went out here (_lone_fin)
+    cdef readonly unsigned long final_acks  # LAST-ACK's last ACKs taken here (_final_take)
 
     def __cinit__(self, EstablishedPath established, close_wait):
         self.established = established
@@ -193,7 +194,59 @@ cdef int _lone_fin(EstablishedPath ep, tcb, sender, Py_ssize_t *so, now) except 
 
 
 cdef int _fin_take(object fin, object conn, Packet p, object payload, object now) except -1:
-    """``FlowTable``'s call: ``fin`` a FinPath or None."""
+    """``FlowTable``'s call for a FIN an ESTABLISHED flow's header prediction declined: ``fin`` a FinPath
+    or None."""
     if fin is None or type(fin) is not FinPath:
         return 0
     return (<FinPath>fin)._take(conn, p, payload, now)
+
+
+cdef int _final_take(object fin, object conn, Packet p, object payload, object now) except -1:
+    """``FlowTable``'s call for a segment of a flow in LAST-ACK: ``connection._final_ack``'s form (ACK alone,
+    no data, at RCV.NXT, SEG.ACK = SND.MAX covering our FIN, TSval not older than TS.Recent; no option
+    but the negotiated timestamps here) taken as ``segment_arrives`` takes it -- the per-segment
+    bookkeeping, SND.UNA and ``fin_acked``, the bytes it acknowledges counted, then ``terminate`` (RFC 9293
+    3.10.7.4 fifth step, LAST-ACK: delete the TCB, CLOSED) -- without its Python frames: 1; else 0,
+    nothing changed (the caller runs ``segment_arrives``)."""
+    cdef FinPath fp
+    cdef EstablishedPath ep
+    cdef Py_ssize_t *off
+    cdef Py_ssize_t *co
+    cdef Py_ssize_t *so
+    cdef uint32_t ack
+    cdef int64_t queued
+    if fin is None or type(fin) is not FinPath:
+        return 0
+    fp = <FinPath>fin
+    ep = fp.established
+    if p.flags != TH_ACK or p.payload_len or len(payload) or p._nsack or p._unklen or p.sack_permitted:
+        return 0
+    if not ep._fits(conn):
+        return 0
+    off = ep.layout._off
+    co = ep.conn_layout._off
+    so = ep.sender_layout._off
+    tcb = _fget(conn, co[N_TCB])
+    ep.layout._check(tcb)
+    if _iget(tcb, off[T_STATE]) != TCPS_LAST_ACK:
+        return 0
+    if _bget(tcb, off[T_TS_OK]):
+        if p._opts != OPTF_TIMESTAMPS or _seq_lt(p._tsval, <uint32_t>_iget(tcb, off[T_TS_RECENT])):
+            return 0
+    elif p._opts:
+        return 0
+    ack = p.ack
+    if p.seq != <uint32_t>_iget(tcb, off[T_RCV_NXT]) or ack != <uint32_t>_iget(tcb, off[T_SND_MAX]):
+        return 0
+    sender = _fget(conn, co[N_SENDER])
+    sndbuf = _fget(sender, so[S_SNDBUF])
+    queued = (<SendRing>sndbuf)._len if type(sndbuf) is SendRing else len(sndbuf)
+    if <int32_t>(ack - <uint32_t>_iget(tcb, off[T_SND_UNA])) <= queued:
+        return 0  # our FIN is not covered (not sent yet)
+    _arrived_at(conn, co, sender, so, now)
+    sender.bytes_acked += queued
+    _fset(tcb, off[T_SND_UNA], _fget(tcb, off[T_SND_MAX]))
+    tcb.fin_acked = True
+    conn.terminate()
+    fp.final_acks += 1
+    return 1

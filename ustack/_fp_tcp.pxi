@@ -675,8 +675,11 @@ cdef class FlowTable:
         # Any other state (the handshake's SYN-ACK, the FIN-WAITs, CLOSING, LAST-ACK's last ACK): the flow's
         # connection as ``TcpLayer.segment_arrives`` finds it (the table holds exactly the layer's
         # ``Connection`` entries), without the stack's and layer's Python frames (issue 10).
-        if _iget(tcb, self.layout._off[T_STATE]) != TCPS_ESTABLISHED or self.established is None or conn._fast is None:
+        if self.established is None or conn._fast is None:
             conn.segment_arrives(p, payload, now)
+        elif _iget(tcb, self.layout._off[T_STATE]) != TCPS_ESTABLISHED:
+            if not _final_take(self.fin, conn, p, payload, now):  # (LAST-ACK's last ACK: _fp_fin.pxi)
+                conn.segment_arrives(p, payload, now)
         elif not self.established._input(conn, p, payload, now, True) and not (
                 p.flags & TH_FIN and _fin_take(self.fin, conn, p, payload, now)):
             conn.segment_arrives(p, payload, now)  # the general path (nothing was changed above)
