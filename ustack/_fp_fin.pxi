@@ -193,6 +193,23 @@ cdef int _lone_fin(EstablishedPath ep, tcb, sender, Py_ssize_t *so, now) except 
     return 1
 
 
+def lone_fin(EstablishedPath ep, sender, now):
+    """``Sender.output(now)``'s lone FIN in C (``_lone_fin``) for a sender of the class ``ep`` learned:
+    True when sent; False, nothing changed (the caller's loop runs)."""
+    sl = ep.sender_layout
+    if sl is None:  # nothing taught ``ep`` the classes yet: from the sender's connection (its timer maker)
+        conn = sender.timer_maker
+        if conn is None or getattr(conn, "sender", None) is not sender or not ep._fits(conn):
+            return False
+        sl = ep.sender_layout
+    if type(sender) is not sl.cls:
+        return False
+    tcb = sender.tcb
+    if type(tcb) is not ep.layout.cls:
+        return False
+    return _lone_fin(ep, tcb, sender, sl._off, now) == 1
+
+
 cdef int _fin_take(object fin, object conn, Packet p, object payload, object now) except -1:
     """``FlowTable``'s call for a FIN an ESTABLISHED flow's header prediction declined: ``fin`` a FinPath
     or None."""

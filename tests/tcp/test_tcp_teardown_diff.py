@@ -149,3 +149,33 @@ def test_fins_in_other_forms_go_the_python_way_and_agree(steps, taken):
     fast, slow = _pair(True, True, True, "cubic", 4, False)
     _lockstep(fast, slow, steps)
     assert fast[0].layer.flows.fin.taken == taken
+
+
+@pytest.mark.parametrize("data", [True, False])
+@pytest.mark.parametrize("family", [4, 6])
+def test_our_close_first_sends_the_lone_fin_in_c_and_agrees(family, data):
+    """The application closes first (FIN-WAIT-1) with nothing buffered: ``Sender.output``'s lone FIN is
+    written in C (``_fastpath.lone_fin``), the same FIN, RACK record and timer as the Python loop's; then
+    the peer's ACK and FIN (FIN-WAIT-2, TIME-WAIT) and a retransmission-free end, in lockstep."""
+    from ustack import _fastpath
+
+    calls = []
+    real = _fastpath.lone_fin
+
+    def counting(ep, sender, now):
+        sent = real(ep, sender, now)
+        calls.append(sent)
+        return sent
+
+    fast, slow = _pair(True, True, True, "cubic", family, False)
+    steps = [("seg", 0, 100, "PA", "all", 65535, "now"), ("read", 100000), ("send", 100),
+             ("acks", 1, "all", 65535, 0.002)] if data else []
+    import ustack.transport.tcp.sender as sender_mod
+    sender_mod.lone_fin = counting
+    try:
+        _lockstep(fast, slow, steps + [("time", 0.01), ("close",), ("time", 0.01), ("ackall",), _PLAIN_FIN,
+                                       ("time", 0.5)])
+    finally:
+        sender_mod.lone_fin = real
+    assert calls[0] is True  # the fast one's FIN (the slow one has no TxPath: lone_fin is not asked)
+    assert fast[1].tcb.state == slow[1].tcb.state
