@@ -3,20 +3,21 @@
 # ``FinPath.take(conn, seg, payload, now)`` is what ``FlowTable`` runs for a FIN
 # header prediction declined, before ``Connection.segment_arrives``. It takes
 # the one common form ``connection._peer_fin`` takes -- FIN and ACK alone (no
-# PSH, no data) at exactly RCV.NXT, no FIN received before, TSval not older
-# than TS.Recent when timestamps are on -- narrowed to what needs no more of
-# the sender than header prediction's window update: SEG.ACK = SND.UNA =
-# SND.MAX (nothing of ours outstanding: the ACK acknowledges nothing new and
-# is no duplicate, RFC 5681 2), no option but the negotiated timestamps, a
-# window that does not open from zero (the persist timer's), a controller
-# that does not pace (no rate sample). Anything else: False before touching
-# anything, and the general path runs.
+# PSH, no data) at exactly RCV.NXT, SEG.ACK = SND.MAX, no FIN received before,
+# TSval not older than TS.Recent when timestamps are on -- narrowed to what
+# header prediction does with the ACK: nothing of ours outstanding (SEG.ACK =
+# SND.UNA: no duplicate, RFC 5681 2; a window that does not open from zero,
+# the persist timer's) or the rest of our data acknowledged (as a pure ACK of
+# new data), no option but the negotiated timestamps, a controller that does
+# not pace (no rate sample). Anything else: False before touching anything,
+# and the general path runs.
 #
 # What it does is ``segment_arrives`` -> ``_peer_fin`` in that case, in the
 # same order on the same objects: the per-segment bookkeeping (``_arrived_at``),
 # the fifth step's ACK (``Sender.on_ack``: TSecr for RACK, the window update
 # of RFC 9293 3.10.7.4 guarded by SND.WL1/WL2, the recovery's ``after_ack``
-# and ``arm_timer``: ``TxPath.after_ack`` in RACK-TLP's plain case), TS.Recent
+# and ``arm_timer``: ``TxPath.after_ack`` in RACK-TLP's plain case; an ACK of
+# the rest of our data through ``TxPath.on_ack``, as a pure ACK's), TS.Recent
 # (RFC 7323 4.3), the eighth step (RCV.NXT over the FIN, ``fin_rcvd``, the
 # FIN acknowledged at once: ``Receiver.receive_fin``), CLOSE-WAIT through
 # ``Connection._set_state`` (the application's one notification, where its
@@ -77,8 +78,9 @@ cdef class FinPath:
         seq = p.seq
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
-        if (seq != <uint32_t>_iget(tcb, off[T_RCV_NXT]) or ack != <uint32_t>_iget(tcb, off[T_SND_MAX])
-                or ack != una or tcb.fin_rcvd):
+        if seq != <uint32_t>_iget(tcb, off[T_RCV_NXT]) or ack != <uint32_t>_iget(tcb, off[T_SND_MAX]) or tcb.fin_rcvd:
+            return 0
+        if ack != una and (not _seq_lt(una, ack) or _bget(tcb, off[T_FIN_QUEUED])):
             return 0
         if _seq_lt(ack, una - <uint32_t>_iget(tcb, off[T_MAX_SND_WND])):
             return 0  # (RFC 5961 5.2's "too old" for an ACK of SND.MAX: only with a window near 2**31)
@@ -92,23 +94,32 @@ cdef class FinPath:
         old_wnd = _iget(tcb, off[T_SND_WND])
         wl1 = <uint32_t>_iget(tcb, off[T_SND_WL1])
         update = _seq_lt(wl1, seq) or (wl1 == seq and _seq_le(<uint32_t>_iget(tcb, off[T_SND_WL2]), ack))
-        if update and old_wnd == 0 and seg_wnd:
+        if ack == una and update and old_wnd == 0 and seg_wnd:
             return 0  # the window opens: the persist timer's work, the Python way
         # Committed from here on: segment_arrives' bookkeeping, then _process_ack -> Sender.on_ack.
         _arrived_at(conn, co, sender, so, now)
-        sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
-        if update:
-            if seg_wnd != old_wnd:
-                _fset(tcb, off[T_SND_WND], seg_wnd)
-            _fset(tcb, off[T_SND_WL1], PyLong_FromUnsignedLong(seq))
-            _fset(tcb, off[T_SND_WL2], PyLong_FromUnsignedLong(ack))
-            if seg_wnd > _iget(tcb, off[T_MAX_SND_WND]):
-                _fset(tcb, off[T_MAX_SND_WND], seg_wnd)
-        recovery = _fget(sender, so[S_RECOVERY])
         tx = _fget(sender, so[S_TX])
-        if type(tx) is not TxPath or not (<TxPath>tx).after_ack(sender, tcb, recovery, now, True):
-            recovery.after_ack(ack, (), now)
-            recovery.arm_timer(now)
+        if ack != una:
+            # It acknowledges the rest of our data (SND.UNA < SEG.ACK = SND.MAX, no FIN of ours queued):
+            # Sender.on_ack as for header prediction's pure ACK of new data (the FIN flag matters to it only
+            # for a duplicate ACK), in C where it can (TxPath.on_ack, _fp_tx.pxi).
+            if type(tx) is TxPath:
+                (<TxPath>tx).on_ack(sender, tcb, p, now)
+            else:
+                sender.on_ack(p, 0, now)
+        else:
+            sender.ack_tsecr = PyLong_FromUnsignedLong(p._tsecr) if ts_ok else None
+            if update:
+                if seg_wnd != old_wnd:
+                    _fset(tcb, off[T_SND_WND], seg_wnd)
+                _fset(tcb, off[T_SND_WL1], PyLong_FromUnsignedLong(seq))
+                _fset(tcb, off[T_SND_WL2], PyLong_FromUnsignedLong(ack))
+                if seg_wnd > _iget(tcb, off[T_MAX_SND_WND]):
+                    _fset(tcb, off[T_MAX_SND_WND], seg_wnd)
+            recovery = _fget(sender, so[S_RECOVERY])
+            if type(tx) is not TxPath or not (<TxPath>tx).after_ack(sender, tcb, recovery, now, True):
+                recovery.after_ack(ack, (), now)
+                recovery.arm_timer(now)
         _ts_recent(tcb, off, ts_ok, p, now)
         # Eighth step: Receiver.receive_fin, then CLOSE-WAIT (the application hears of it once).
         _fset(tcb, off[T_RCV_NXT], PyLong_FromUnsignedLong(seq + 1))

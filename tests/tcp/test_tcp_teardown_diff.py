@@ -136,8 +136,9 @@ def test_the_echo_close_is_taken_in_c_and_agrees(ts, sack, cc, family, data):
 
 
 @pytest.mark.parametrize("steps,taken", [
-    ([("send", 100), _PLAIN_FIN], 0),  # our data outstanding: the FIN acknowledges it (Sender._advance)
-    ([("send", 100), ("seg", 0, 0, "FA", 0, 65535, "now")], 0),  # ... or does not: SND.UNA < SEG.ACK needed
+    ([("send", 100), _PLAIN_FIN], 1),  # our data outstanding: the FIN acknowledges it (TxPath.on_ack)
+    ([("send", 100), ("time", 0.3), _PLAIN_FIN], 1),  # ... after an RTO (Sender.on_ack's Python way)
+    ([("send", 100), ("seg", 0, 0, "FA", "half", 65535, "now")], 0),  # ... part of it: SEG.ACK = SND.MAX needed
     ([("seg", 0, 0, "A", 0, 0, "now"), _PLAIN_FIN], 0),  # a window opening from zero (persist's work)
     ([("seg", 0, 0, "FPA", "all", 65535, "now")], 0),  # PSH: the general path
     ([("seg", 1, 0, "FA", "all", 65535, "now"), ("seg", -1, 1, "A", "all", 65535, "now")], 0),  # early FIN
