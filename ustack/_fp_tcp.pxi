@@ -476,6 +476,7 @@ cdef class FlowTable:
     cdef bytes _ours_packed      # ... and its addresses end to end, compared in C (no bytes object per segment)
     cdef public SynPath syn      # the SYN to a listener in C (_fp_syn.pxi), or None: the stack's path
     cdef public HandshakePath hsk  # the handshake's ACK in C (_fp_hsk.pxi), or None: the stack's path
+    cdef public object fin       # the peer's FIN on an established flow in C (_fp_fin.pxi: a FinPath), or None
 
     def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
         self.layout = layout
@@ -586,7 +587,8 @@ cdef class FlowTable:
         return None if i < 0 else self._conns[self._slots[i].index]
 
     def input(self, seg, frame, now):
-        """Deliver a classified TCP segment of an ESTABLISHED connection; False: not one (the caller demuxes).
+        """Deliver a classified TCP segment of a connection in the table (any state: the layer's ``Connection``
+        entries); False: not one (the caller demuxes).
 
         ``seg`` is the frame's ``Packet`` (IPv4 or IPv6, checksum verified); the
         connection gets it as ``TcpLayer.segment_arrives`` would hand it on,
@@ -599,7 +601,7 @@ cdef class FlowTable:
         return self._take(<Packet>seg, frame, now)
 
     def deliver_burst(self, frames, records, now, deliver, failed, iface6, FrameHold hold=None):
-        """A classified burst in order (``Stack.poll``): the TCP segments of ESTABLISHED flows to their
+        """A classified burst in order (``Stack.poll``): the TCP segments of the table's flows to their
         connections here (``input``), every other record to ``deliver(frame, record, now)``.
 
         An exception while delivering one frame goes to ``failed(exc)`` and the
@@ -683,16 +685,22 @@ cdef class FlowTable:
         conn = <object>PyList_GET_ITEM(self._conns, self._slots[i].index)
         tcb = conn.tcb
         self.layout._check(tcb)
-        if _iget(tcb, self.layout._off[T_STATE]) != TCPS_ESTABLISHED:
-            return False
         if self._burst_segs >= 0:
             self._burst_segs += 1  # counted at the burst's end (deliver_burst)
         else:
             counters = self.counters
             counters["tcp.in_segs"] += 1
         payload = PySequence_GetSlice(frame, p.payload_off, p.payload_off + p.payload_len)
-        if (self.established is None or conn._fast is None
-                or not self.established._input(conn, p, payload, now, True)):
+        # Any other state (the handshake's SYN-ACK, the FIN-WAITs, CLOSING, LAST-ACK's last ACK): the flow's
+        # connection as ``TcpLayer.segment_arrives`` finds it (the table holds exactly the layer's
+        # ``Connection`` entries), without the stack's and layer's Python frames (issue 10).
+        if self.established is None or conn._fast is None:
+            conn.segment_arrives(p, payload, now)
+        elif _iget(tcb, self.layout._off[T_STATE]) != TCPS_ESTABLISHED:
+            if not _final_take(self.fin, conn, p, payload, now):  # (LAST-ACK's last ACK: _fp_fin.pxi)
+                conn.segment_arrives(p, payload, now)
+        elif not self.established._input(conn, p, payload, now, True) and not (
+                p.flags & TH_FIN and _fin_take(self.fin, conn, p, payload, now)):
             conn.segment_arrives(p, payload, now)  # the general path (nothing was changed above)
         return True
 

@@ -42,6 +42,7 @@ cdef class Generation:
     """A counter bumped whenever something a cached frame template copied changes."""
 
     cdef public unsigned long value
+    cdef object link_layout  # the SlotLayout its templates' link was read through (TcpTemplate.emit_ptr), shared
 
     def bump(self):
         self.value += 1
@@ -119,10 +120,15 @@ cdef class TcpTemplate:
         # The link's fields through their slot offsets (issue 10: three attribute lookups a segment otherwise)
         lay = self.link_layout
         if lay is None or (lay is not False and type(link) is not (<SlotLayout>lay).cls):
-            try:
-                lay = SlotLayout(type(link), ("_lens", "_slots", "_in_round"))
-            except TypeError:
-                lay = False
+            # (made once per IP layer: its Generation keeps it for the next flows' templates; a SlotLayout
+            # costs more than the frame: issue 10, one template per connection)
+            lay = self.gen.link_layout
+            if lay is None or (lay is not False and type(link) is not (<SlotLayout>lay).cls):
+                try:
+                    lay = SlotLayout(type(link), ("_lens", "_slots", "_in_round"))
+                except TypeError:
+                    lay = False
+                self.gen.link_layout = lay
             self.link_layout = lay
         if lay is not False:
             lo = (<SlotLayout>lay)._off

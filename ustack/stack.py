@@ -382,7 +382,7 @@ class Stack:
 
     def _tcp_input(self, frame: memoryview, pkt, now: float) -> None:
         if self._tcp_flows is not None and self._tcp_flows(pkt, frame, now):
-            return  # an ESTABLISHED connection's segment, demuxed in C (its local address is ours)
+            return  # a connection's segment, demuxed in C (its local address is ours)
         iface = self.iface
         if pkt.dst != iface.addr and not iface.owns(pkt.dst):
             self.stats.drop("ipv4.not_for_us" if not iface.is_local_dest(pkt.dst) else "tcp.broadcast")
@@ -393,7 +393,7 @@ class Stack:
 
     def _tcp_input6(self, frame: memoryview, pkt, now: float) -> None:
         if self._tcp_flows is not None and self._tcp_flows(pkt, frame, now):
-            return  # an ESTABLISHED connection's segment, demuxed in C (its local address is ours, unicast)
+            return  # a connection's segment, demuxed in C (its local address is ours, unicast)
         if pkt.dst[0] == 0xFF:
             self.stats.drop("tcp.multicast")
             return

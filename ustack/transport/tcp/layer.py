@@ -87,7 +87,7 @@ import errno
 from typing import Callable, Protocol
 
 from ustack._fastpath import (CUBIC_FIELDS, DELACK_FIELDS, NEWRENO_FIELDS, RECEIVER_FIELDS, RTT_FIELDS, EstablishedPath,
-                              FlowTable, SlotLayout, TxPath)
+                              FinPath, FlowTable, SlotLayout, TxPath)
 from ustack.transport.ports import EphemeralPorts
 from ustack.transport.tcp.config import TcpConfig
 from ustack.transport.tcp.congestion import Cubic, NewReno
@@ -103,7 +103,7 @@ from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.rtt import RttEstimator
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
-from ustack.transport.tcp.tcb import SYNCHRONIZED, TCB_LAYOUT
+from ustack.transport.tcp.tcb import CLOSE_WAIT, SYNCHRONIZED, TCB_LAYOUT
 from ustack.transport.tcp.timewait import TimeWait
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
@@ -171,6 +171,8 @@ class TcpLayer:
         # The same connections indexed in C, for the stack's fast demux of established flows (IPv4 and IPv6);
         # it hands predicted segments to ``established`` itself.
         self.flows = FlowTable(host.stats.counters, TCB_LAYOUT, self.established)
+        # the peer's in-order FIN on an established flow (its common form): CLOSE-WAIT in C (_fp_fin.pxi)
+        self.flows.fin = FinPath(self.established, CLOSE_WAIT)
         self.listeners: dict[tuple, Listener] = {}
         self._dirty: list = []
         self._notify_due: list = []  # connections whose on_event waits for the end of the round

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from ustack._fastpath import lone_fin
 from ustack.timers import UNARMED
 from ustack.transport.tcp.congestion import make
 from ustack.transport.tcp.pacing import Pacer
@@ -383,6 +384,10 @@ class Sender:
             if self.rs is not None and not len(sndbuf):
                 self.rs.mark_app_limited(self.pipe())  # nothing to send: the application's limit
             return
+        if budget is None and self.tx is not None and tcb.fin_queued and not len(sndbuf):
+            ctl = self.out.ctl
+            if ctl is not None and lone_fin(ctl, self, now):
+                return  # all there is to send is our FIN: written in C (_fp_fin.pxi), as the loop below would
         if budget is None and self.tx is not None and self.tx.output_whole(self, now):
             return  # the common case (full segments of new data, a tail Nagle holds) done whole in C
         paced = False
