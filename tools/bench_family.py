@@ -11,7 +11,7 @@ control (TCP_CONGESTION; default: the namespace's, BBR on this kernel). ``--rt``
 and the server SCHED_FIFO, so that other processes on a shared machine do not preempt them (what a
 quiet machine measures).
 
-What it showed (README, "IPv6 beside IPv4"): ustack is the bottleneck of a push in both families
+What it showed (tools/MEASUREMENTS.md, the IPv6 / IPv4 paragraphs): ustack is the bottleneck of a push in both families
 (busy all through), and the rate depends on where the kernel sender transmits. On a veth pair the
 client kernel processes ustack's ACK in the softirq of ustack's own ``sendto``, on ustack's CPU; a
 sender that waits for ACKs (its send buffer full) then sends from there too, and that data reaches

@@ -941,6 +941,7 @@ cdef int _old_duplicate(object conn, object tcb, Py_ssize_t *off, object receive
     ``Receiver.duplicate`` do."""
     counters = (<object>_fget(receiver, ro[R_STATS])).counters
     counters["drop.tcp.unacceptable"] += 1
+    counters["tcp.unacceptable_old"] += 1  # wholly left of RCV.NXT, as Connection._synchronized_arrives counts it
     if _bget(tcb, off[T_SACK_OK]):
         receiver.dsack = (PyLong_FromUnsignedLong(seq), PyLong_FromUnsignedLong(<uint32_t>(seq + <uint32_t>dlen)))
         _fset(receiver, ro[R_ACK_NOW], True)

@@ -28,6 +28,7 @@ def test_zero_length_segment_in_open_window():
     h.peer.send(flags="A", seq=1000, advance=False)  # just before RCV.NXT
     h.peer.expect(flags="A", ack=1001)
     assert h.stats["drop.tcp.unacceptable"] == 2
+    assert h.stats["tcp.unacceptable_old"] == 1  # only the one left of RCV.NXT: past the window is not "old"
 
 
 def test_zero_window_accepts_only_rcv_nxt_and_still_processes_acks():

@@ -318,7 +318,7 @@ def test_stale_timestamp_falls_through_to_paws_and_an_old_segment_is_answered_in
         ("burst", 2, 1448, "PA", 0),
     ])
     stats = fast_conn.host.stats
-    assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 and fast_conn.segs_fast == 7
+    assert stats["drop.tcp.paws"] == 1 and stats["drop.tcp.unacceptable"] == 1 == stats["tcp.unacceptable_old"] and fast_conn.segs_fast == 7
 
 
 @pytest.mark.parametrize("fast", [True, False])

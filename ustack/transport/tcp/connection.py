@@ -480,6 +480,10 @@ class Connection(UserCalls):
                 stats.drop("tcp.rst_out_of_window")
                 return
             stats.drop("tcp.unacceptable")
+            if seq_le(seq_add(seq, seg_len), rcv_nxt):
+                # Wholly left of RCV.NXT: the peer's retransmission, or a segment that crossed a later
+                # one on the way (a kernel sending from two CPUs over veth does this); not a window overrun.
+                stats.inc("tcp.unacceptable_old")
             if dlen and seq_le(seq_add(seq, dlen), rcv_nxt):
                 self.receiver.duplicate(seq, seq_add(seq, dlen))  # RFC 2883: D-SACK the old data
             self.out.send_ack(now)

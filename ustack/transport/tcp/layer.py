@@ -24,7 +24,8 @@ Connections and listeners use, besides ``host`` and ``config``:
 
 Drops (``stats.drop``): the parse errors (tcp.truncated, tcp.bad_data_offset,
 tcp.bad_checksum, tcp.bad_options), tcp.bad_port, tcp.no_socket; per
-connection tcp.unacceptable, tcp.paws, tcp.no_timestamp, tcp.syn_in_window,
+connection tcp.unacceptable (those wholly left of RCV.NXT, a retransmission or a
+segment a later one overtook, also counted as tcp.unacceptable_old), tcp.paws, tcp.no_timestamp, tcp.syn_in_window,
 tcp.rst_not_exact, tcp.rst_out_of_window, tcp.rst_without_ack, tcp.no_ack,
 tcp.no_syn, tcp.bad_ack, tcp.ack_unsent, tcp.ack_too_old,
 tcp.accept_queue_full, tcp.ooo_overflow, tcp.data_after_fin,
