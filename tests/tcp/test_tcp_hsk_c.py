@@ -31,7 +31,7 @@ from ustack.transport.tcp.synrecv import SynReceived
 from ustack.transport.tcp.syncookies import SynCookies
 from ustack.transport.tcp.timewait import TimeWait
 
-from tests.tcp.test_tcp_syn_c import _options, _syn, _tcp_only
+from tests.tcp.test_tcp_syn_c import Driven, _options, _syn
 
 MAC_A = b"\x02\x00\x00\x00\x00\x0a"
 MAC_B = b"\x02\x00\x00\x00\x00\x0b"
@@ -77,7 +77,7 @@ def _conn_state(conn) -> dict:
     return state
 
 
-class Server:
+class Server(Driven):
     def __init__(self, c_path: bool, cfg: dict, listen_on, backlog: int, app: str):
         self.clock = ManualClock(1000.0)
         self.link = PipeLink(self.clock, seed=1, mac_a=MAC_A, mac_b=MAC_B)
@@ -117,16 +117,6 @@ class Server:
 
     def _on_conn(self, conn) -> None:
         self.events.append(("event", conn.key, conn.state.name))
-
-    def feed(self, frame: bytes) -> list:
-        self.link.a._deliver(self.clock.now, frame)
-        self.stack.poll(self.clock.now)
-        return _tcp_only(self.link.b.rx_burst(64))
-
-    def advance(self, dt: float) -> list:
-        self.clock.set(self.clock.now + dt)
-        self.stack.poll(self.clock.now)
-        return _tcp_only(self.link.b.rx_burst(64))
 
     def state(self) -> dict:
         tcp = self.stack.tcp

@@ -68,7 +68,21 @@ def _tcp_only(frames) -> list:
             if (f[12:14] == b"\x08\x00" and f[23] == 6) or (f[12:14] == b"\x86\xdd" and f[20] == 6)]
 
 
-class Server:
+class Driven:
+    """A stack on a pipe link and a manual clock, fed one frame at a time: what it sent back (TCP only)."""
+
+    def feed(self, frame: bytes) -> list:
+        self.link.a._deliver(self.clock.now, frame)
+        self.stack.poll(self.clock.now)
+        return _tcp_only(self.link.b.rx_burst(64))
+
+    def advance(self, dt: float) -> list:
+        self.clock.set(self.clock.now + dt)
+        self.stack.poll(self.clock.now)
+        return _tcp_only(self.link.b.rx_burst(64))
+
+
+class Server(Driven):
     def __init__(self, c_path: bool, cfg: dict, listen_on, backlog: int, reuseport: bool = False):
         self.clock = ManualClock(1000.0)
         self.link = PipeLink(self.clock, seed=1, mac_a=MAC_A, mac_b=MAC_B)
@@ -88,16 +102,6 @@ class Server:
             self.stack.tcp.listen((listen_on, PORT), backlog, reuseport=True)
         self.stack.poll(now)
         self.link.b.rx_burst(64)
-
-    def feed(self, frame: bytes) -> list:
-        self.link.a._deliver(self.clock.now, frame)
-        self.stack.poll(self.clock.now)
-        return _tcp_only(self.link.b.rx_burst(64))
-
-    def advance(self, dt: float) -> list:
-        self.clock.set(self.clock.now + dt)
-        self.stack.poll(self.clock.now)
-        return _tcp_only(self.link.b.rx_burst(64))
 
     def state(self) -> dict:
         tcp = self.stack.tcp
