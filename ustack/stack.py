@@ -281,16 +281,16 @@ class Stack:
                 held = data_without_push(frames[-1]) if frames else self.flush_held
             if frames:
                 self.stats.inc("eth.frames_received", len(frames))
-                hold = self.rx_hold
-                at = hold.at
-                hold.in_round = True
+                rxh = self.rx_hold
+                at = rxh.at
+                rxh.in_round = True
                 tcp = self.tcp
                 tcp.in_round = True  # in-order ACKs wait for the round's end (tcp.flush, after the reads)
                 try:
                     records = self._classifier.classify(frames)
                     deliver = self._deliver
                     if self._tcp_burst is not None:
-                        self._tcp_burst(frames, records, now, deliver, self._frame_failed, self.iface6, hold)
+                        self._tcp_burst(frames, records, now, deliver, self._frame_failed, self.iface6, rxh)
                     else:
                         for frame, rec in zip(frames, records):
                             at(frame)
@@ -299,10 +299,10 @@ class Stack:
                             except Exception as e:  # the barrier: one frame's bug never stops the host
                                 self._frame_failed(e)
                 finally:
-                    hold.current = None
-                    hold.in_round = False
+                    rxh.current = None
+                    rxh.in_round = False
                     tcp.in_round = False
-                    device.rx_release(hold.unheld(frames))  # frames a receive buffer keeps go back later
+                    device.rx_release(rxh.unheld(frames))  # frames a receive buffer keeps go back later
             self._run_timers(now)
             mld = self.mld
             if mld is not None and mld.seen is not self.iface6.groups:
