@@ -92,6 +92,10 @@ VNET_HDR_LEN = 10  # struct virtio_net_hdr in front of every TX frame when gso i
 GSO_FRAME_SIZE = 1 << 16  # TX slot with gso: 48 + 10 + a 65,478-byte super-frame
 GSO_TX_FRAMES = 64  # default TX slots with gso: 4 MiB
 GSO_MAX_SEGS = 64  # segments per super-frame (and the IP datagram <= 65,535 bytes)
+# V2 RX slots by default: 64 KiB each (66 bytes of header, then a frame of up to 65,470 bytes: the
+# largest TSO/GRO super-frame at the kernel's default gso_max_size, 65,536), 256 of them (16 MiB)
+GRO_RX_FRAME_SIZE = 1 << 16
+GRO_RX_BLOCKS = 128
 SO_SNDBUFFORCE = 32
 TPACKET_V2 = 1
 TPACKET_V3 = 2
@@ -144,8 +148,10 @@ class PacketRingDevice:
     missing or refuses, the device opens without it and says why in
     ``claim_problem``.
 
-    Defaults: 64 blocks of 128 KiB (8 MiB): with V2, 4,096 slots of 2 KiB;
-    with V3, ~5,000 full-size or ~50,000 minimum-size frames, and a trickle of
+    Defaults: with V2, 128 blocks of 128 KiB (16 MiB), 256 slots of 64 KiB,
+    each able to take a whole TSO/GRO super-frame (a veth at the kernel's
+    default offloads, or GRO, hands AF_PACKET TCP frames of up to 64 KiB);
+    with V3, 64 blocks of 128 KiB (8 MiB): ~5,000 full-size or ~50,000 minimum-size frames, and a trickle of
     traffic still has 64 ms of blocks before the kernel must drop. TX: 64
     slots of 64 KiB (4 MiB) with gso, each a frame or a super-frame of up to
     45 segments; without, 1024 slots of 2 KiB (2 MiB) let a poll round post
@@ -158,7 +164,7 @@ class PacketRingDevice:
         *,
         rx_version: int = DEFAULT_RX_VERSION,
         block_size: int = 1 << 17,
-        block_count: int = 64,
+        block_count: Optional[int] = None,
         rx_frame_size: Optional[int] = None,
         frame_size: Optional[int] = None,
         tx_frames: Optional[int] = None,
@@ -279,6 +285,9 @@ class PacketRingDevice:
             mac = hw[IFNAMSIZ + 2 : IFNAMSIZ + 8]  # struct sockaddr: sa_family, then the address
         max_frame = mtu + ETH_HLEN
 
+        if block_count is None:
+            big_slots = v2 and rx_frame_size is None
+            block_count = GRO_RX_BLOCKS if big_slots else 64
         page = mmap.PAGESIZE
         if block_size <= 0 or block_size % page:
             raise DeviceError(errno.EINVAL, f"block_size {block_size} must be a positive multiple of the page size {page}")
@@ -286,7 +295,12 @@ class PacketRingDevice:
             raise DeviceError(errno.EINVAL, "block_count must be at least 2")
         if v2:
             if rx_frame_size is None:
+                # a slot takes a whole super-frame: a local sender's TSO (a veth as the kernel sets it up)
+                # or GRO hand AF_PACKET TCP frames of up to 64 KiB, which a smaller slot truncates
+                # (a caller's smaller blocks get the old MTU-sized slots: super-frames are then truncated, counted)
                 rx_frame_size = _slot_size(TPV2_RX_MAC_OFFSET, max_frame)
+                if block_size % GRO_RX_FRAME_SIZE == 0 and rx_frame_size < GRO_RX_FRAME_SIZE:
+                    rx_frame_size = GRO_RX_FRAME_SIZE
             if rx_frame_size % TPACKET_ALIGNMENT or rx_frame_size <= TPV2_RX_MAC_OFFSET + ETH_HLEN:
                 raise DeviceError(errno.EINVAL, f"rx_frame_size {rx_frame_size} must be a multiple of 16 and > 80")
             if block_size % rx_frame_size:

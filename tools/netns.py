@@ -79,6 +79,10 @@ OFFLOADS_OFF = (
     "tx-vlan-hw-insert",
     "rx-vlan-hw-parse",
 )
+# "off": OFFLOADS_OFF on both ends; "default": every feature as the kernel sets
+# a new device up (a veth: tx checksumming and TSO on, GRO off), what a user
+# who makes a veth pair by hand gets.
+OFFLOAD_MODES = ("off", "default")
 # These must end up off or the topology is refused.
 OFFLOADS_REQUIRED_OFF = ("tx-checksum-ip-generic", "tx-tcp-segmentation", "tx-generic-segmentation")
 
@@ -231,9 +235,12 @@ class Topology:
     stack_addr6: str = STACK_ADDR6
     prefixlen6: int = PREFIXLEN6
 
-    def __init__(self, kind: str, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False):
+    def __init__(self, kind: str, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False, offloads: str = "off"):
         if kind not in ("veth", "tap"):
             raise ValueError(f"unknown topology kind {kind!r}")
+        if offloads not in OFFLOAD_MODES:
+            raise ValueError(f"offloads must be one of {', '.join(OFFLOAD_MODES)}, not {offloads!r}")
+        self.offloads = offloads
         if not tag.isalnum():
             raise ValueError("tag must be alphanumeric")
         self.kind = kind
@@ -267,12 +274,12 @@ class Topology:
     # -- construction -------------------------------------------------------
 
     @classmethod
-    def veth(cls, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False) -> "Topology":
-        return cls("veth", mtu=mtu, tag=tag, ipv6=ipv6)
+    def veth(cls, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False, offloads: str = "off") -> "Topology":
+        return cls("veth", mtu=mtu, tag=tag, ipv6=ipv6, offloads=offloads)
 
     @classmethod
-    def tap(cls, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False) -> "Topology":
-        return cls("tap", mtu=mtu, tag=tag, ipv6=ipv6)
+    def tap(cls, *, mtu: int = 1500, tag: str = "t", ipv6: bool = False, offloads: str = "off") -> "Topology":
+        return cls("tap", mtu=mtu, tag=tag, ipv6=ipv6, offloads=offloads)
 
     def _create_ns(self, name: str) -> None:
         if name in pyroute2_netns.listnetns():
@@ -336,7 +343,8 @@ class Topology:
         index = ipr.link_lookup(ifname=ifname)[0]
         ipr.link("set", index=index, mtu=self.mtu)
         _sysctl_ipv6_off(ifname)
-        _set_features(ifname, {f: False for f in OFFLOADS_OFF}, strict=OFFLOADS_REQUIRED_OFF)
+        if self.offloads == "off":
+            _set_features(ifname, {f: False for f in OFFLOADS_OFF}, strict=OFFLOADS_REQUIRED_OFF)
         if address:
             ipr.addr("add", index=index, address=self.peer_addr, prefixlen=self.prefixlen)
             if self.ipv6:

@@ -173,6 +173,10 @@ cdef class Packet:
     cdef readonly int urgent
     cdef readonly int header_len
     cdef readonly bint sack_permitted
+    # How the UDP/TCP checksum was accepted: CSUM_STATE_VERIFIED (checked here, or no L4 sum),
+    # CSUM_STATE_TRUSTED (the device marked it verified or written locally; or a device that
+    # verifies everything), CSUM_STATE_PARTIAL (a local sender's pseudo-header-only sum, recognised)
+    cdef readonly int csum_state
     # TCP options, C side (properties below build the Python values)
     cdef uint8_t _opts             # OPTF_* bits
     cdef uint8_t _wscale
@@ -371,7 +375,47 @@ cdef inline Packet _ip(Packet p, int kind, Py_ssize_t l3, Py_ssize_t ihl, Py_ssi
     return p
 
 
-cdef Packet _classify_one(Packet p, const uint8_t *f, Py_ssize_t n, const uint8_t *mac, bint verify_l4):
+# How classify judges a frame's UDP/TCP checksum (its ``verify_l4`` per frame).
+cdef enum:
+    CC_SKIP = 0           # trust it: the device verified it, or marked it written on this host
+    CC_VERIFY = 1         # verify it in software: a frame that crossed a wire
+    CC_LOCAL_PARTIAL = 2  # verify it, but accept the pseudo-header-only sum of a sender on this host
+    CC_STATE_VERIFIED = 0
+    CC_STATE_TRUSTED = 1
+    CC_STATE_PARTIAL = 2
+    CC_RX_TRUSTED = 0x8 | 0x80
+CSUM_SKIP, CSUM_VERIFY, CSUM_LOCAL_PARTIAL = CC_SKIP, CC_VERIFY, CC_LOCAL_PARTIAL  # for Python
+# A sender on this host whose device offers checksum offload (a veth, as the kernel sets one up)
+# leaves the L4 checksum partial (Linux's CHECKSUM_PARTIAL): the field holds only the folded
+# pseudo-header sum, for hardware that a veth does not have to finish. The kernel's own input
+# trusts such frames (they never left the machine); AF_PACKET marks them (TP_STATUS_CSUMNOTREADY),
+# AF_XDP does not, so on a link where no wire can corrupt a frame (a veth) the form is recognised.
+# Packet.csum_state; and the rx_status bits (Linux's tpacket ones, CC_RX_TRUSTED) that make
+# classify trust a frame's L4 checksum: TP_STATUS_CSUMNOTREADY 0x8 | TP_STATUS_CSUM_VALID 0x80
+CSUM_STATE_VERIFIED, CSUM_STATE_TRUSTED, CSUM_STATE_PARTIAL = CC_STATE_VERIFIED, CC_STATE_TRUSTED, CC_STATE_PARTIAL
+RX_CSUM_PARTIAL, RX_CSUM_VALID = 0x8, 0x80
+
+
+cdef inline bint _l4_sum_ok(Packet p, const uint8_t *l4p, Py_ssize_t n, Py_ssize_t csum_at, uint16_t pseudo,
+                            int mode) noexcept:
+    """Whether the UDP/TCP datagram l4p[0:n] (checksum at ``csum_at``) passes under ``mode``;
+    records how in ``p.csum_state``. ``pseudo`` is the folded pseudo-header sum (RFC 9293 3.1,
+    RFC 768, RFC 8200 8.1)."""
+    cdef uint16_t field
+    if mode == CC_SKIP:
+        p.csum_state = CC_STATE_TRUSTED
+        return True
+    if mode == CC_LOCAL_PARTIAL:
+        field = _be16(l4p + csum_at)
+        # ones' complement has two zeros: the kernel may write either form of the sum
+        if field == pseudo or (field == 0 and pseudo == 0xffff) or (field == 0xffff and pseudo == 0):
+            p.csum_state = CC_STATE_PARTIAL
+            return True
+    p.csum_state = CC_STATE_VERIFIED
+    return c_ones_sum(l4p, n, pseudo) == 0xffff
+
+
+cdef Packet _classify_one(Packet p, const uint8_t *f, Py_ssize_t n, const uint8_t *mac, int verify_l4):
     """Classify frame f[0:n] into the zeroed record ``p`` (returned)."""
     cdef Py_ssize_t l3 = 14, ihl, tot, l4, l4len, ulen, doff
     cdef uint16_t ethertype, frag
@@ -428,11 +472,10 @@ cdef Packet _classify_one(Packet p, const uint8_t *f, Py_ssize_t n, const uint8_
         ulen = _be16(f + l4 + 4)
         if ulen < 8 or ulen > l4len:
             return _drop(p, RC_UDP_LEN)
-        if verify_l4 and _be16(f + l4 + 6) != 0:  # zero = no checksum (RFC 768)
+        if _be16(f + l4 + 6) != 0:  # zero = no checksum (RFC 768)
             src = _be32(f + l3 + 12)
             dst = _be32(f + l3 + 16)
-            s = c_ones_sum(f + l4, ulen, c_pseudo_sum(src, dst, 17, <uint32_t>ulen))
-            if s != 0xffff:
+            if not _l4_sum_ok(p, f + l4, ulen, 6, c_pseudo_sum(src, dst, 17, <uint32_t>ulen), verify_l4):
                 return _drop(p, RC_UDP_CSUM)
         _ip(p, CK_UDP, l3, ihl, tot, f + l3)
         p.src_port = _be16(f + l4)
@@ -447,12 +490,10 @@ cdef Packet _classify_one(Packet p, const uint8_t *f, Py_ssize_t n, const uint8_
         doff = (f[l4 + 12] >> 4) * 4
         if doff < 20 or doff > l4len:
             return _drop(p, RC_TCP_DOFF)
-        if verify_l4:
-            src = _be32(f + l3 + 12)
-            dst = _be32(f + l3 + 16)
-            s = c_ones_sum(f + l4, l4len, c_pseudo_sum(src, dst, 6, <uint32_t>l4len))
-            if s != 0xffff:
-                return _drop(p, RC_TCP_CSUM)
+        src = _be32(f + l3 + 12)
+        dst = _be32(f + l3 + 16)
+        if not _l4_sum_ok(p, f + l4, l4len, 16, c_pseudo_sum(src, dst, 6, <uint32_t>l4len), verify_l4):
+            return _drop(p, RC_TCP_CSUM)
         _ip(p, CK_TCP, l3, ihl, tot, f + l3)
         if doff > 20 and not _tcp_options(p, f + l4 + 20, doff - 20):
             return _drop(p, RC_TCP_OPTIONS)
@@ -485,7 +526,7 @@ cdef Packet _classify_one(Packet p, const uint8_t *f, Py_ssize_t n, const uint8_
     return p
 
 
-cdef inline Packet _classify_frame(Packet p, object frame, const uint8_t *mac, bint verify_l4):
+cdef inline Packet _classify_frame(Packet p, object frame, const uint8_t *mac, int verify_l4):
     cdef Py_buffer b
     PyObject_GetBuffer(frame, &b, PyBUF_SIMPLE)  # contiguous bytes, or BufferError/TypeError
     try:
@@ -506,13 +547,15 @@ cdef const uint8_t *_mac_ptr(object mac, Py_buffer *mb) except? NULL:
     return <const uint8_t *>mb.buf
 
 
-def classify(frames, mac=None, bint verify_l4=True):
+def classify(frames, mac=None, int verify_l4=CC_VERIFY):
     """Classify a burst: one new ``Packet`` per frame, in order.
 
     ``frames`` are contiguous buffers (memoryviews into the ring, bytes...).
     ``mac`` (6 bytes) filters unicast frames not addressed to us; None
-    accepts any. ``verify_l4=False`` skips the UDP/TCP checksums (the device
-    verified them); the IPv4 header and ICMP checksums are always checked.
+    accepts any. ``verify_l4``: CSUM_VERIFY (True) checks the UDP/TCP checksums,
+    CSUM_SKIP (False) skips them (the device verified them), CSUM_LOCAL_PARTIAL
+    checks them but accepts a local sender's pseudo-header-only sum; the IPv4
+    header and ICMP checksums are always checked.
     (``Classifier`` does the same without making records burst after burst.)
     """
     cdef Py_buffer mb
@@ -529,7 +572,7 @@ def classify(frames, mac=None, bint verify_l4=True):
     return out
 
 
-def classify_one(frame, mac=None, bint verify_l4=True):
+def classify_one(frame, mac=None, int verify_l4=CC_VERIFY):
     """Classify one frame (the same ``Packet`` as classify() makes)."""
     cdef Py_buffer mb
     cdef const uint8_t *macp = _mac_ptr(mac, &mb)
@@ -557,16 +600,21 @@ cdef class Classifier:
     cdef list _pool
     cdef Py_buffer _mb
     cdef const uint8_t *_mac
-    cdef readonly bint verify_l4
+    cdef readonly int verify_l4
     cdef readonly uint64_t reused, made
+    cdef readonly uint64_t trusted, partial  # L4 checksums taken on a device's mark / recognised as partial
+    cdef object counters                     # the stack's Stats counters (or None): rx.csum_trusted, rx.csum_partial
 
     def __cinit__(self):
         self._mac = NULL
 
-    def __init__(self, mac=None, bint verify_l4=True):
+    def __init__(self, mac=None, int verify_l4=CC_VERIFY, counters=None):
+        if verify_l4 not in (CC_SKIP, CC_VERIFY, CC_LOCAL_PARTIAL):
+            raise ValueError("verify_l4 must be CSUM_SKIP, CSUM_VERIFY or CSUM_LOCAL_PARTIAL")
         self._pool = []
         self._mac = _mac_ptr(mac, &self._mb)
         self.verify_l4 = verify_l4
+        self.counters = counters
 
     def __dealloc__(self):
         if self._mac != NULL:
@@ -576,16 +624,26 @@ cdef class Classifier:
     def mac(self):
         return None if self._mac == NULL else PyBytes_FromStringAndSize(<const char *>self._mac, 6)
 
-    def classify(self, frames):
-        """One record per frame, in order."""
+    def classify(self, frames, list marks=None):
+        """One record per frame, in order.
+
+        ``marks``: the device's ``rx_status`` for this burst (one int per frame) or None; a frame
+        whose mark has a CC_RX_TRUSTED bit (the kernel verified its checksum, or a sender on this
+        host left it partial) skips the software UDP/TCP checksum, counted in ``trusted``.
+        """
         cdef list pool = self._pool
         cdef list burst = frames if type(frames) is list else list(frames)
         cdef Py_ssize_t i, n = len(burst), have = len(pool)
         cdef list out = [None] * n
         cdef Packet p
         cdef const uint8_t *mac = self._mac
-        cdef bint verify_l4 = self.verify_l4
+        cdef int verify_l4 = self.verify_l4, mode
+        cdef Py_ssize_t trusted = 0, partial = 0
+        cdef bint marked = marks is not None and len(marks) == n
         for i in range(n):
+            mode = verify_l4
+            if marked and (<long>marks[i]) & CC_RX_TRUSTED:
+                mode = CC_SKIP
             if i < have:
                 p = <Packet>pool[i]
                 if Py_REFCNT(p) == 2:  # held by the pool and p only: no list, no caller has it
@@ -600,5 +658,18 @@ cdef class Classifier:
                 pool.append(p)
                 have += 1
                 self.made += 1
-            out[i] = _classify_frame(p, burst[i], mac, verify_l4)
+            out[i] = _classify_frame(p, burst[i], mac, mode)
+            if p.csum_state:
+                if p.csum_state == CC_STATE_PARTIAL:
+                    partial += 1
+                elif mode == CC_SKIP and verify_l4 != CC_SKIP:
+                    trusted += 1
+        if trusted or partial:
+            self.trusted += trusted
+            self.partial += partial
+            if self.counters is not None:
+                if trusted:
+                    self.counters["rx.csum_trusted"] += trusted
+                if partial:
+                    self.counters["rx.csum_partial"] += partial
         return out

@@ -35,7 +35,7 @@ cdef inline Packet _ip6(Packet p, int kind, Py_ssize_t l3, Py_ssize_t tot, const
     return p
 
 
-cdef Packet _classify_ipv6(Packet p, const uint8_t *f, Py_ssize_t n, Py_ssize_t l3, bint verify_l4):
+cdef Packet _classify_ipv6(Packet p, const uint8_t *f, Py_ssize_t n, Py_ssize_t l3, int verify_l4):
     cdef Py_ssize_t plen, l4, ulen, doff
     cdef uint8_t nh
     if n - l3 < 40:
@@ -56,7 +56,7 @@ cdef Packet _classify_ipv6(Packet p, const uint8_t *f, Py_ssize_t n, Py_ssize_t 
             return _drop(p, RC_UDP_LEN)
         if _be16(f + l4 + 6) == 0:
             return _drop(p, RC_UDP6_ZERO_CSUM)
-        if verify_l4 and c_ones_sum(f + l4, ulen, _pseudo6(f + l3, 17, <uint32_t>ulen)) != 0xffff:
+        if not _l4_sum_ok(p, f + l4, ulen, 6, _pseudo6(f + l3, 17, <uint32_t>ulen), verify_l4):
             return _drop(p, RC_UDP_CSUM)
         _ip6(p, CK_UDP6, l3, 40 + plen, f + l3)
         p.src_port = _be16(f + l4)
@@ -71,7 +71,7 @@ cdef Packet _classify_ipv6(Packet p, const uint8_t *f, Py_ssize_t n, Py_ssize_t 
         doff = (f[l4 + 12] >> 4) * 4
         if doff < 20 or doff > plen:
             return _drop(p, RC_TCP_DOFF)
-        if verify_l4 and c_ones_sum(f + l4, plen, _pseudo6(f + l3, 6, <uint32_t>plen)) != 0xffff:
+        if not _l4_sum_ok(p, f + l4, plen, 16, _pseudo6(f + l3, 6, <uint32_t>plen), verify_l4):
             return _drop(p, RC_TCP_CSUM)
         _ip6(p, CK_TCP6, l3, 40 + plen, f + l3)
         if doff > 20 and not _tcp_options(p, f + l4 + 20, doff - 20):

@@ -20,6 +20,12 @@ A device lends memory, the stack never owns I/O buffers:
   arriving (a simulated link's delayed frame; a transmit kick the kernel
   refused, retried then), or None: the stack folds it into its deadline.
 - ``capabilities`` describes the link (MTU, MAC, burst size, offloads, mode).
+- ``rx_status`` (optional): one int per frame of the last ``rx_burst``, with
+  the bits of Linux's tpacket status that say a frame's UDP/TCP checksum need
+  not be verified: RX_CSUM_PARTIAL (0x8, TP_STATUS_CSUMNOTREADY: written on
+  this host, left partial for an offload that never ran) and RX_CSUM_VALID
+  (0x80, TP_STATUS_CSUM_VALID: the kernel verified it). Classify trusts them
+  as the kernel's own input does (counted as rx.csum_trusted).
 
 Decorators (pcap capture, fault injection) wrap a device and implement the
 same protocol. ustack/ never imports a concrete backend: backends/ holds them.
@@ -44,6 +50,10 @@ class Capabilities:
     max_burst: int = 64
     frame_size: int = 1514  # bytes available in one TX slot (>= mtu + 14)
     rx_checksum_verified: bool = False  # device guarantees L3/L4 checksums were checked
+    # Frames from a sender on this host may carry a partial L4 checksum (only the pseudo-header sum:
+    # Linux's CHECKSUM_PARTIAL) that the device does not mark (AF_XDP on a veth): classify accepts
+    # that form, counted as rx.csum_partial. Never set for a link a wire can corrupt frames on.
+    rx_partial_checksum: bool = False
     tx_checksum_offload: bool = False  # device fills L4 checksums (never assumed by default)
     tx_tcp_segmentation: int = 0  # largest IP datagram of TCP segments the device merges and re-segments (0: none)
     zero_copy: bool = False  # frames are lent from memory the NIC DMA's into
@@ -90,6 +100,11 @@ class DeviceWrapper:
 
     def tx_commit(self, lengths: Sequence[int]) -> None:
         self.inner.tx_commit(lengths)
+
+    @property
+    def rx_status(self) -> Optional[list]:
+        """The wrapped device's per-frame status of the last burst (None when it has none)."""
+        return getattr(self.inner, "rx_status", None)
 
     def fileno(self) -> int:
         return self.inner.fileno()

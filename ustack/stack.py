@@ -192,9 +192,18 @@ class Stack:
             self._enable_ipv6(v6, gateway6, ipv6 or {}, icmpv6 or {})
         if addr is None:  # IPv6-only: IPv4 and ARP frames are counted and dropped, never answered
             self._handlers.update(dict.fromkeys((K_UDP, K_TCP, K_ICMP, K_ARP, K_FRAG, K_IP_OTHER), self._no_ipv4))
-        self._verify_l4 = not caps.rx_checksum_verified
+        # How classify judges UDP/TCP checksums: the device's verdict, or in software (accepting a
+        # local sender's partial sum where the device says it may come unmarked); per frame, a
+        # device's rx_status marks (AF_PACKET's TP_STATUS_CSUMNOTREADY/CSUM_VALID) are trusted.
+        if caps.rx_checksum_verified:
+            self._verify_l4 = _fastpath.CSUM_SKIP
+        elif caps.rx_partial_checksum:
+            self._verify_l4 = _fastpath.CSUM_LOCAL_PARTIAL
+        else:
+            self._verify_l4 = _fastpath.CSUM_VERIFY
+        self._marked = hasattr(device, "rx_status")
         # Burst classify into records kept from round to round (none is refilled while held).
-        self._classifier = _fastpath.Classifier(self.link.mac, self._verify_l4)
+        self._classifier = _fastpath.Classifier(self.link.mac, self._verify_l4, stats.counters)
         self._ip_kinds = frozenset((K_UDP, K_TCP, K_ICMP, K_FRAG, K_IP_OTHER))
         self._ip6_kinds = frozenset((K_UDP6, K_TCP6, K_ICMP6, K_IP6))
         self._suspect_first = frozenset((0, 127, *range(224, 256)))  # see Ipv4Layer.martian_source
@@ -287,7 +296,7 @@ class Stack:
                 tcp = self.tcp
                 tcp.in_round = True  # in-order ACKs wait for the round's end (tcp.flush, after the reads)
                 try:
-                    records = self._classifier.classify(frames)
+                    records = self._classifier.classify(frames, device.rx_status if self._marked else None)
                     deliver = self._deliver
                     if self._tcp_burst is not None:
                         self._tcp_burst(frames, records, now, deliver, self._frame_failed, self.iface6, rxh)

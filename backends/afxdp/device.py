@@ -258,6 +258,9 @@ class AfXdpDevice:
             max_burst=burst,
             frame_size=slot_frames * frame_size,
             rx_checksum_verified=False,
+            # a veth's peer is a sender on this host: with its checksum offload on (the kernel's
+            # default) it leaves L4 sums partial, and AF_XDP carries no mark saying so
+            rx_partial_checksum=info.kind == "veth",
             tx_checksum_offload=False,
             zero_copy=zc,
             mode=mode,
