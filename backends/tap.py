@@ -12,13 +12,23 @@ exactly one frame per write(2), so there is no batching below this point).
 The fd is opened in the namespace it is opened from and stays there.
 
 ``gso=True`` (off by default): IFF_VNET_HDR, so every frame read or written
-carries a 10-byte virtio_net_hdr in front (the kernel keeps segmenting and
-checksumming what it hands us: no TUNSETOFFLOAD), and ``tx_commit`` merges
+carries a 10-byte virtio_net_hdr in front, and ``tx_commit`` merges
 runs of consecutive full-sized segments of one TCP flow into one
 super-frame (``_fastpath.tpv3_tx_post_gso`` over a TX pool laid out as a
 TPACKET_V3 ring of 64 KiB slots, 4 MiB with the default 64-frame burst),
 written whole: the kernel takes it as one GSO skb (its TCP receives 64 KB
 at once). Counted as ``tap.gso_frames`` / ``tap.gso_segments``.
+
+On receive, ``gso=True`` also offers the kernel our offloads (TUNSETOFFLOAD:
+TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6), as a virtio NIC would: the kernel then
+neither finishes checksums nor segments what it sends us. A TCP super-frame of
+up to 64 KiB arrives whole in one read (RX slots take 64 KiB), and each frame's
+header says how far its checksum can be trusted: VIRTIO_NET_HDR_F_NEEDS_CSUM
+(written on this host, the sum left partial) and VIRTIO_NET_HDR_F_DATA_VALID
+(verified) become ``rx_status`` marks that classify trusts (rx.csum_trusted),
+as the kernel's own input trusts them. Counted as ``tap.rx_gso_frames`` (frames
+longer than the MTU). Without gso no offload is offered: the kernel finishes
+every checksum and segments every super-frame before handing it over.
 """
 
 from __future__ import annotations
@@ -36,6 +46,11 @@ from ustack.stats import Stats
 
 TUN_PATH = "/dev/net/tun"
 TUNSETIFF = 0x400454CA  # _IOW('T', 202, int)
+TUNSETOFFLOAD = 0x400454D0  # _IOW('T', 208, unsigned int)
+TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6 = 0x01, 0x02, 0x04
+VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_F_DATA_VALID = 0x01, 0x02
+# virtio_net_hdr flags -> rx_status marks (ustack.device: Linux's tpacket bits CSUMNOTREADY 0x8, CSUM_VALID 0x80)
+_RX_MARK = (0, 0x8, 0x80, 0x8 | 0x80)
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 IFF_VNET_HDR = 0x4000
@@ -47,6 +62,7 @@ SIOCSIFMTU = 0x8922
 ETH_HLEN = 14
 VLAN_HLEN = 4
 IFNAMSIZ = 16
+GRO_FRAME = 0xFFFF + ETH_HLEN + VLAN_HLEN  # the largest super-frame: a 64 KiB IP datagram, Ethernet, a VLAN tag
 
 
 def _ifreq_int(name: bytes, value: int = 0) -> bytes:
@@ -100,6 +116,11 @@ class TapDevice:
             raise DeviceError(errno.EPERM, f"permission denied opening {TUN_PATH}: needs root or CAP_NET_ADMIN") from None
         try:
             name = self._attach(fd, ifname, IFF_VNET_HDR if self.gso else 0)
+            if self.gso:
+                try:
+                    fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)
+                except OSError as exc:
+                    raise DeviceError(exc.errno, f"TUNSETOFFLOAD on {ifname!r}: {os.strerror(exc.errno)}") from None
             self._file = os.fdopen(fd, "r+b", buffering=0)
         except BaseException:
             os.close(fd)
@@ -126,7 +147,9 @@ class TapDevice:
         # RX slots are one byte longer than the largest frame the kernel
         # should hand us, so a read that fills a slot exposes an oversize frame.
         self._rx_off = VNET_HDR_LEN if self.gso else 0
-        self._rx_slot = (self._rx_off + frame_size + 1 + 63) & ~63
+        self._rx_slot = (self._rx_off + max(frame_size, GRO_FRAME if self.gso else 0) + 1 + 63) & ~63
+        if self.gso:
+            self.rx_status: list[int] = []  # the last burst's checksum marks (module docstring)
         self._rx_pool = bytearray(self._rx_slot * rx_slots)
         pool = memoryview(self._rx_pool)
         self._rx_views = [pool[i * self._rx_slot : (i + 1) * self._rx_slot] for i in range(rx_slots)]
@@ -187,7 +210,9 @@ class TapDevice:
         views = self._rx_views
         limit = self._rx_slot - 1
         off = self._rx_off
-        runts = oversize = 0
+        runts = oversize = big = 0
+        marks: Optional[list[int]] = [] if off else None
+        mtu_frame = self.mtu + ETH_HLEN + VLAN_HLEN
         for _ in range(count):
             slot = free.pop()
             try:
@@ -210,11 +235,20 @@ class TapDevice:
                 else:
                     oversize += 1
                 continue
-            frame = views[slot][off:got]  # (with gso: after the virtio_net_hdr, all zero without TUNSETOFFLOAD)
+            view = views[slot]
+            frame = view[off:got]  # (with gso: after the virtio_net_hdr)
             lent[id(frame)] = slot
             frames.append(frame)
+            if marks is not None:
+                marks.append(_RX_MARK[view[0] & 3])  # virtio_net_hdr.flags
+                if got - off > mtu_frame:
+                    big += 1
+        if marks is not None:
+            self.rx_status = marks
         if frames:
             self.stats.inc("tap.rx_frames", len(frames))
+        if big:
+            self.stats.inc("tap.rx_gso_frames", big)
         if runts:
             self.stats.drop("tap.rx_runt", runts)
         if oversize:

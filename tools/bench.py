@@ -81,7 +81,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Optional
 
 from ustack.tools import bench_loopback
@@ -123,6 +123,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the loopback rows (ustack --loopback vs the kernel's 127.0.0.1, both ends in-process)")
     p.add_argument("--no-program", action="store_true",
                    help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
+    p.add_argument("--no-offloads", action="store_true",
+                   help="skip the rows over a veth left at the kernel's default offloads (partial checksums, TSO)")
     p.add_argument("--no-loss", action="store_true",
                    help="skip the bulk-under-loss row (pipe at 1%% and 3%%, veth with nftables drops: bench_loss)")
     p.add_argument("--steer-client-rx", action="store_true",
@@ -211,6 +213,13 @@ def cmd_bench(args) -> int:
         if not args.no_ipv6:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["rows"].append(run_row(kind, cfg, placement, args.xdp_mode, log, ipv6=True))
+        if not args.no_offloads:
+            # the same services with the kernel client's end as the kernel leaves a new veth (tx checksumming
+            # and TSO on): the kernel's own figure with offloads, and ustack taking its super-frames
+            log("ustack bench: rows at the kernel's default offloads")
+            bulk = replace(cfg, latency=False)
+            for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
+                result["rows"].append(run_row(kind, bulk, placement, args.xdp_mode, log, offloads="default"))
         if cfg.program:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["programs"].append(run_program_row(kind, cfg.program_seconds, cfg.reps, placement,

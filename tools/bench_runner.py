@@ -283,10 +283,13 @@ def row_result(name: str, stack: str, topology: str, status: str = "ok", **extra
 
 
 def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optional[str],
-            log: Callable[[str], None], ipv6: bool = False) -> dict:
+            log: Callable[[str], None], ipv6: bool = False, offloads: str = "off") -> dict:
     """One row: a topology of its own, a server in its stack namespace, the client here.
 
     ``ipv6``: the same row over IPv6 (the client reaches ``stack_addr6``; the latency suite is left out).
+    ``offloads``: "off" (both ends of the link without checksum and segmentation offloads, a wire's
+    frames) or "default" (as the kernel sets a new veth up: the kernel client's end sends partial
+    checksums and TSO super-frames; the row is named "... +offloads").
     """
     Topology = _topology_class(placement)
     if kind == "kernel":
@@ -305,10 +308,12 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
         name, stack, topo_kind = f"ustack/{kind}", "ustack", "tap" if kind == "tap" else "veth"
     if ipv6:
         name += " v6"
+    if offloads != "off":
+        name += " +offloads"
     log(f"  {name} ({topo_kind} topology)")
     t0 = time.monotonic()
     try:
-        with Topology(topo_kind, tag="bn", ipv6=ipv6) as topo:
+        with Topology(topo_kind, tag="bn", ipv6=ipv6, offloads=offloads) as topo:
             widen_port_range(topo)
             if topo_kind == "veth" and cfg.steer_client_rx and not steer_peer_receive(topo, placement.client):
                 log("    could not steer the client's receive work (RPS): left where it was")
@@ -347,7 +352,7 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
                 extra["paired_v4"] = paired_v4
             return row_result(name, stack, topo_kind, mode=mode, metrics=metrics, samples=samples,
                               server_cpus=cpus, seconds=round(time.monotonic() - t0, 1), note=note,
-                              family=6 if ipv6 else 4, **extra)
+                              family=6 if ipv6 else 4, offloads=offloads, **extra)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a row that fails is reported, the others still run

@@ -44,12 +44,12 @@ cdef int _grant_quickacks(object delack, Py_ssize_t *do, int64_t rcv_wnd, int64_
     return 0
 
 
-cdef int _ack_bulk(object receiver, Py_ssize_t *ro) except -1:
+cdef int _ack_bulk(object receiver, Py_ssize_t *ro, int64_t rcv_mss) except -1:
     """``Receiver.ack_bulk``: the ACK now, or once at the end of the poll round the layer is delivering
-    while it covers fewer than ``coalesce`` bytes."""
+    while another full segment would still fit in ``coalesce`` bytes (a GRO aggregate)."""
     cdef int64_t limit = _iget(receiver, ro[R_COALESCE])
     layer = _fget(receiver, ro[R_BUDGET])
-    if limit and layer is not None and layer.in_round and _iget(receiver, ro[R_UNACKED]) < limit:
+    if limit and layer is not None and layer.in_round and _iget(receiver, ro[R_UNACKED]) + rcv_mss <= limit:
         if not _bget(receiver, ro[R_ACK_ROUND]):
             _fset(receiver, ro[R_ACK_ROUND], True)
             layer.ack_at_round_end(receiver._owner)
@@ -117,9 +117,9 @@ cdef int _in_order(object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro,
     elif had_gap:
         _ack_gap(receiver, ro)  # this segment filled (part of) a gap
     elif unacked >= 2 * rcv_mss:
-        _ack_bulk(receiver, ro)  # every second full-sized segment (RFC 5681 4.2)
+        _ack_bulk(receiver, ro, rcv_mss)  # every second full-sized segment (RFC 5681 4.2)
     elif _iget(delack, do[D_QUICK]) > 0 and not _bget(delack, do[D_PINGPONG]):
-        _ack_bulk(receiver, ro)  # quick-ACK mode
+        _ack_bulk(receiver, ro, rcv_mss)  # quick-ACK mode
     elif push and _bget(delack, do[D_READER_WAITING]) and (not _bget(delack, do[D_PINGPONG])
                                                            or _bget(delack, do[D_PUSHED])):
         _fset(receiver, ro[R_ACK_NOW], True)  # a pushed segment and a reader waiting for it

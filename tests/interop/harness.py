@@ -12,6 +12,10 @@ import threading
 import time
 
 BACKENDS = ["tap", "packet", "packet-v3"]
+# The same backends with the kernel's end of the link left as the kernel sets a new device up (a veth
+# with tx checksumming and TSO on): partial checksums and TSO super-frames reach ustack.
+OFFLOADED = ["packet-offloads", "afxdp-offloads", "tap-offloads"]
+OFFLOADS_SUFFIX = "-offloads"
 
 
 def backend_params():
@@ -24,6 +28,12 @@ def backend_params():
     except Exception:  # registry import problems surface in the backend tests
         pass
     return params
+
+
+def offloaded_params():
+    """The backends to run against a kernel peer at its default offloads ("afxdp-offloads" is native mode)."""
+    have = backend_params()
+    return [b for b in OFFLOADED if b.replace(OFFLOADS_SUFFIX, "") in have or b == "afxdp-offloads" and "afxdp-native" in have]
 
 
 def ustack_cli(topo, backend_args, *args, timeout=120):
@@ -74,10 +84,17 @@ class Served:
         from ustack.tools.netns import Topology
 
         self.backend = backend
+        # "<backend>-offloads": the kernel's end keeps the offloads a new device has (Topology offloads="default")
+        self.offloads = "default" if backend.endswith(OFFLOADS_SUFFIX) else "off"
+        if self.offloads == "default":
+            backend = backend[:-len(OFFLOADS_SUFFIX)]
+            backend = "afxdp-native" if backend == "afxdp" else backend
+        self.base = backend
         self.ipv6 = ipv6 = ipv6 or not ipv4
         self.ipv4 = ipv4
         kind = "tap" if backend in ("tap", "tap-gso") else "veth"
-        self.topo = Topology.tap(tag="i", ipv6=ipv6) if kind == "tap" else Topology.veth(tag="i", ipv6=ipv6)
+        topology = Topology.tap if kind == "tap" else Topology.veth
+        self.topo = topology(tag="i", ipv6=ipv6, offloads=self.offloads)
         self.pcap = str(tmp_path / f"serve-{backend}.pcap")
         self.lines: list[str] = []
         self.expected_drops: dict[str, int] = {}
@@ -86,7 +103,7 @@ class Served:
         self.start()
 
     def cli_backend(self):
-        b = self.backend
+        b = self.base
         if b in ("afxdp-gso", "afxdp-nogso"):
             return ["--backend", "afxdp", "--" + b.split("-", 1)[1]]
         if b.startswith("afxdp"):
@@ -118,7 +135,7 @@ class Served:
         m = re.search(r"mac ([0-9a-f:]{17})", head)
         assert m, head
         expected_mode = {"packet": "tpacket_v2 rx", "packet-v3": "tpacket_v3 rx", "packet-gso": "tpacket_v3 tx gso", "tap-gso": "tap (/dev/net/tun, one read/write per frame) vnet_hdr gso", "afxdp-native": "afxdp native", "afxdp-gso": "copy need_wakeup sg gso", "afxdp-nogso": "copy need_wakeup sg",
-                         "afxdp-generic": "afxdp generic", "tap": "tap"}[self.backend]
+                         "afxdp-generic": "afxdp generic", "tap": "tap"}[self.base]
         assert expected_mode in head, head
         self.mac = m.group(1)
 

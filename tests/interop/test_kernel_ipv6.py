@@ -23,14 +23,15 @@ import sys
 
 import pytest
 
-from tests.interop.harness import KernelSink, backend_params, echoed_exactly, peer_tcp6, serving
+from tests.interop.harness import KernelSink, backend_params, echoed_exactly, offloaded_params, peer_tcp6, serving
 
 pytestmark = pytest.mark.privileged
 MB100 = 100_000_000
 
 
 @pytest.fixture(scope="module", params=[b for b in backend_params()
-                                        if b in ("packet", "tap", "afxdp-native", "afxdp-generic")])
+                                        if b in ("packet", "tap", "afxdp-native", "afxdp-generic")]
+                + offloaded_params())
 def served(request, tmp_path_factory):
     yield from serving(request.param, tmp_path_factory, request.param,
                        ["--udp-echo", "7", "--tcp-echo", "7", "--tcp-source", "19", "--source-bytes", str(MB100)],

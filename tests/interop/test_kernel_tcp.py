@@ -34,11 +34,12 @@ MB100 = 100_000_000
 
 
 def tcp_backends():
-    from tests.interop.harness import backend_params
+    from tests.interop.harness import backend_params, offloaded_params
 
     # afxdp generic runs the same ring code as native, and the V3 packet ring the same stack code
-    # as V2 (both are covered by the UDP/ICMP interop and the device conformance suite).
-    return [b for b in backend_params() if b not in ("afxdp-generic", "packet-v3")]
+    # as V2 (both are covered by the UDP/ICMP interop and the device conformance suite); then each
+    # backend again against a kernel end at its default offloads (partial checksums, TSO).
+    return [b for b in backend_params() if b not in ("afxdp-generic", "packet-v3")] + offloaded_params()
 
 
 @pytest.fixture(scope="module", params=tcp_backends())

@@ -26,11 +26,11 @@ import sys
 
 import pytest
 
-from tests.interop.harness import backend_params, serving
+from tests.interop.harness import backend_params, offloaded_params, serving
 
 pytestmark = pytest.mark.privileged
 
-@pytest.fixture(scope="module", params=backend_params())
+@pytest.fixture(scope="module", params=backend_params() + offloaded_params())
 def served(request, tmp_path_factory):
     yield from serving(request.param, tmp_path_factory, request.param, ["--udp-echo", "7"])
 

@@ -205,10 +205,12 @@ class Receiver:
     def ack_bulk(self) -> None:
         """The in-order policy owes an ACK (every second segment, quick-ACK mode): now, or, during a
         poll round's delivery (``budget.in_round``), once at the round's end (``ack_round``) unless the
-        connection's ``ack_coalescing`` is off or the ACK would cover ``coalesce`` bytes or more
-        (config.ROUND_ACK_BYTES: no stretch ACK beyond what a GRO receiver sends)."""
+        connection's ``ack_coalescing`` is off or the ACK covers a whole GRO aggregate (another full
+        segment would take it past ``coalesce``, config.ROUND_ACK_BYTES: no stretch ACK beyond what a
+        GRO receiver sends, which ACKs every aggregate; a TSO super-frame taken whole is one)."""
         budget = self.budget
-        if self.coalesce and budget is not None and budget.in_round and self.unacked < self.coalesce:
+        if (self.coalesce and budget is not None and budget.in_round
+                and self.unacked + self.tcb.rcv_mss <= self.coalesce):
             self._ack_at_round_end(budget)
         else:
             self.ack_now = True
