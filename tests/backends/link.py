@@ -187,12 +187,24 @@ def parse_ipv4_l4(frame) -> Optional[tuple[str, str, int, int, int, bytes]]:
     return src, dst, frame[23], sport, dport, l4
 
 
+class Received(bytes):
+    """A received frame's bytes and the device's ``rx_status`` mark for it (0 when it gives none)."""
+
+    mark = 0
+
+
 def l4_checksum_ok(frame) -> bool:
-    """The UDP/TCP checksum of an IPv4 frame is complete and correct (RFC 768 / RFC 793)."""
+    """The UDP/TCP checksum of an IPv4 frame is complete and correct (RFC 768 / RFC 793); or, for a frame
+    the device marked partial (RX_CSUM_PARTIAL: written on this host with checksum offload, as a TAP with
+    TUNSETOFFLOAD gets them), exactly the folded pseudo-header sum that such a sender leaves."""
     parsed = parse_ipv4_l4(frame)
     assert parsed is not None
     src, dst, proto, _, _, l4 = parsed
-    return ones_sum(l4, pseudo_header_sum(socket.inet_aton(src), socket.inet_aton(dst), proto, len(l4))) == 0xFFFF
+    pseudo = pseudo_header_sum(socket.inet_aton(src), socket.inet_aton(dst), proto, len(l4))
+    if getattr(frame, "mark", 0) & 0x8:
+        at = 16 if proto == 6 else 6
+        return int.from_bytes(l4[at:at + 2], "big") == ones_sum(b"", pseudo)
+    return ones_sum(l4, pseudo) == 0xFFFF
 
 
 def udp_dport(frame, dport: int) -> bool:
@@ -222,9 +234,11 @@ def collect(device, want: Callable[[bytes], bool], count: int, timeout: float = 
     seen: list[bytes] = []
     while until is not None or len(got) < count:
         frames = device.rx_burst(64)
+        marks = getattr(device, "rx_status", None) or [0] * len(frames)
         try:
-            for f in frames:
-                b = bytes(f)
+            for f, mark in zip(frames, marks):
+                b = Received(f)
+                b.mark = mark
                 if until is not None:
                     seen.append(b)
                     if until(b):
