@@ -93,9 +93,12 @@ GSO_FRAME_SIZE = 1 << 16  # TX slot with gso: 48 + 10 + a 65,478-byte super-fram
 GSO_TX_FRAMES = 64  # default TX slots with gso: 4 MiB
 GSO_MAX_SEGS = 64  # segments per super-frame (and the IP datagram <= 65,535 bytes)
 # V2 RX slots by default: 64 KiB each (66 bytes of header, then a frame of up to 65,470 bytes: the
-# largest TSO/GRO super-frame at the kernel's default gso_max_size, 65,536), 256 of them (16 MiB)
+# largest TSO/GRO super-frame at the kernel's default gso_max_size, 65,536), 1,024 of them (64 MiB): with
+# 256 (16 MiB) and up to 128 held by receive buffers, a kernel sender at offloads off overran the ring
+# whenever the server lost the CPU for ~0.2 ms (push at load 8: packet_ring.rx_losing 433,668 frames,
+# 30-39 MB/s; 1,024 slots: none, 43-48 MB/s; the old 4,096 x 2 KiB: none, 43-63 MB/s)
 GRO_RX_FRAME_SIZE = 1 << 16
-GRO_RX_BLOCKS = 128
+GRO_RX_BLOCKS = 512
 SO_SNDBUFFORCE = 32
 TPACKET_V2 = 1
 TPACKET_V3 = 2
@@ -135,8 +138,9 @@ class PacketRingDevice:
     ``block_size`` x ``block_count``: the RX ring (block_size a multiple of
     the page size). V3 packs frames into the blocks (a block must hold a
     maximum-size frame); V2 cuts each block into slots of ``rx_frame_size``
-    bytes (a multiple of 16 dividing block_size; default 2048, or the next
-    power of two that fits 66 bytes plus an MTU-sized frame).
+    bytes (a multiple of 16 dividing block_size; default 64 KiB, a whole
+    super-frame, or 2048 / the next power of two that fits 66 bytes plus an
+    MTU-sized frame when block_size is not a multiple of 64 KiB).
     ``frame_size``: TX slot size (default 2048, or the next power of two that
     fits an MTU-sized frame; 64 KiB with gso). ``tx_frames``: TX slots
     (rounded up to whole TX blocks; default 1024, 64 with gso). ``gso``,
@@ -148,7 +152,7 @@ class PacketRingDevice:
     missing or refuses, the device opens without it and says why in
     ``claim_problem``.
 
-    Defaults: with V2, 128 blocks of 128 KiB (16 MiB), 256 slots of 64 KiB,
+    Defaults: with V2, 512 blocks of 128 KiB (64 MiB), 1,024 slots of 64 KiB,
     each able to take a whole TSO/GRO super-frame (a veth at the kernel's
     default offloads, or GRO, hands AF_PACKET TCP frames of up to 64 KiB);
     with V3, 64 blocks of 128 KiB (8 MiB): ~5,000 full-size or ~50,000 minimum-size frames, and a trickle of

@@ -154,7 +154,7 @@ def test_default_rx_ring_is_tpacket_v2(plink_v2):
         dev = PacketRingDevice(plink_v2.topo.stack_ifname)
     try:
         assert dev.rx_version == 2
-        assert dev.capabilities.extra["rx_slots"] == (256, 65536)  # each takes a whole 64 KiB super-frame
+        assert dev.capabilities.extra["rx_slots"] == (1024, 65536)  # each takes a whole 64 KiB super-frame
         # TCP segmentation offload on transmit by default: 64 TX slots of 64 KiB, the qdisc not bypassed
         assert dev.gso and dev.capabilities.extra["tx_ring"] == (64, 1 << 16)
         assert dev.capabilities.mode == "packet_ring tpacket_v2 rx / tpacket_v3 tx gso"
