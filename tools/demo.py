@@ -322,8 +322,11 @@ def run_kernel_tour(args) -> int:
         say("no packet backend is available here")
         return 2
     clock = MonotonicClock()
-    step(1, f"building a topology in fresh network namespaces ({'tap' if backend == 'tap' else 'veth'})")
-    topo = Topology.tap(tag="demo") if backend == "tap" else Topology.veth(tag="demo")
+    kind = "tap" if backend == "tap" else "veth"
+    offloads = "the kernel's default offloads" if args.offloads == "default" else "offloads off on both ends"
+    step(1, f"building a topology in fresh network namespaces ({kind}, {offloads})")
+    topology = Topology.tap if backend == "tap" else Topology.veth
+    topo = topology(tag="demo", offloads=args.offloads)
     us = None
     try:
         say(f"    kernel side: {topo.peer_ns}/{topo.peer_ifname} {topo.peer_addr}/{topo.prefixlen}")
@@ -384,6 +387,9 @@ def add_arguments(p) -> None:
 
     p.add_argument("--backend", choices=("afxdp", "packet", "tap"), help="default: the best available")
     p.add_argument("--pipe", action="store_true", help="tour over the pipe backend even as root")
+    p.add_argument("--offloads", choices=("default", "off"), default="default",
+                   help="the kernel's end of the link: as the kernel sets a new device up (partial checksums, "
+                        "TSO super-frames: the default) or with checksum and segmentation offloads off")
     p.add_argument("--pcap", default="ustack-demo.pcap", help="capture file (default: %(default)s)")
     p.add_argument("--pcap-snaplen", type=int_range(1, 262144, "a snap length"), default=128, help="bytes of each frame kept (default: %(default)s)")
     p.add_argument("--bytes", type=int_range(1, 1 << 40, "a transfer size"), default=100_000_000, help="size of each TCP transfer (default: 100 MB)")
