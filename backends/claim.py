@@ -97,6 +97,13 @@ class AddressClaim:
                     total += expr["counter"]["packets"]
         return total
 
+    def hand_over(self) -> list[dict]:
+        """Give up the table's removal to a privileged keeper (``ustack.tools.teardown_keeper``): its action."""
+        if not self._open:
+            return []
+        self._open = False
+        return [{"do": "nft_delete", "table": self.table}]
+
     def close(self) -> None:
         if not self._open:
             return

@@ -599,6 +599,10 @@ class PacketRingDevice:
         self.stats.inc("packet_ring.kernel_queue_freezes", freezes)
         return {"packets": packets, "drops": drops, "freeze_q_cnt": freezes}
 
+    def hand_over_teardown(self) -> tuple[list[dict], list[int]]:
+        """The claim's removal (nft, CAP_NET_ADMIN), for a keeper that outlives a privilege drop (tools.privileges)."""
+        return (self.claim.hand_over() if self.claim is not None else []), []
+
     def close(self) -> None:
         """Close the socket and unmap the rings.
 

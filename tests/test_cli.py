@@ -194,6 +194,21 @@ def test_a_pcap_symlink_is_refused_and_its_target_untouched(tmp_path):
     assert target.read_text() == "keep"
 
 
+def test_an_existing_pcap_is_refused_unless_pcap_overwrite(tmp_path):
+    from ustack.pcap import read_pcap
+
+    pcap = tmp_path / "cap.pcap"
+    pcap.write_bytes(b"someone's file")
+    out = ustack("run", *PIPE, "--pcap", str(pcap), "echo_client.py", "0", cwd=PROGRAMS)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"ustack run: {pcap}: exists: refusing to overwrite it (--pcap-overwrite replaces it)"], out.stderr
+    assert pcap.read_bytes() == b"someone's file"
+    out = ustack("run", *PIPE, "--pcap", str(pcap), "--pcap-overwrite", "echo_client.py", "0", cwd=PROGRAMS)
+    assert out.returncode == 0, out.stderr
+    assert len(list(read_pcap(str(pcap)))) > 10 and os.stat(pcap).st_mode & 0o777 == 0o600
+
+
 def test_serve_pcap_max_bytes_caps_the_capture(tmp_path):
     from ustack.pcap import read_pcap
 

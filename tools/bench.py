@@ -90,6 +90,7 @@ from ustack.tools.bench_report import draw_png, format_table, latency_table, not
 from ustack.tools.bench_program import run_program_row
 from ustack.tools.bench_runner import Placement, machine_info, run_ring, run_row
 from ustack.tools.cli_types import float_range, int_range
+from ustack.tools.host_programs import MissingProgram
 
 MAX_TUNE = 10_000_000  # the largest count or number of seconds a size override takes
 
@@ -171,6 +172,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _loss_section(args, cfg, kinds: list, log) -> dict:
+    """The bulk-under-loss rows (ustack.tools.bench_loss): the pipe's, then the veth's under nftables drops
+    (skipped, said in one line and in ``skipped``, when a host program they need is missing)."""
+    from ustack.tools import bench_loss
+    from ustack.transport.tcp.config import TcpConfig
+    from ustack.transport.tcp.congestion import ALGORITHMS
+
+    size = 5_000_000 if args.quick else 20_000_000
+    backend = next((k for k in kinds if k in USTACK_BACKENDS), "packet")
+    log(f"ustack bench: bulk under loss ({args.loss}% each way, {backend})")
+    pipe = bench_loss.pipe_rows(size)
+    # ustack's default congestion control, and the kernel's default too when ustack has it (this
+    # kernel's is BBR): ustack beside Linux with the same algorithm as well as with its own default
+    algorithms = tuple(dict.fromkeys(a for a in (TcpConfig().congestion, bench_loss.kernel_congestion())
+                                     if a in ALGORITHMS))
+    skipped = ""
+    try:
+        veth = bench_loss.veth_rows(size, args.loss, cfg.reps, backend, algorithms=algorithms)
+    except MissingProgram as exc:  # one line naming it; the veth rows are skipped, the rest runs
+        log(f"ustack bench: bulk under loss over veth skipped: {exc}")
+        veth, skipped = None, str(exc)
+    return {"percent": args.loss, "backend": backend, "pipe": pipe, "veth": veth, "skipped": skipped,
+            "lines": bench_loss.format_lines(pipe, veth, args.loss)
+            + ([f"bulk under loss over veth skipped: {skipped}"] if skipped else [])}
+
+
 def cmd_bench(args) -> int:
     try:
         kinds = _selection(args.backends)
@@ -228,21 +255,9 @@ def cmd_bench(args) -> int:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["rings"].append(run_ring(kind, cfg, placement, args.xdp_mode, log))
         if not args.no_loss:
-            from ustack.tools import bench_loss
-            size = 5_000_000 if args.quick else 20_000_000
-            backend = next((k for k in kinds if k in USTACK_BACKENDS), "packet")
-            log(f"ustack bench: bulk under loss ({args.loss}% each way, {backend})")
-            pipe = bench_loss.pipe_rows(size)
-            # ustack's default congestion control, and the kernel's default too when ustack has it (this
-            # kernel's is BBR): ustack beside Linux with the same algorithm as well as with its own default
-            from ustack.transport.tcp.config import TcpConfig
-            from ustack.transport.tcp.congestion import ALGORITHMS
-
-            algorithms = tuple(dict.fromkeys(a for a in (TcpConfig().congestion, bench_loss.kernel_congestion())
-                                             if a in ALGORITHMS))
-            veth = bench_loss.veth_rows(size, args.loss, cfg.reps, backend, algorithms=algorithms)
-            result["loss"] = {"percent": args.loss, "backend": backend, "pipe": pipe, "veth": veth,
-                              "lines": bench_loss.format_lines(pipe, veth, args.loss)}
+            result["loss"] = _loss_section(args, cfg, kinds, log)
+            if result["loss"]["skipped"]:
+                result["notes"].append(f"bulk under loss over veth skipped: {result['loss']['skipped']}")
         if not args.no_loopback:
             log("ustack bench: loopback rows (ustack --loopback vs the kernel's 127.0.0.1)")
             result["loopback"] = bench_loopback.measure(300 if args.quick else 2000,

@@ -38,11 +38,14 @@ from __future__ import annotations
 import argparse
 import functools
 import random
+import shutil
 import socket
 import statistics
+import sys
 import time
 
 from ustack.tools import bench_pipe
+from ustack.tools.host_programs import MissingProgram, require
 from ustack.transport.tcp.congestion import ALGORITHMS
 
 # Drops on the receiving side only: a kernel sender whose segment its own OUTPUT hook drops is told
@@ -78,8 +81,9 @@ def pipe_rows(size: int, losses=(0.01, 0.03)) -> list[dict]:
 def _drop(topo, percent: int, stack_side: bool = False) -> None:
     """``percent`` of the TCP segments arriving in the peer namespace (``stack_side``: in the stack
     namespace, for Linux -> Linux's sink) are dropped before the kernel's TCP sees them."""
+    nft = require("nft", "the loss rows' segment drops (nftables)")
     run = topo.peer_run if not stack_side else functools.partial(_stack_run, topo)
-    run(["nft", "-f", "-"], input=NFT_RULES.format(p=percent), text=True, check=True, capture_output=True)
+    run([nft, "-f", "-"], input=NFT_RULES.format(p=percent), text=True, check=True, capture_output=True)
 
 
 def _stack_run(topo, argv, **kw) -> None:
@@ -205,8 +209,9 @@ def _spawn(popen, script: str, *args, stack_side: bool = False) -> "subprocess.P
 
     argv = [sys.executable, "-c", script, *map(str, args)]
     other = _cpus()[0 if stack_side else 1]
-    if other is not None:
-        argv = ["taskset", "-c", str(other)] + argv
+    taskset = shutil.which("taskset")
+    if other is not None and taskset is not None:  # without taskset the kernel end runs where it is placed
+        argv = [taskset, "-c", str(other)] + argv
     return popen(argv, stdout=subprocess.PIPE, text=True)
 
 
@@ -465,8 +470,12 @@ def main(argv=None) -> int:
     unknown = [a for a in algorithms if a.lower() not in ALGORITHMS]
     if unknown:
         p.error(f"unknown congestion control {', '.join(unknown)} (known: {', '.join(ALGORITHMS)})")
-    veth = None if args.pipe_only else veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo,
-                                                 algorithms)
+    veth = None
+    if not args.pipe_only:
+        try:
+            veth = veth_rows(args.bytes, args.loss, args.reps, args.backend, args.echo, algorithms)
+        except MissingProgram as exc:  # one line naming it; the veth rows are skipped
+            print(f"bench_loss: veth rows skipped: {exc}", file=sys.stderr)
     print("\n".join(format_lines(pipe, veth, args.loss)))
     return 0
 

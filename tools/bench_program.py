@@ -31,6 +31,7 @@ import time
 from typing import Callable, Optional
 
 from ustack.tools.bench_clients import widen_port_range
+from ustack.tools.host_programs import MissingProgram
 
 HTTP_PORT = 8000
 BODY_BYTES = 1024
@@ -158,6 +159,9 @@ def run_program_row(kind: str, seconds: float, reps: int, placement, xdp_mode: O
         row["metrics"] = {k: statistics.median(s[k] for s in row["samples"]) for k, _, _ in PROGRAM_METRICS}
     except KeyboardInterrupt:
         raise
+    except MissingProgram as exc:  # one line naming it; the row is skipped, the others run
+        log(f"    skipped: {exc}")
+        row.update(status="not available", note=str(exc))
     except Exception as exc:  # a row that fails is reported, the others still run
         log(f"    failed: {exc!r}")
         row.update(status="error", note=f"{type(exc).__name__}: {exc}")

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ustack.tools.host_programs import MissingProgram
+
 from ustack.tools.bench_clients import (connect_close, connections_per_second, ping_rtts, pull, push,
                                         sized_tcp_rtts, tcp_rtts, udp_rtts, widen_port_range)
 from ustack.tools.bench_config import (LATENCY_SIZES, METRICS, SEGMENT, TCP_DISCARD, TCP_ECHO, TCP_SOURCE, UDP_ECHO,
@@ -355,6 +357,9 @@ def run_row(kind: str, cfg: BenchConfig, placement: Placement, xdp_mode: Optiona
                               family=6 if ipv6 else 4, offloads=offloads, **extra)
     except KeyboardInterrupt:
         raise
+    except MissingProgram as exc:  # one line naming it; the row is skipped, the others run
+        log(f"    skipped: {exc}")
+        return row_result(name, stack, topo_kind, "not available", note=str(exc))
     except Exception as exc:  # a row that fails is reported, the others still run
         log(f"    failed: {exc!r}")
         return row_result(name, stack, topo_kind, "error", note=f"{type(exc).__name__}: {exc}",

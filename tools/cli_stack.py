@@ -68,7 +68,8 @@ def open_stack(args, clock):
     if getattr(args, "pcap", None):
         try:
             device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen,
-                                max_bytes=getattr(args, "pcap_max_bytes", None))
+                                max_bytes=getattr(args, "pcap_max_bytes", None),
+                                overwrite=getattr(args, "pcap_overwrite", False))
         except BaseException:
             device.close()
             raise
@@ -154,7 +155,11 @@ def add_stack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mtu", type=int_range(MIN_MTU, MAX_MTU, "an IPv4 MTU"), help="IP MTU (default: the device's)")
     p.add_argument("--congestion", choices=sorted(ALGORITHMS),
                    help="TCP congestion control of every connection (default: cubic); bbr paces")
-    p.add_argument("--pcap", help="write every frame in and out to this pcap file (created 0600; not a symlink)")
+    p.add_argument("--pcap", help="write every frame in and out to this new pcap file (created 0600; an existing "
+                                  "file or a symlink is refused)")
+    p.add_argument("--pcap-overwrite", action="store_true",
+                   help="replace an existing --pcap file (its name is unlinked and a new file created: a hard "
+                        "link's other names keep their bytes, a symlink's target is never touched)")
     p.add_argument("--pcap-snaplen", type=int_range(1, 262144, "a snap length"), default=65535, metavar="BYTES",
                    help="bytes of each frame to keep in the pcap (default: all)")
     p.add_argument("--pcap-max-bytes", type=int_range(24, None, "a file size"), metavar="BYTES",

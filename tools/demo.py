@@ -337,7 +337,7 @@ def run_kernel_tour(args) -> int:
             device = open_device(backend, topo.stack_ifname, **opts)
         if backend == "tap":
             topo.wait_running()
-        device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen)
+        device = PcapDevice(device, args.pcap, clock, snaplen=args.pcap_snaplen, overwrite=args.pcap_overwrite)
         us = UstackSide(device, f"{topo.stack_addr}/{topo.prefixlen}", clock, args.bytes)
         say(f"    mode: {device.capabilities.mode}; mac {us.stack.iface.mac.hex(':')}; pcap -> {args.pcap}")
         say(f"    live stats while it runs: ustack stats --socket {us.publisher.path}")
@@ -361,7 +361,7 @@ def run_pipe_tour(args) -> int:
     us = peer = None
     try:
         step(2, "starting ustack and its services (HTTP, TCP source and sink)")
-        device = PcapDevice(link.b, args.pcap, clock, snaplen=args.pcap_snaplen)
+        device = PcapDevice(link.b, args.pcap, clock, snaplen=args.pcap_snaplen, overwrite=args.pcap_overwrite)
         us = UstackSide(device, "198.18.0.2/24", clock, args.bytes)
         peer = PipePeerSide(link.a, "198.18.0.1/24", clock)
         return tour(us, peer, "198.18.0.2", "198.18.0.1", args.bytes, args.pcap)
@@ -377,6 +377,10 @@ def run_pipe_tour(args) -> int:
 
 
 def main(args) -> int:
+    if os.path.lexists(args.pcap) and not args.pcap_overwrite:
+        print(f"ustack demo: {args.pcap}: exists: refusing to overwrite it (--pcap-overwrite replaces it)",
+              file=sys.stderr)
+        return 2
     if os.geteuid() == 0 and not args.pipe:
         return run_kernel_tour(args)
     return run_pipe_tour(args)
@@ -391,6 +395,7 @@ def add_arguments(p) -> None:
                    help="the kernel's end of the link: as the kernel sets a new device up (partial checksums, "
                         "TSO super-frames: the default) or with checksum and segmentation offloads off")
     p.add_argument("--pcap", default="ustack-demo.pcap", help="capture file (default: %(default)s)")
+    p.add_argument("--pcap-overwrite", action="store_true", help="replace an existing --pcap file (unlink, create anew)")
     p.add_argument("--pcap-snaplen", type=int_range(1, 262144, "a snap length"), default=128, help="bytes of each frame kept (default: %(default)s)")
     p.add_argument("--bytes", type=int_range(1, 1 << 40, "a transfer size"), default=100_000_000, help="size of each TCP transfer (default: 100 MB)")
 

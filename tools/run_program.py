@@ -46,6 +46,7 @@ import threading
 import types
 import zipfile
 
+from ustack.tools import privileges
 from ustack.tools.cli_stack import add_stack_arguments, start_stack, stop_stack, wait_ipv6_ready
 
 ECHO_PORT = 7  # RFC 862
@@ -58,6 +59,7 @@ def add_parser(subparsers):
     p = subparsers.add_parser("run", help="run a Python program (SCRIPT or -m MODULE) on a ustack stack",
                               usage="%(prog)s [stack options] (SCRIPT | -m MODULE) [ARGS...]")
     add_stack_arguments(p)
+    privileges.add_arguments(p)
     p.add_argument("--asyncio", choices=ASYNCIO_MODES, default="native",
                    help="native (default): asyncio's loops poll the stack themselves (ustack.api.aio); "
                         "stock: asyncio's own loop on the sockets' readiness fds and the driver thread")
@@ -89,6 +91,10 @@ def cmd_run(args) -> int:
     if started is None:
         return 2
     stack, driver, extras = started
+    ok, keeper = privileges.drop_for_command(stack, args, "run")  # before any thread starts
+    if not ok:
+        stop_stack(stack)
+        return 2
     peer = lo = None
     from ustack.api.aio import install_policy, uninstall_policy
     from ustack.api.loopback import close_loopback, open_loopback
@@ -120,6 +126,8 @@ def cmd_run(args) -> int:
         if peer is not None:
             peer.close()
         stop_stack(stack)
+        if keeper is not None:
+            keeper.finish()  # the XDP detach / nft claim removal that needs the root we gave up
     sys.stdout.flush()
     sys.stderr.flush()
     if interrupted:  # as python: an uncaught KeyboardInterrupt ends the process by SIGINT

@@ -24,6 +24,7 @@ from ustack.net.addr import ANY4, ANY6, parse as ip_addr
 from ustack.snapshot import interface_address
 from ustack.stack import Stack
 from ustack.stats import Stats
+from ustack.tools import privileges
 from ustack.tools.cli_stack import add_stack_arguments, byte_count, port, start_stack, wait_ipv6_ready
 
 
@@ -31,6 +32,7 @@ def add_parser(subparsers):
     """Add the ``serve`` subcommand to the ``ustack`` command line."""
     p = subparsers.add_parser("serve", help="run the stack: answer ARP and ping, optional UDP echo")
     add_stack_arguments(p)
+    privileges.add_arguments(p)
     p.add_argument("--udp-echo", type=port, metavar="PORT", help="echo UDP datagrams on PORT")
     p.add_argument("--tcp-echo", type=port, metavar="PORT", help="TCP echo service on PORT")
     p.add_argument("--tcp-discard", type=port, metavar="PORT", help="TCP discard service on PORT")
@@ -56,6 +58,11 @@ def cmd_serve(args) -> int:
     if started is None:
         return 2
     stack, driver, extras = started
+    ok, keeper = privileges.drop_for_command(stack, args, "serve")  # before any thread starts
+    if not ok:
+        stack.close()
+        stack.device.close()
+        return 2
     clock = driver.clock
     stop = {"flag": False}
 
@@ -141,6 +148,8 @@ def cmd_serve(args) -> int:
                     print(f"{name:40s} {count}")  # unindented, as Stats.format (not a drop line)
         sys.stdout.flush()
         stack.device.close()
+        if keeper is not None:
+            keeper.finish()  # the XDP detach / nft claim removal that needs the root we gave up
     return 0
 
 

@@ -22,12 +22,60 @@ import socket
 import stat
 import threading
 
-
 from ustack.tools.stats_socket import answers, private_dir, runtime_dirs, socket_name
 
 SNAPSHOT_VERSION = 1
 REQUEST_MAX = 256
 CLIENT_TIMEOUT = 2.0  # seconds a slow client may hold the server thread (send/receive)
+
+
+CLONE_FS = 0x00000200  # unshare(2): this thread's own root, cwd and umask
+
+
+def bind_private(sock: socket.socket, path: str) -> None:
+    """Bind ``sock`` to ``path`` with the socket file created 0600 (umask 0177 at bind, never a chmod after).
+
+    The umask belongs to the whole process, and other threads (the program's,
+    the driver's) may be creating files at the same moment. So the bind runs
+    on a short-lived thread that first leaves the process's filesystem
+    context (``unshare(CLONE_FS)``, Linux: a thread may do it alone; the
+    umask is part of that context), sets umask 0177 there and binds: the
+    process's umask is never changed. Where unshare is refused (a seccomp
+    filter, another system), the umask is set around the bind alone in the
+    calling thread and restored at once; a file another thread creates in
+    that window comes out more private, never less.
+    """
+    outcome: list = []
+
+    def bind_in_own_fs() -> None:
+        try:
+            import ctypes
+
+            if ctypes.CDLL(None, use_errno=True).unshare(CLONE_FS) != 0:
+                outcome.append(None)  # not ours to change alone: the caller falls back
+                return
+        except (OSError, AttributeError):
+            outcome.append(None)
+            return
+        try:
+            os.umask(0o177)
+            sock.bind(path)
+            outcome.append(True)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(e)
+
+    t = threading.Thread(target=bind_in_own_fs, name="ustack-bind", daemon=True)
+    t.start()
+    t.join()
+    result = outcome[0] if outcome else None
+    if isinstance(result, BaseException):
+        raise result
+    if result is None:
+        old = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
 
 
 class StatsPublisher:
@@ -78,9 +126,8 @@ class StatsPublisher:
             self._clear_stale(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.bind(self.path)
-            # The directory is 0700; the socket is made 0600 right after bind (no umask games with threads).
-            os.chmod(self.path, 0o600)
+            bind_private(sock, self.path)
+            os.chmod(self.path, 0o600)  # already 0600 from bind; kept as a second lock on the door
             self._inode = os.stat(self.path).st_ino
             sock.listen(8)
             sock.setblocking(False)

@@ -17,13 +17,25 @@
 # ``read`` copy the bytes out once with memcpy; ``lend`` hands out slices of
 # the chunks (no copy). Every chunk was checked on entry (a 1-dimensional,
 # contiguous byte memoryview); offsets never pass a chunk's length.
+#
+# LentBuffer: what ``lend`` hands out for bytes in a held frame is a
+# memoryview of a LentBuffer, an exporter of its own. A slice of a
+# memoryview (or a buffer taken from it) shares its export, and
+# ``memoryview.release()`` of the original does not end it; the exporter's
+# ``exports`` drops to 0 only when the last view of it is gone. So a frame
+# whose lent views the application released while a slice of one still
+# lives is not given back: the hold keeps it (``outliving``, counted in
+# ``rx_hold.lent_outliving``) until the end of the first round after the
+# last view is gone. Such frames count against ``limit`` like any held
+# frame: past it, payload is copied and the ring keeps flowing.
 
 from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
 from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.object cimport PyObject
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_FORMAT,
+                             PyBUF_ND, PyBUF_STRIDES)
 from libc.string cimport memcpy
 import collections
 
@@ -34,6 +46,45 @@ cdef struct RxChunk:
     Py_ssize_t len      # its length
     Py_ssize_t off      # bytes already read
     PyObject *frame     # the held RX frame (a reference), or NULL
+
+
+cdef class LentBuffer:
+    """The memory of one lent view into a held frame, exported through the buffer protocol (see the top)."""
+
+    cdef object _view  # the chunk's slice: a byte memoryview into the frame
+    cdef readonly object frame
+    cdef ChunkQueue owner
+    cdef readonly Py_ssize_t exports  # buffers exported now (memoryviews of it and their slices: one)
+    cdef Py_ssize_t _shape[1]
+    cdef Py_ssize_t _strides[1]
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        cdef Py_buffer *b = PyMemoryView_GET_BUFFER(self._view)
+        if flags & PyBUF_WRITABLE and b.readonly:
+            raise BufferError("the lent view is read-only")
+        self._shape[0] = b.len
+        self._strides[0] = 1
+        buffer.buf = b.buf
+        buffer.len = b.len
+        buffer.readonly = b.readonly
+        buffer.itemsize = 1
+        buffer.format = NULL
+        if flags & PyBUF_FORMAT:
+            buffer.format = b"B"
+        buffer.ndim = 1
+        buffer.shape = NULL
+        if flags & PyBUF_ND:
+            buffer.shape = self._shape
+        buffer.strides = NULL
+        if (flags & PyBUF_STRIDES) == PyBUF_STRIDES:
+            buffer.strides = self._strides
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+        buffer.obj = self
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        self.exports -= 1
 
 
 cdef class FrameHold:
@@ -50,6 +101,7 @@ cdef class FrameHold:
     cdef readonly bint ordered  # the device's RX ring is ordered (see the top of the file)
     cdef readonly Py_ssize_t seen  # frames delivered so far (``at``)
     cdef object _order  # ordered rings: deque of (seen when held, frame), oldest first
+    cdef list _outliving  # LentBuffers given back by the application while a view of them still lives
 
     def __init__(self, release, Py_ssize_t limit, stats, bint ordered=False):
         if limit < 0:
@@ -65,6 +117,7 @@ cdef class FrameHold:
         self.ordered = ordered
         self.seen = 0
         self._order = collections.deque()
+        self._outliving = []
 
     def at(self, frame):
         """The stack delivers ``frame`` now (None: between frames); counts its age on an ordered ring."""
@@ -77,12 +130,37 @@ cdef class FrameHold:
         """Frames held now."""
         return len(self._refs)
 
+    @property
+    def outliving(self):
+        """Lent views released while a slice of them still lives: their frames are still held."""
+        return len(self._outliving)
+
+    cdef int _keep(self, LentBuffer lent) except -1:
+        self._outliving.append(lent)
+        self.stats.inc("rx_hold.lent_outliving")
+        return 0
+
+    cdef int _sweep(self) except -1:
+        """Give back the frames of outliving lent views whose last view is gone now."""
+        cdef list still = []
+        cdef LentBuffer lent
+        for item in self._outliving:
+            lent = <LentBuffer>item
+            if lent.exports:
+                still.append(lent)
+            else:
+                self._drop([lent.frame], lent.owner)
+        self._outliving = still
+        return 0
+
     cdef object _take(self, ChunkQueue owner):
         frame = self.current
         key = id(frame)
         n = self._refs.get(key)
         if n is None:
             if len(self._refs) >= self.limit:
+                if self._outliving:
+                    self._sweep()
                 if self._owners:
                     self.reclaim()
                 if len(self._refs) >= self.limit:
@@ -157,6 +235,12 @@ cdef class FrameHold:
         cdef dict refs = self._refs
         cdef list out
         cdef bint was = self.in_round
+        if self._outliving:
+            self.in_round = True  # what the sweep frees goes back with this burst
+            try:
+                self._sweep()
+            finally:
+                self.in_round = was
         if self.ordered and self._order:
             self.in_round = True  # what the age check frees goes back with this burst
             try:
@@ -332,11 +416,13 @@ cdef class ChunkQueue:
         return data
 
     def lend(self, Py_ssize_t n, list views, list frames):
-        """Up to ``n`` bytes handed out as slices of the chunks (appended to ``views``); the number lent.
-        ``frames`` gets one entry per view of a held frame lent (a chunk lent in part: the frame gets
-        one more holder, the rest stays here); give them back with ``unlend``."""
+        """Up to ``n`` bytes handed out as views of the chunks (appended to ``views``); the number lent.
+        A view into a held frame is a memoryview of a ``LentBuffer`` (see the top of the file), and
+        ``frames`` gets that LentBuffer (a chunk lent in part: the frame gets one more holder, the rest
+        stays here); give them back with ``unlend``."""
         cdef Py_ssize_t done = 0, k
         cdef RxChunk *c
+        cdef LentBuffer lent
         if n > self.nbytes:
             n = self.nbytes
         if self.hold is not None and self.hold.ordered and self.held:
@@ -346,24 +432,38 @@ cdef class ChunkQueue:
             k = c.len - c.off
             if k > n - done:
                 k = n - done
-            views.append((<object>c.view)[c.off:c.off + k])
+            if c.frame == NULL:
+                views.append((<object>c.view)[c.off:c.off + k])  # our own copy: nothing reuses it
+            else:
+                lent = LentBuffer.__new__(LentBuffer)
+                lent._view = (<object>c.view)[c.off:c.off + k]
+                lent.frame = <object>c.frame
+                lent.owner = self
+                views.append(memoryview(lent))
+                frames.append(lent)
             c.off += k
             done += k
             if c.off == c.len:
-                if c.frame != NULL:
-                    frames.append(<object>c.frame)
                 self._drop(c)
                 self._head = (self._head + 1) % self._cap
                 self._count -= 1
             elif c.frame != NULL:
                 self.hold._take_again(<object>c.frame, self)
-                frames.append(<object>c.frame)
         self.nbytes -= done
         return done
 
     def unlend(self, list frames):
-        """Lent views of ``frames`` were given back."""
-        self._give_back(frames)
+        """The application gave back the lent views of ``frames`` (LentBuffers from ``lend``): a frame goes
+        back once no view of it lives; one a slice still reads stays held (``FrameHold.outliving``)."""
+        cdef list freed = []
+        cdef LentBuffer lent
+        for item in frames:
+            lent = <LentBuffer>item
+            if lent.exports:
+                self.hold._keep(lent)
+            else:
+                freed.append(lent.frame)
+        self._give_back(freed)
 
     def copy_out(self):
         """Chunks in held frames become copies of their bytes; their frames go back."""

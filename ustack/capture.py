@@ -10,7 +10,8 @@ the buffer is flushed when ``flush_interval`` seconds of stack time have
 passed since the last flush (so ``ustack trace --follow`` sees a live
 capture), on ``flush()`` and on ``close()``.
 
-The file is private (0600), a symlink at ``path`` is refused, and
+The file is private (0600) and new: an existing file is refused unless
+``overwrite`` (then replaced, never truncated), a symlink at ``path`` is refused, and
 ``max_bytes`` caps its size (``records_dropped`` counts what the cap kept
 out; see ``ustack.pcap.PcapWriter``).
 
@@ -29,10 +30,10 @@ class PcapDevice(DeviceWrapper):
     """Capture decorator: same protocol as the device it wraps."""
 
     def __init__(self, inner: Device, path: str, clock: Callable[[], float], snaplen: int = DEFAULT_SNAPLEN,
-                 max_bytes: Optional[int] = None):
+                 max_bytes: Optional[int] = None, overwrite: bool = False):
         super().__init__(inner)
         self.clock = clock
-        self.writer = PcapWriter(path, snaplen, max_bytes=max_bytes)
+        self.writer = PcapWriter(path, snaplen, max_bytes=max_bytes, overwrite=overwrite)
         self._reserved: list = []
 
     def rx_burst(self, max_frames: int) -> list[memoryview]:

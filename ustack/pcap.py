@@ -12,9 +12,12 @@ that the file was written on a machine of the other order.
   since the last flush (so a reader following the file sees it live), on
   ``flush()`` and on ``close()``. Frames longer than ``snaplen`` are cut in
   the file (the record keeps the original length). The file is created
-  0600 (a capture holds whatever crossed the wire) with ``O_NOFOLLOW``: a
+  0600 (a capture holds whatever crossed the wire) with ``O_EXCL |
+  O_NOFOLLOW``: an existing file is refused (``CaptureExists``) unless
+  ``overwrite`` (then the name is unlinked and a new file created), and a
   symlink at ``path`` is refused (``OSError`` ELOOP, saying so) rather than
-  followed, so a capture cannot be aimed at another file. ``max_bytes``
+  followed, so a capture cannot be aimed at another file, nor truncate a
+  hard-linked one. ``max_bytes``
   caps the file: a record that would pass it is not written, and is counted
   in ``records_dropped`` (``cap_reached`` says so) instead. The header is
   flushed at once, so a path that opens but cannot be written fails in the
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import struct
 from typing import Iterator, NamedTuple, Optional
 
@@ -118,18 +122,39 @@ def record_header(when: float, captured: int, length: int) -> bytes:
     return RECORD_HEADER["<"].pack(sec & 0xFFFFFFFF, nsec, captured, length)
 
 
-def open_private(path: str):
-    """``path`` opened for writing, created 0600, truncated; a symlink is refused, never followed."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+class CaptureExists(FileExistsError):
+    """The capture file is already there and overwriting was not asked for."""
+
+
+def open_private(path: str, overwrite: bool = False):
+    """``path`` created for writing, 0600, exclusively; a symlink is refused, never followed.
+
+    An existing file is refused (``CaptureExists``) unless ``overwrite``: then
+    the name is unlinked and a new file created in its place, still with
+    ``O_EXCL`` (so whatever the old name pointed at, a hard link to someone
+    else's file or a symlink, is never opened, truncated or chmod'ed: as root
+    that would be any file on the machine).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    if overwrite:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                raise CaptureExists(errno.EEXIST, "not a regular file: refusing to replace it with a capture", path)
+            os.unlink(path)  # the name only: a hard link's other names keep their bytes
     try:
         fd = os.open(path, flags, 0o600)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
+    except FileExistsError:
+        if os.path.islink(path):  # O_EXCL|O_CREAT says EEXIST for a symlink, dangling or not
             raise OSError(errno.ELOOP, "a symbolic link: refusing to write a capture through it", path) from None
-        raise
+        raise CaptureExists(errno.EEXIST, "exists: refusing to overwrite it (--pcap-overwrite replaces it)",
+                            path) from None
     try:
         if os.fstat(fd).st_mode & 0o077:
-            os.fchmod(fd, 0o600)  # an existing file keeps its mode under O_CREAT: make it private too
+            os.fchmod(fd, 0o600)  # our own new file: a umask cannot widen 0600, but be explicit
         return os.fdopen(fd, "wb", buffering=1 << 16)
     except BaseException:
         os.close(fd)
@@ -140,7 +165,7 @@ class PcapWriter:
     """Frames to a nanosecond pcap file at ``path`` (see the module docstring)."""
 
     def __init__(self, path: str, snaplen: int = DEFAULT_SNAPLEN, flush_interval: float = 0.2,
-                 linktype: int = LINKTYPE_ETHERNET, max_bytes: Optional[int] = None):
+                 linktype: int = LINKTYPE_ETHERNET, max_bytes: Optional[int] = None, overwrite: bool = False):
         if snaplen <= 0:
             raise ValueError(f"snaplen must be positive, not {snaplen}")
         if max_bytes is not None and max_bytes < GLOBAL_HEADER_LEN:
@@ -153,7 +178,7 @@ class PcapWriter:
         self.records_dropped = 0  # records not written because of max_bytes
         self._flushed_at = None
         self.error: Optional[OSError] = None  # the write error that stopped the capture, if one did
-        self.file = open_private(path)
+        self.file = open_private(path, overwrite)
         try:
             self.file.write(global_header(snaplen, linktype))
             self.file.flush()  # a path that opens but cannot be written fails here, not mid-run

@@ -483,6 +483,20 @@ class AfXdpDevice:
     def closed(self) -> bool:
         return self._closed
 
+    def hand_over_teardown(self) -> tuple[list[dict], list[int]]:
+        """Our program's detach (netlink, CAP_NET_ADMIN), for a keeper that outlives a privilege drop.
+
+        Returns the keeper's action and the fd it needs (ustack.tools.privileges); close() then leaves the
+        program attached for the keeper to detach once the socket is gone.
+        """
+        with self._lock:
+            program, link = self._program, self._link
+            if program is None or link is None or not program.owned or program.prog_fd < 0:
+                return [], []
+            program.owned = False
+        return [{"do": "xdp_detach", "ifname": link.ifname, "fd": program.prog_fd, "mode": program.mode}], \
+            [program.prog_fd]
+
     def close(self) -> None:
         """Unmap rings, close the socket, detach our program. Idempotent, never raises."""
         with self._lock:

@@ -283,3 +283,64 @@ def test_a_kick_from_a_finalizer_inside_the_sleepers_lock_does_not_deadlock():
         driver.release_wake_fd(waker)
         driver.close()
     waker.wake()  # a late wake of a released waker writes nowhere
+
+
+# -- issue 25, item 11c: a wake racing its waker's close never writes to a reused fd number -------------------
+def test_a_wake_racing_a_close_never_writes_to_the_fd_number_reused_after_it(monkeypatch):
+    import os
+
+    from ustack.api import driver as driver_module
+
+    waker = driver_module._Waker()
+    old_w = waker.w
+    closer_blocked, closer_done, either = threading.Event(), threading.Event(), threading.Event()
+    reused = {}
+
+    class Watched:
+        """The waker's lock, telling the test when the closer is waiting on it."""
+
+        def __init__(self, lock):
+            self.lock = lock
+
+        def __enter__(self):
+            if threading.current_thread() is closer:
+                closer_blocked.set()
+                either.set()
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+    if hasattr(waker, "_lock"):
+        waker._lock = Watched(waker._lock)
+
+    def close_and_reuse():
+        waker.close()
+        r, w = os.pipe()  # POSIX: the lowest free numbers, the waker's own
+        os.set_blocking(r, False)
+        reused.update(r=r, w=w)
+        closer_done.set()
+        either.set()
+
+    closer = threading.Thread(target=close_and_reuse)
+    real_write = os.write
+
+    def write(fd, data):
+        if fd == old_w and not closer.is_alive() and not closer_done.is_set():
+            closer.start()  # the close comes between the wake's look at the fd and its write
+            assert either.wait(10)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(driver_module.os, "write", write)
+    waker.wake()
+    closer.join(10)
+    assert closer_done.is_set() and reused["w"] == old_w  # the number was handed out again
+    try:
+        stray = os.read(reused["r"], 16)
+    except BlockingIOError:
+        stray = b""
+    finally:
+        os.close(reused["r"])
+        os.close(reused["w"])
+    assert stray == b""  # the wake's byte went to its own pipe, before the close: not into the new one
+    assert closer_blocked.is_set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 
+from ustack.device import DeviceWrapper
 from ustack.transport.tcp.tcb import State
 
 from .test_tcp_pipe import A, checked_net
@@ -166,3 +167,98 @@ def test_hold_bound_keeps_the_ring_flowing_while_nobody_reads():
     client.close(net.clock.now)
     server.close(net.clock.now)
     net.run(lambda: server.state == State.CLOSED, 10)
+
+
+# -- issue 25, item 10: a slice of a lent view outlives release(): its frame must not be reused -------------
+class RingDevice(DeviceWrapper):
+    """An RX ring of ``slots`` fixed buffers, reused in turn once released (as AF_XDP's UMEM frames are)."""
+
+    def __init__(self, inner, slots: int = 8):
+        super().__init__(inner)
+        self._mem = [memoryview(bytearray(inner.capabilities.frame_size)) for _ in range(slots)]
+        self._free = deque(range(slots))
+        self._out: dict[int, int] = {}  # id(frame view) -> slot
+        self.filled = 0
+
+    def rx_burst(self, max_frames):
+        frames = self.inner.rx_burst(min(max_frames, len(self._free)))
+        out = []
+        for f in frames:
+            slot = self._free.popleft()
+            n = len(f)
+            self._mem[slot][:n] = f
+            view = self._mem[slot][:n]
+            self._out[id(view)] = slot
+            out.append(view)
+            self.filled += 1
+        self.inner.rx_release(frames)
+        return out
+
+    def rx_release(self, frames):
+        for f in frames:
+            self._free.append(self._out.pop(id(f)))
+
+
+def _ring_pair(hold: int):
+    from .netsim import Net
+
+    net = Net(wrap_a=lambda d: RingDevice(d, slots=8), a_kw={"fastpath": True, "rx_hold": hold},
+              b_kw={"fastpath": True})
+    lst = net.a.tcp.listen((b"\0\0\0\0", 80), 16)
+    client = net.b.tcp.connect(None, (A, 80), net.clock.now)
+    assert net.run(lambda: lst.readable, 5)
+    return net, client, lst.accept()
+
+
+def _exchange(net, client, server, data: bytes) -> None:
+    """``data`` from the client, read on the server with recv (more traffic through the ring)."""
+    got, sent = bytearray(), 0
+    while len(got) < len(data):
+        sent += client.send(data[sent:sent + 65536], net.clock.now) if sent < len(data) else 0
+        net.run(lambda: len(server.receiver.rcvbuf) > 0, 5)
+        got += server.recv(1 << 20, net.clock.now)
+    assert bytes(got) == data
+
+
+def test_a_slice_of_a_released_lent_view_keeps_reading_its_own_bytes():
+    net, client, server = _ring_pair(hold=4)
+    ring, hold = net.a.device, net.a.rx_hold
+    first = bytes(range(256)) * 4
+    client.send(first, net.clock.now)
+    assert net.run(lambda: len(server.receiver.rcvbuf) == len(first), 5)
+    lent = server.recv_views(len(first), net.clock.now)
+    assert lent.tobytes() == first and hold.held == 1
+    piece = lent.views[0][100:200]  # the program keeps a slice
+    for v in lent.views:
+        v.release()  # ... and releases the view itself: the slice survives that
+    lent.release()
+    before = ring.filled
+    _exchange(net, client, server, bytes(range(255, -1, -1)) * 400)  # ~100 KB: the 8-slot ring turns many times
+    assert ring.filled - before > 40
+    assert bytes(piece) == first[100:200]  # its frame was never handed back to the ring
+    assert hold.outliving == 1 and net.a.stats["rx_hold.lent_outliving"] == 1 and 1 <= hold.held <= hold.limit
+    del piece  # the last view of the frame: the next round gives it back
+    client.send(b"x", net.clock.now)
+    net.run(lambda: len(server.receiver.rcvbuf) == 1, 5)
+    assert hold.outliving == 0 and server.recv(10, net.clock.now) == b"x"
+    assert net.run(lambda: hold.held == 0, 1)
+
+
+def test_outliving_views_are_bounded_by_the_hold_and_the_ring_keeps_flowing():
+    net, client, server = _ring_pair(hold=4)
+    hold, stats = net.a.rx_hold, net.a.stats
+    kept = []
+    for i in range(40):  # each lease leaves a slice behind
+        data = bytes([i]) * 700
+        client.send(data, net.clock.now)
+        assert net.run(lambda: len(server.receiver.rcvbuf) == len(data), 5)
+        lent = server.recv_views(len(data), net.clock.now)
+        kept.append((lent.views[0][:50], data[:50]))
+        lent.release()
+        assert hold.held <= hold.limit == 4
+    assert all(bytes(s) == want for s, want in kept)
+    assert 0 < hold.outliving <= 4 and stats["rx_hold.copied"] > 0  # past the bound: copied, not pinned
+    kept.clear()
+    client.send(b"y", net.clock.now)
+    net.run(lambda: len(server.receiver.rcvbuf) == 1, 5)
+    assert hold.outliving == 0

@@ -392,3 +392,27 @@ def test_progress_during_delay_makes_the_entry_reachable_at_the_delay_end():
         assert net.a.ipv6._resolved(b6, net.clock.now) is not None and entry.state == DELAY
         net.run(lambda: entry.state != DELAY, ndp.delay_first_probe + 1)
         assert entry.state == PROBE and net.a.stats["ndp.solicitations_sent"] == sent + 1
+
+
+# -- issue 25, item 11b: an RA's Retrans Timer is bounded ---------------------------------------------------
+def test_an_ra_cannot_stretch_the_retransmission_timer_to_49_days():
+
+    from ustack.net.ndp import RETRANS_TIMER_MAX
+
+    one = One()
+    a = one.a
+    one.send(eth("33:33:00:00:00:01") / IPv6(src="fe80::1", dst="ff02::1", hlim=255)
+             / ICMPv6ND_RA(routerlifetime=0, retranstimer=0xFFFFFFFF, reachabletime=1))
+    assert a.ndp.retrans_timer == RETRANS_TIMER_MAX == 60.0 and a.ndp.reachable_time == 0.1
+    assert a.stats["ndp.ra_retrans_timer_clamped"] == 1
+    one.out()
+    ep = a.udp.endpoint()
+    ep.sendto(b"q", ip_addr(PEER), 9, one.net.clock.now)
+    a.poll(one.net.clock.now)
+    one.settle(3 * 60 + 1)  # three solicitations a minute apart, then the resolution fails: not 149 days
+    ns = [p for p in one.out() if ICMPv6ND_NS in p and p[ICMPv6ND_NS].tgt == PEER]
+    assert len(ns) == 3 and ip_addr(PEER) not in a.ndp.cache
+    one.send(eth("33:33:00:00:00:01") / IPv6(src="fe80::1", dst="ff02::1", hlim=255)
+             / ICMPv6ND_RA(routerlifetime=0, retranstimer=1))
+    assert a.ndp.retrans_timer == 0.010 and a.stats["ndp.ra_retrans_timer_clamped"] == 2  # Linux's floor
+    one.close()

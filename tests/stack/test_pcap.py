@@ -24,7 +24,7 @@ FRAMES = [bytes(range(60)), b"\xff" * 1514, b"\x01" * 14, bytes(range(256)) * 3]
 
 def written(tmp_path, frames=FRAMES, snaplen=65535, t0=1000.25):
     path = str(tmp_path / "w.pcap")
-    with PcapWriter(path, snaplen=snaplen) as w:
+    with PcapWriter(path, snaplen=snaplen, overwrite=True) as w:
         for i, f in enumerate(frames):
             w.write(t0 + i * 0.0000015, f)
     assert w.frames == len(frames)
@@ -182,13 +182,49 @@ def test_capture_file_is_created_private(tmp_path):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
-def test_an_existing_world_readable_file_is_made_private(tmp_path):
+# -- issue 25, item 7: never truncate an existing file, nor a hard link's other names ---------------------
+def test_an_existing_file_is_refused_and_kept(tmp_path):
     path = tmp_path / "cap.pcap"
     path.write_bytes(b"old secrets")
     os.chmod(path, 0o644)
-    PcapWriter(str(path)).close()
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert len(path.read_bytes()) == 24  # truncated: just the global header
+    with pytest.raises(FileExistsError) as err:
+        PcapWriter(str(path))
+    assert err.value.errno == errno.EEXIST and err.value.filename == str(path)
+    assert "--pcap-overwrite" in str(err.value)
+    assert path.read_bytes() == b"old secrets" and stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+
+def test_overwrite_replaces_the_name_and_leaves_a_hard_link_alone(tmp_path):
+    precious = tmp_path / "shadow"
+    precious.write_bytes(b"root:x:0:0")
+    os.chmod(precious, 0o644)
+    path = tmp_path / "cap.pcap"
+    os.link(precious, path)  # what a hostile user plants where root will write a capture
+    with pytest.raises(FileExistsError):
+        PcapWriter(str(path))
+    PcapWriter(str(path), overwrite=True).close()
+    assert precious.read_bytes() == b"root:x:0:0" and stat.S_IMODE(os.stat(precious).st_mode) == 0o644
+    assert os.stat(precious).st_nlink == 1  # the capture is a new file, no longer a name of it
+    assert len(path.read_bytes()) == 24 and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_overwrite_replaces_a_symlink_without_following_it(tmp_path):
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep me")
+    link = tmp_path / "cap.pcap"
+    link.symlink_to(target)
+    PcapWriter(str(link), overwrite=True).close()
+    assert target.read_bytes() == b"keep me"
+    assert not link.is_symlink() and len(link.read_bytes()) == 24
+
+
+def test_a_dangling_symlink_is_refused_not_created_through(tmp_path):
+    link = tmp_path / "cap.pcap"
+    link.symlink_to(tmp_path / "made-by-root")
+    with pytest.raises(OSError) as err:
+        PcapWriter(str(link))
+    assert err.value.errno == errno.ELOOP
+    assert not (tmp_path / "made-by-root").exists()
 
 
 def test_a_symlink_is_refused_not_followed(tmp_path):
@@ -239,7 +275,9 @@ def test_a_write_error_stops_the_capture_without_raising(tmp_path):
     assert w.records_dropped == 2 and w.frames == 0
 
 
-def test_a_path_that_opens_but_cannot_be_written_fails_at_once():
-    with pytest.raises(OSError) as err:
-        PcapWriter("/proc/version")
-    assert err.value.filename == "/proc/version" and "cannot write a capture there" in str(err.value)
+def test_overwrite_never_replaces_what_is_not_a_regular_file():
+    for path in ("/dev/null", "/dev/full"):
+        with pytest.raises(FileExistsError) as err:
+            PcapWriter(path, overwrite=True)
+        assert err.value.filename == path and "not a regular file" in str(err.value)
+    assert os.path.exists("/dev/null") and stat.S_ISCHR(os.stat("/dev/null").st_mode)

@@ -7,7 +7,7 @@ import random
 from scapy.layers.inet import ICMP, IP, UDP, fragment
 from scapy.layers.l2 import Ether
 
-from ustack.net.addr import ANY4, parse as ip_addr
+from ustack.net.addr import ANY4, ANY6, parse as ip_addr
 from ustack.net.reassembly import FRAGMENT_OVERHEAD
 
 from .netsim import Net
@@ -130,12 +130,79 @@ def test_one_source_cannot_fill_the_table():
     for ident in range(r.max_per_source + 4):
         inject(net, fragment(datagram(b"m" * 3000, ident=ident), fragsize=1000)[0])
     net.a.poll(net.clock.now)
-    assert len(r.datagrams) == r.max_per_source and net.a.stats["drop.ipv4.frag_source_limit"] == 4
+    assert len(r.datagrams) == r.max_per_source and net.a.stats["drop.ipv4.frag_source_evicted"] == 4
+    assert sorted(k[3] for k in r.datagrams) == list(range(4, r.max_per_source + 4))  # the source's newest kept
     other = IP(src="198.18.0.3", dst="198.18.0.1", id=7) / UDP(sport=5001, dport=7000) / (b"o" * 2500)
     for f in fragment(other, fragsize=1000):
         inject(net, f)
     net.a.poll(net.clock.now)
     assert [(p, sport) for p, _, sport in ep.queue] == [(b"o" * 2500, 5001)]
+
+
+# -- issue 25, item 9: a spoofed flood from a client's address must not lock the client out -------------------
+def test_spoofed_lone_first_fragments_do_not_lock_out_the_real_client_ipv4():
+    net, ep = setup()
+    r = net.a.ipv4.reassembler
+    for ident in range(300):  # lone first fragments "from" the real client 198.18.0.2
+        inject(net, fragment(datagram(b"s" * 3000, ident=ident), fragsize=1000)[0])
+        if ident % 50 == 49:
+            net.a.poll(net.clock.now)
+            assert len(r.datagrams) <= r.max_per_source and r.held <= r.max_per_source * (1000 + FRAGMENT_OVERHEAD)
+    net.a.poll(net.clock.now)
+    payload = bytes(i * 13 % 256 for i in range(3000))
+    for f in fragment(datagram(payload, ident=4000), fragsize=1480):  # at once, not 30 s later
+        inject(net, f)
+    net.a.poll(net.clock.now)
+    assert [(p, sport) for p, _, sport in ep.queue] == [(payload, 5000)]
+    assert net.a.stats["drop.ipv4.frag_source_evicted"] == 300 - r.max_per_source + 1
+    assert net.a.stats["drop.ipv4.frag_stale"] == 0 and net.a.stats["ipv4.reassembled"] == 1
+    assert len(r.datagrams) == r.max_per_source - 1 and r.held <= r.max_bytes
+
+
+def test_spoofed_lone_first_fragments_do_not_lock_out_the_real_client_ipv6():
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment
+
+    from tests.stack.test_ipv6 import A6, net6
+
+    with net6() as net:
+        srv = net.a.udp.endpoint()
+        net.a.udp.bind(srv, ANY6, 7000)
+        r = net.a.ipv6.reassembler
+        udp = bytes(UDP(sport=5000, dport=7000, len=8 + 3000) / (b"s" * 3000))
+        for ident in range(300):
+            spoof = (Ether(src=net.b.iface.mac.hex(":"), dst=net.a.iface.mac.hex(":"))
+                     / IPv6(src="fd00::2", dst="fd00::1") / IPv6ExtHdrFragment(nh=17, m=1, offset=0, id=ident)
+                     / udp[:1000])
+            net.link.a._deliver(net.clock.now, bytes(spoof))
+            if ident % 50 == 49:
+                net.a.poll(net.clock.now)
+        net.a.poll(net.clock.now)
+        assert len(r.datagrams) == r.max_per_source and r.held <= r.max_per_source * (1000 + FRAGMENT_OVERHEAD)
+        cli = net.b.udp.endpoint()
+        payload = bytes(i * 13 % 256 for i in range(3000))
+        cli.sendto(payload, A6, 7000, net.clock.now)  # the real client: fragmented by its own stack
+        net.run(lambda: srv.queue, 5)
+        assert srv.pop()[0] == payload
+        assert net.a.stats["drop.ipv6.frag_source_evicted"] == 300 - r.max_per_source + 1
+        assert net.a.stats["ipv6.reassembled"] == 1
+
+
+def test_max_dist_flushes_a_datagram_its_source_has_moved_on_from():
+    """ipfrag_max_dist: 64 fragments later from the same source, an abandoned datagram goes (not in 30 s)."""
+    net, ep = setup()
+    r = net.a.ipv4.reassembler
+    inject(net, fragment(datagram(b"a" * 3000, ident=1), fragsize=1000)[0])  # abandoned by its sender
+    net.a.poll(net.clock.now)
+    for ident in range(100, 132):  # 32 datagrams of 2 fragments: 64 fragments, the abandoned one still held
+        for f in fragment(datagram(b"k" * 1500, ident=ident), fragsize=1000):
+            inject(net, f)
+        net.a.poll(net.clock.now)
+    assert net.a.stats["drop.ipv4.frag_stale"] == 0 and len(r.datagrams) == 1
+    inject(net, fragment(datagram(b"k" * 1500, ident=200), fragsize=1000)[0])  # the 65th fragment since
+    net.a.poll(net.clock.now)
+    assert net.a.stats["drop.ipv4.frag_stale"] == 1
+    assert [k[3] for k in r.datagrams] == [200] and r.held == 1000 + FRAGMENT_OVERHEAD
+    assert len(ep.queue) == 32 and net.a.stats["drop.ipv4.frag_timeout"] == 0
 
 
 def test_fragments_are_charged_their_bookkeeping_too():

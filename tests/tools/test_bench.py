@@ -159,3 +159,38 @@ def test_the_client_receive_work_is_steered_to_the_client_cpus():
         assert steer_peer_receive(topo, None) is False and masks(topo) == {0}
         assert steer_peer_receive(topo, {0}) is True and masks(topo) == {1}
         assert steer_peer_receive(topo, {0, 1}) is True and masks(topo) == {3}
+
+
+# -- issue 25, item 11d: a missing host program is one line and a skipped row, never a traceback -------------
+def test_require_names_the_program_and_its_purpose():
+    from ustack.tools.host_programs import MissingProgram, require
+
+    assert require("sh", "x").endswith("/sh")
+    with pytest.raises(FileNotFoundError) as err:
+        require("no-such-program-ustack", "the loss rows")
+    assert isinstance(err.value, MissingProgram)
+    assert str(err.value) == "no-such-program-ustack is not installed (needed for: the loss rows)"
+
+
+@pytest.mark.privileged
+def test_bench_without_nft_names_it_in_one_line_and_skips_the_loss_rows(tmp_path, monkeypatch, capsys):
+    from ustack.tools import bench_loss, bench_runner
+
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no nft (nor taskset, nor anything else) on this PATH
+    monkeypatch.setattr(bench, "run_row", lambda kind, *a, **kw: bench_runner.row_result(
+        kind, kind, "veth", "not available", note="not measured in this test"))
+    monkeypatch.setattr(bench_loss, "pipe_rows", lambda size: [])
+    out_json = tmp_path / "b.json"
+    rc = bench.main(["--quick", "--backends", "packet", "--no-ipv6", "--no-program", "--no-rings", "--no-loopback",
+                     "--json", str(out_json), "--png", ""])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "Traceback" not in captured.err
+    named = [line for line in captured.err.splitlines() if "nft" in line]
+    assert named == ["ustack bench: bulk under loss over veth skipped: nft is not installed (needed for: the "
+                     "loss rows' segment drops (nftables))"], captured.err
+    result = json.loads(out_json.read_text())
+    assert result["loss"]["veth"] is None and "nft is not installed" in result["loss"]["skipped"]
+    assert any("nft is not installed" in n for n in result["notes"])

@@ -389,3 +389,19 @@ def test_uptime_counts_from_the_given_start(pair, tmp_path):
         snap = stats_client.fetch(pub.path)
     assert 100.0 <= snap["stack"]["uptime"] < 160.0
     assert stats_render.render_header(snap).split("uptime ")[1].startswith("1m4")
+
+
+# -- issue 25, item 7: the socket is born private (umask at bind), not chmod'ed after ---------------------
+def test_the_socket_is_created_0600_under_a_process_umask_of_0(pair, tmp_path, monkeypatch):
+    chmods = []
+    monkeypatch.setattr(os, "chmod", lambda path, mode, **kw: chmods.append((path, mode)))  # no second chance
+    old = os.umask(0)
+    try:
+        with stats_server.StatsPublisher(pair.a, pair.da, path=str(tmp_path / "m.sock")) as pub:
+            mode = stat.S_IMODE(os.stat(pub.path).st_mode)
+            assert stats_client.fetch(pub.path)["version"] == stats_server.SNAPSHOT_VERSION
+        after = os.umask(0)
+    finally:
+        os.umask(old)
+    assert mode == 0o600 and chmods  # 0777 & ~0 had the chmod been the only guard
+    assert after == 0  # the process's umask was never changed (the bind ran in its own fs context)

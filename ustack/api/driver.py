@@ -551,38 +551,48 @@ class _Follower:
 
 
 class _Waker:
-    """A non-blocking pipe one sleeping thread waits on; ``wake()`` makes its read end readable."""
+    """A non-blocking pipe one sleeping thread waits on; ``wake()`` makes its read end readable.
 
-    __slots__ = ("r", "w")
+    ``wake`` may run in any thread, on a waker copied by ``_wake_sleepers`` just before its owner released
+    it: the check of the fd and the write to it happen under the waker's own lock, and ``close`` takes the
+    same lock, so a wake never writes to (nor a drain reads from) a number the kernel has handed out again.
+    """
+
+    __slots__ = ("r", "w", "_lock")
 
     def __init__(self):
         self.r, self.w = os.pipe()
         os.set_blocking(self.r, False)
         os.set_blocking(self.w, False)
+        self._lock = threading.Lock()
 
     def wake(self) -> None:
-        w = self.w
-        if w < 0:
-            return  # closed (a waker copied by _wake_sleepers just before it was released)
-        try:
-            os.write(w, b"\0")
-        except (BlockingIOError, OSError):
-            pass  # full (a wake-up is pending anyway) or closed
+        with self._lock:
+            w = self.w
+            if w < 0:
+                return  # closed (a waker copied by _wake_sleepers just before it was released)
+            try:
+                os.write(w, b"\0")
+            except (BlockingIOError, OSError):
+                pass  # full: a wake-up is pending anyway
 
     def drain(self) -> None:
-        try:
-            while os.read(self.r, 4096):
+        with self._lock:
+            r = self.r
+            try:
+                while r >= 0 and os.read(r, 4096):
+                    pass
+            except (BlockingIOError, OSError):
                 pass
-        except (BlockingIOError, OSError):
-            pass
 
     def close(self) -> None:
-        fds = (self.r, self.w)
-        self.r = self.w = -1  # before the fds go: a late wake() must not write to a reused number
-        for fd in fds:
-            if fd < 0:
-                continue
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        with self._lock:
+            fds = (self.r, self.w)
+            self.r = self.w = -1
+            for fd in fds:
+                if fd < 0:
+                    continue
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import select
 import socket as _std
+import threading
 
 _FILL = b"\0" * 512  # one write this size makes ``a`` not writable (SO_SNDBUF at its minimum)
 _MAX_FILL = 64  # writes tried before giving up on making ``a`` not writable (never reached on Linux)
@@ -41,7 +42,7 @@ _MAX_FILL = 64  # writes tried before giving up on making ``a`` not writable (ne
 class ReadinessFd:
     """One socket's readiness fd: ``fileno()`` for the application, ``set(r, w)`` for the stack side."""
 
-    __slots__ = ("_a", "_b", "readable", "writable", "__weakref__")
+    __slots__ = ("_a", "_b", "readable", "writable", "_lock", "__weakref__")
 
     def __init__(self, readable: bool = False, writable: bool = False):
         a, b = _std.socketpair(_std.AF_UNIX, _std.SOCK_STREAM)
@@ -49,6 +50,7 @@ class ReadinessFd:
         a.setblocking(False)
         b.setblocking(False)
         self._a, self._b = a, b
+        self._lock = threading.Lock()  # set() and close() in two threads: never a closed or reused end
         self.readable = False
         self.writable = True  # a fresh pair: ``a`` is writable, not readable
         self.set(readable, writable)
@@ -74,6 +76,12 @@ class ReadinessFd:
 
     def set(self, readable: bool, writable: bool) -> None:
         """Make the fd report exactly these states; syscalls only for what changed."""
+        if readable == self.readable and writable == self.writable:
+            return
+        with self._lock:
+            self._set(readable, writable)
+
+    def _set(self, readable: bool, writable: bool) -> None:
         a = self._a
         if a is None:
             return
@@ -97,11 +105,12 @@ class ReadinessFd:
             self.writable = writable
 
     def close(self) -> None:
-        a, b = self._a, self._b
-        self._a = self._b = None
-        if a is not None:
-            a.close()
-            b.close()
+        with self._lock:
+            a, b = self._a, self._b
+            self._a = self._b = None
+            if a is not None:
+                a.close()
+                b.close()
 
 
 def _drain(s) -> None:

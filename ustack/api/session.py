@@ -14,7 +14,8 @@ sitecustomize can call it unconditionally)::
 
 The variables: USTACK_ADDR (A.B.C.D/N, required), USTACK_BACKEND (pipe,
 tap, packet, afxdp; default packet), USTACK_IFNAME (required except for
-pipe), USTACK_GATEWAY, USTACK_PCAP (a capture file, created 0600),
+pipe), USTACK_GATEWAY, USTACK_PCAP (a new capture file, created 0600;
+USTACK_PCAP_OVERWRITE=1 replaces an existing one),
 USTACK_MTU, USTACK_FASTPATH (0: the TCP fast path in C off,
 ``ustack.api.environment``), USTACK_BUSY_POLL (seconds, see ``ustack.api.driver``),
 USTACK_ANTICIPATE (1: anticipate steady spaced flows, ``ustack.api.arrivals``; off by default),
@@ -52,7 +53,7 @@ class Session:
     def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
                  pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL,
                  asyncio: str = "native", loopback: bool = False, fastpath: Optional[bool] = None,
-                 anticipate: bool = False):
+                 anticipate: bool = False, pcap_overwrite: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
         if backend != "pipe" and not ifname:
@@ -75,7 +76,7 @@ class Session:
             device = open_device(backend, ifname)
         try:
             if pcap:
-                device = PcapDevice(device, pcap, self.clock)
+                device = PcapDevice(device, pcap, self.clock, overwrite=pcap_overwrite)
             self.stack = Stack(device, addr, gateway=gateway, mtu=mtu, fastpath=fastpath)
         except BaseException:
             device.close()
@@ -136,6 +137,8 @@ def settings(environ: Mapping[str, str]) -> Optional[dict]:
         kw["fastpath"] = environment.fastpath(environ)
     if environ.get(PREFIX + "LOOPBACK", "") not in ("", "0"):
         kw["loopback"] = True
+    if environ.get(PREFIX + "PCAP_OVERWRITE", "") not in ("", "0"):
+        kw["pcap_overwrite"] = True
     if environ.get(PREFIX + "ANTICIPATE", "") not in ("", "0"):
         kw["anticipate"] = True
     busy = environ.get(PREFIX + "BUSY_POLL")

@@ -120,6 +120,15 @@ STALE = "STALE"
 DELAY = "DELAY"
 PROBE = "PROBE"
 IDGEN_RETRIES = 3
+# A Router Advertisement's timers (RFC 4861 6.3.4), bounded. Below: Linux's floors (ndisc_router_discovery:
+# Retrans Timer at least HZ/100, Reachable Time at least HZ/10). Above: Reachable Time at most RFC 4861's
+# MAX_REACHABLE_TIME (a larger one is ignored); Retrans Timer at most RETRANS_TIMER_MAX, our own bound (Linux
+# has none below MAX_SCHEDULE_TIMEOUT): one on-link RA of 0xffffffff ms (~49.7 days) would otherwise stall
+# DAD and every address resolution for that long.
+RETRANS_TIMER_MIN = 0.010
+RETRANS_TIMER_MAX = 60.0
+REACHABLE_TIME_MIN = 0.100
+MAX_REACHABLE_TIME_MS = 3_600_000
 
 
 def stable_iid(prefix: bytes, mac: bytes, dad_counter: int, secret: bytes) -> bytes:
@@ -618,10 +627,13 @@ class NdpLayer:
         self._rs_timer.cancel()
         if ra.cur_hop_limit:
             self.cur_hop_limit = ra.cur_hop_limit
-        if ra.reachable_time and ra.reachable_time <= 3_600_000:
-            self.reachable_time = ra.reachable_time / 1000.0
+        if ra.reachable_time and ra.reachable_time <= MAX_REACHABLE_TIME_MS:
+            self.reachable_time = max(REACHABLE_TIME_MIN, ra.reachable_time / 1000.0)
         if ra.retrans_timer:
-            self.retrans_timer = ra.retrans_timer / 1000.0
+            retrans = ra.retrans_timer / 1000.0
+            if not RETRANS_TIMER_MIN <= retrans <= RETRANS_TIMER_MAX:
+                stats.inc("ndp.ra_retrans_timer_clamped")
+            self.retrans_timer = min(RETRANS_TIMER_MAX, max(RETRANS_TIMER_MIN, retrans))
         if not iface.learn_router(src, ra.router_lifetime, now):
             stats.drop("ndp.router_table_full")
         lla = ra.source_lla

@@ -10,14 +10,21 @@ A datagram is keyed by (src, dst, protocol, identification). Policies:
   since the FragmentSmack fixes and as RFC 5722 requires for IPv6; overlaps
   are how reassembly attacks smuggle data. An exact duplicate of a fragment
   already held is ignored (``ipv4.frag_duplicate``).
-- Bounds: at most ``max_datagrams`` in progress, at most ``max_per_source``
-  of them from one source address (``ipv4.frag_source_limit``: one host
-  cannot fill the table), and ``max_bytes`` held, each fragment charged its
-  data plus ``FRAGMENT_OVERHEAD`` bytes of bookkeeping (so tiny fragments
-  cost what they really cost). A new datagram that finds the table full,
-  or a fragment that finds the bytes used up, evicts the oldest datagrams
-  in progress first (``ipv4.frag_evicted``, as Linux's ipfrag evictor):
-  lone first fragments cannot block reassembly for the whole timeout. A
+- Bounds, as Linux's ipfrag: a budget, and eviction rather than refusal.
+  At most ``max_datagrams`` in progress and ``max_bytes`` held, each
+  fragment charged its data plus ``FRAGMENT_OVERHEAD`` bytes of bookkeeping
+  (so tiny fragments cost what they really cost). A new datagram that finds
+  the table full, or a fragment that finds the bytes used up, evicts the
+  oldest datagrams in progress first (``ipv4.frag_evicted``). One source
+  holds at most ``max_per_source`` datagrams: its next new one evicts that
+  source's least recently fed datagram (``ipv4.frag_source_evicted``), never
+  the newcomer, so a flood of lone first fragments spoofed from a real
+  client's address cannot lock out the client's next real datagram. And,
+  as ``ipfrag_max_dist`` (Linux, default 64): every fragment from a source
+  advances that source's count; a datagram of that source that has not
+  been fed during its last ``max_dist`` fragments is stale and flushed
+  (``ipv4.frag_stale``): fragments the sender abandoned or an attacker
+  planted go as soon as the source moves on, not after the timeout. A
   fragment that still does not fit is dropped (``ipv4.frag_memory``).
 - Cost: the fragment's place is found by bisection and completeness is
   known from the bytes held (overlaps are refused, so the pieces tile
@@ -40,8 +47,18 @@ from typing import Callable, Optional
 FRAGMENT_OVERHEAD = 256  # bytes charged per fragment held beyond its data (an skb's bookkeeping, roughly)
 
 
+class _Source:
+    """One source address's datagrams in progress, least recently fed first, and its fragment count."""
+
+    __slots__ = ("queues", "count")
+
+    def __init__(self):
+        self.queues: dict[tuple, None] = {}  # keys, in the order their datagrams last got a fragment
+        self.count = 0  # fragments from this source so far (Linux: inet_peer's rid)
+
+
 class _Datagram:
-    __slots__ = ("pieces", "offsets", "total", "held", "data_bytes", "first_header", "timer", "expires")
+    __slots__ = ("pieces", "offsets", "total", "held", "data_bytes", "first_header", "timer", "expires", "fed_at")
 
     def __init__(self):
         self.pieces: list[tuple[int, bytes]] = []  # sorted by offset
@@ -52,12 +69,13 @@ class _Datagram:
         self.first_header: Optional[bytes] = None  # IP header of fragment zero (for ICMP)
         self.timer = None
         self.expires = 0.0
+        self.fed_at = 0  # the source's fragment count at this datagram's last fragment
 
 
 class Reassembler:
     def __init__(self, timers, stats, *, timeout: float = 30.0, max_bytes: int = 4 << 20, max_datagrams: int = 64,
                  max_per_source: int = 16, on_timeout: Optional[Callable[[bytes, bytes, float], None]] = None,
-                 prefix: str = "ipv4", max_payload: int = 65535 - 20):
+                 prefix: str = "ipv4", max_payload: int = 65535 - 20, max_dist: int = 64):
         self.prefix = prefix  # of the counters: "ipv4" or "ipv6"
         self.max_payload = max_payload  # the longest reassembled payload
         self.completed_header: Optional[bytes] = None  # fragment zero's header of the datagram add() completed
@@ -67,7 +85,8 @@ class Reassembler:
         self.max_bytes = max_bytes
         self.max_datagrams = max_datagrams
         self.max_per_source = max_per_source
-        self.per_source: dict[bytes, int] = {}  # datagrams in progress by source address (key[0])
+        self.max_dist = max_dist  # 0: no staleness rule
+        self.sources: dict[bytes, _Source] = {}  # by source address (key[0]); only sources with datagrams
         self.on_timeout = on_timeout  # (fragment zero's IP header, its first 8 data bytes, now) -> None
         self.datagrams: dict[tuple, _Datagram] = {}
         self.held = 0
@@ -76,12 +95,11 @@ class Reassembler:
         dg = self.datagrams.pop(key, None)
         if dg is not None:
             self.held -= dg.held
-            src = key[0]
-            left = self.per_source.get(src, 1) - 1
-            if left > 0:
-                self.per_source[src] = left
-            else:
-                self.per_source.pop(src, None)
+            source = self.sources.get(key[0])
+            if source is not None:
+                source.queues.pop(key, None)
+                if not source.queues:
+                    del self.sources[key[0]]
             if dg.timer is not None:
                 dg.timer.cancel()
 
@@ -93,6 +111,16 @@ class Reassembler:
                 self.stats.drop(self.prefix + ".frag_evicted")
                 return True
         return False
+
+    def _flush_stale(self, source: _Source) -> None:
+        """ipfrag_max_dist: flush the source's datagrams not fed during its last ``max_dist`` fragments."""
+        queues, datagrams = source.queues, self.datagrams
+        while queues:
+            oldest = next(iter(queues))
+            if source.count - datagrams[oldest].fed_at <= self.max_dist:
+                return
+            self._discard(oldest)
+            self.stats.drop(self.prefix + ".frag_stale")
 
     def _expire(self, key: tuple, now: float) -> None:
         dg = self.datagrams.get(key)
@@ -121,19 +149,33 @@ class Reassembler:
             stats.drop(self.prefix + ".frag_bad_length")
             return None
         cost = length + FRAGMENT_OVERHEAD
+        source = self.sources.get(key[0])
+        if source is None:
+            source = _Source()
+        source.count += 1
+        if self.max_dist:
+            self._flush_stale(source)
+        self.sources[key[0]] = source  # (again, if the flush emptied it)
         dg = self.datagrams.get(key)
         if dg is None:
-            if self.per_source.get(key[0], 0) >= self.max_per_source:
-                stats.drop(self.prefix + ".frag_source_limit")
-                return None
+            while len(source.queues) >= self.max_per_source:
+                self._discard(next(iter(source.queues)))  # the source's least recently fed
+                stats.drop(self.prefix + ".frag_source_evicted")
+                self.sources[key[0]] = source  # (again, if that was its last)
             while len(self.datagrams) >= self.max_datagrams:
                 if not self._evict_oldest(key):
                     stats.drop(self.prefix + ".frag_memory")
+                    if not source.queues:
+                        self.sources.pop(key[0], None)
                     return None
+                self.sources[key[0]] = source
             dg = self.datagrams[key] = _Datagram()
-            self.per_source[key[0]] = self.per_source.get(key[0], 0) + 1
             dg.timer = self.timers.timer(lambda t, key=key: self._expire(key, t))
             dg.timer.arm(now + self.timeout)
+        else:
+            del source.queues[key]  # to the end: the most recently fed
+        source.queues[key] = None
+        dg.fed_at = source.count
         while self.held + cost > self.max_bytes:
             if not self._evict_oldest(key):
                 stats.drop(self.prefix + ".frag_memory")

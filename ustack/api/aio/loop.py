@@ -32,7 +32,11 @@ thread is stopped (and restarted afterwards if it ran), and
 ``Driver.auto_start`` is off so a socket's ``fileno()`` does not start it
 again. Threads that block on ustack sockets meanwhile poll through the
 driver's lock as always; what they cause reaches the loop through
-``call_soon_threadsafe``.
+``call_soon_threadsafe``. An exception from ``Stack.poll`` (a device's
+``rx_burst`` or ``tx_commit`` failing) does not stop the loop: as in the
+driver's thread it is counted (``driver.poll_error.<Type>``), kept in
+``driver.last_error``, and that stack is left alone for ``ERROR_BACKOFF``;
+the loop's exception handler hears of it at most once a second.
 
 ``getaddrinfo`` answers through ``ustack.api.resolver`` (the patch's, or
 the loop's own when unpatched): numeric, /etc/hosts, then DNS over the
@@ -53,6 +57,7 @@ from asyncio import constants, sslproto
 
 from ustack.api.aio.transport import DatagramTransport, StreamTransport, hook, unhook
 from ustack.api.base import MSG_DONTWAIT, SocketBase
+from ustack.api.driver import ERROR_BACKOFF
 from ustack.api.dgram import DatagramSocket
 from ustack.api.patch import PatchedSocket
 from ustack.api.stream import StreamSocket
@@ -132,6 +137,8 @@ class EventLoop(asyncio.SelectorEventLoop):
         self._loop_thread = None
         self.stack_rounds = 0  # Stack.poll calls made by this loop (tests, tools)
         self._spin_end = 0.0
+        self._error_until: dict = {}  # driver -> when to poll its stack again after a failed round
+        self._error_reported: dict = {}  # driver -> when its last failure was reported
 
     @property
     def driver(self):
@@ -161,16 +168,40 @@ class EventLoop(asyncio.SelectorEventLoop):
             stack = driver.stack
             stats = stack.stats
             with driver.lock:
-                driver.run_deferred()  # what socket finalizers left for the next round
-                received = stats[_RX_COUNTER]
                 now = driver.clock()
-                deadline = driver.deadline = stack.poll(now)
-                if stats[_RX_COUNTER] != received:
-                    self._spin_end = now + driver.busy_poll  # frames flow: spin a while before sleeping
+                resume = self._error_until.get(driver)
+                if resume is not None and now < resume:
+                    deadline = resume  # backing off after a failed round, as the driver's thread does
+                else:
+                    driver.run_deferred()  # what socket finalizers left for the next round
+                    received = stats[_RX_COUNTER]
+                    try:
+                        deadline = driver.deadline = stack.poll(now)
+                    except Exception as e:  # noqa: BLE001 - a device error must not stop the loop
+                        deadline = self._round_failed(driver, e, now)
+                    else:
+                        self._error_until.pop(driver, None)
+                        if stats[_RX_COUNTER] != received:
+                            self._spin_end = now + driver.busy_poll  # frames flow: spin a while before sleeping
             if deadline is not None and (first is None or deadline < first):
                 first = deadline
         self.stack_rounds += 1
         return first
+
+    def _round_failed(self, driver, exc: Exception, now: float) -> float:
+        """What the driver's thread does with an exception from ``Stack.poll`` (a device's ``rx_burst`` or
+        ``tx_commit`` failing): count it (``driver.poll_error.<Type>``), keep it (``driver.last_error``),
+        back off ``ERROR_BACKOFF`` and go on; and report it to the loop's exception handler, at most
+        once a second. Returns when to try again."""
+        driver.last_error = exc
+        driver.stack.stats.inc(f"driver.poll_error.{type(exc).__name__}")
+        self._error_until[driver] = now + ERROR_BACKOFF
+        if now >= self._error_reported.get(driver, float("-inf")) + 1.0:
+            self._error_reported[driver] = now
+            self.call_exception_handler({"message": f"ustack: a round of the stack failed "
+                                                    f"({type(exc).__name__}: {exc}); the loop goes on",
+                                         "exception": exc})
+        return now + ERROR_BACKOFF
 
     def _select_with_stack(self, inner, timeout):
         driver = self._driver

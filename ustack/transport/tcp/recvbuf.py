@@ -229,7 +229,9 @@ class ReceiveBuffer:
 class LentViews:
     """Bytes lent by ``recv_views``: ``views`` (memoryviews, in order, ``nbytes`` in all) into RX frames
     or the receive buffer's own memory. Read them, then ``release()`` (or leave a ``with`` block):
-    the frames go back to the device and the window opens. Views are unusable after the release."""
+    the frames go back to the device and the window opens. Views are unusable after the release;
+    a slice of one (or a buffer taken from it) still reads its bytes, and keeps its frame held until
+    it is gone (``RxHold.outliving``, ``rx_hold.lent_outliving``; see ``_fp_rxq.pxi``)."""
 
     __slots__ = ("views", "nbytes", "frames", "_give_back")
 
@@ -268,5 +270,5 @@ class LentViews:
             try:
                 view.release()
             except BufferError:
-                pass  # re-exported by the application: its problem once the frame is reused
+                pass  # re-exported by the application: the frame stays held until that buffer goes
         give_back(self)
