@@ -148,6 +148,8 @@ cdef class EstablishedPath:
             ooo_off = <int32_t>(seq - rcv_nxt)
             if dlen == 0 or (ooo_off < 0 and <int32_t>(seq + <uint32_t>dlen - rcv_nxt) > 0):
                 return 0  # no data, or data partly new (the Python path trims it)
+            if ooo_off < 0 and -<int64_t>ooo_off > (<int64_t>0xFFFF << _iget(tcb, off[T_RCV_WSCALE])):
+                return 0  # further back than any window: no retransmission; its ACK is rate-limited in Python
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
@@ -935,7 +937,8 @@ cdef Py_ssize_t _absorb_runs(object rcvbuf, Py_ssize_t *bo, ChunkQueue chunks, P
 
 cdef int _old_duplicate(object conn, object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do,
                         uint32_t seq, Py_ssize_t dlen, object now) except -1:
-    """A data segment wholly below RCV.NXT (acceptable by PAWS, not by sequence: RFC 9293 3.10.7.4 first step):
+    """A data segment wholly below RCV.NXT, at most the largest window back (acceptable by PAWS, not by sequence:
+    RFC 9293 3.10.7.4 first step; the peer's retransmission, so its ACK is not rate-limited: ``_invalid_ack``):
     dropped (``tcp.unacceptable``), its range reported as a D-SACK block (RFC 2883 4, with SACK), and the ACK
     sent at once without the ACK field processed, as ``Connection._synchronized_arrives`` and
     ``Receiver.duplicate`` do."""

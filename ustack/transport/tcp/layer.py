@@ -33,7 +33,7 @@ tcp.data_after_close, tcp.icmp_no_connection, tcp.icmp_bad_seq; per listener tcp
 tcp.listen_bad_ack, tcp.listen_no_syn, tcp.listen_overflow,
 tcp.syn_queue_full, tcp.syncookie_bad; in TIME-WAIT tcp.time_wait_unacceptable
 (answered by an ACK at most every ``challenge_ack_interval``, else
-tcp.oow_acks_suppressed). Counters (``stats.inc``) include
+tcp.invalid_ack_ratelimited). Counters (``stats.inc``) include
 tcp.in_segs, tcp.out_segs, tcp.retrans_segs, tcp.rto_expired,
 tcp.fast_retransmits, tcp.partial_acks, tcp.out_rsts, tcp.challenge_acks(_suppressed),
 tcp.window_probes, tcp.keepalive_probes, tcp.syncookies_sent/accepted,
