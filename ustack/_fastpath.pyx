@@ -11,6 +11,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_ring.pxi: AF_PACKET ring walking (TPACKET_V2 and V3 RX, V3 TX)
 - _fp_xsk.pxi: AF_XDP ring producer/consumer operations
 - _fp_tcb.pxi: the TCP control block as C sees it (TcbLayout: the slots of tcb.Tcb)
+- _fp_siphash.pxi: SipHash, the keyed hash of tables remote traffic fills (the flow table's)
 - _fp_tcp.pxi: the established-TCP fast path (receive header prediction, EstablishedPath)
   and the C demux of established flows (FlowTable, IPv4 and IPv6)
 - _fp_tmpl.pxi: per-flow cached frame templates (TcpTemplate, FlowEmitter, Generation):
@@ -42,6 +43,7 @@ include "_fp_emit6.pxi"
 include "_fp_ring.pxi"
 include "_fp_xsk.pxi"
 include "_fp_tcb.pxi"
+include "_fp_siphash.pxi"
 include "_fp_rxq.pxi"
 include "_fp_sndq.pxi"
 include "_fp_tcp.pxi"
