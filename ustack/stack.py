@@ -156,7 +156,8 @@ class Stack:
         self.protocols = ProtocolTable()
         self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats, **(icmp or {}))
         self.udp = UdpLayer(ip, iface, stats, secret,
-                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now),
+                            lambda dgram, src, now, link_group=False: icmp.send_error(
+                                DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now, link_group=link_group),
                             **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
@@ -229,8 +230,8 @@ class Stack:
         ip6.send_error = icmp6.send_error
         udp = self.udp
         udp.ip6, udp.iface6 = ip6, iface6
-        udp.unreachable6 = lambda dgram, src, now: icmp6.send_error(icmp6wire.DEST_UNREACHABLE,
-                                                                    icmp6wire.PORT_UNREACHABLE, dgram, src, now)
+        udp.unreachable6 = lambda dgram, src, now, link_group=False: icmp6.send_error(
+            icmp6wire.DEST_UNREACHABLE, icmp6wire.PORT_UNREACHABLE, dgram, src, now, link_group=link_group)
         self._tcp_host.ip6 = ip6
         self._handlers.update({K_UDP6: udp.input6, K_TCP6: self._tcp_input6, K_ICMP6: icmp6.input,
                                K_IP6: ip6.input_ext})
@@ -419,7 +420,8 @@ class Stack:
         self.stats.drop("ipv4.unknown_protocol")
         if self.iface.owns(pkt.dst):
             l3 = pkt.l3
-            self.icmp.send_error(DEST_UNREACHABLE, PROTOCOL_UNREACHABLE, frame[l3:l3 + pkt.total_len], pkt.src, now)
+            self.icmp.send_error(DEST_UNREACHABLE, PROTOCOL_UNREACHABLE, frame[l3:l3 + pkt.total_len], pkt.src, now,
+                                 link_group=pkt.link_group)
 
     # -- for applications' batches and the end -----------------------------------
     def tx_batch(self):

@@ -157,8 +157,9 @@ class Icmpv6Layer(IcmpBase):
 
     # -- output ---------------------------------------------------------------
     def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0,
-                   multicast_ok: bool = False) -> bool:
-        """An ICMPv6 error quoting ``original`` (from its IPv6 header) to ``dst``; False if suppressed."""
+                   multicast_ok: bool = False, link_group: bool = False) -> bool:
+        """An ICMPv6 error quoting ``original`` (from its IPv6 header) to ``dst``; False if suppressed.
+        ``link_group``: the packet came in a link-layer multicast frame (``Packet.link_group``)."""
         stats = self.stats
         if len(original) < HEADER_LEN:
             return False
@@ -168,6 +169,9 @@ class Icmpv6Layer(IcmpBase):
             return False  # RFC 4443 2.4 (e.1, e.2)
         if qdst[0] == 0xFF and not (multicast_ok or itype == PACKET_TOO_BIG):
             return False  # (e.3)
+        if link_group and not (multicast_ok or itype == PACKET_TOO_BIG):
+            stats.inc("icmpv6.no_error_to_link_group")  # (e.3): "sent as a link-layer multicast" too
+            return False
         if dst == bytes(16) or dst[0] == 0xFF:
             return False  # (e.6)
         try:

@@ -480,8 +480,9 @@ class Ipv6Layer:
 
     def _error(self, itype: int, code: int, packet: bytes, src: bytes, dst: bytes, now: float, rest: int = 0,
                multicast_ok: bool = False) -> None:
-        if self.send_error is not None:
-            self.send_error(itype, code, packet, src, now, rest=rest, multicast_ok=multicast_ok)
+        if self.send_error is not None:  # (the frame input_ext is working on: its destination MAC's group bit)
+            self.send_error(itype, code, packet, src, now, rest=rest, multicast_ok=multicast_ok,
+                            link_group=bool(self._l2[0] & 1))
 
     def _reassembly_timeout(self, header: bytes, first_data: bytes, now: float) -> None:
         # RFC 8200 4.5: Time Exceeded code 1 to the source, if fragment zero arrived.
