@@ -142,9 +142,18 @@ class Icmpv6Layer(IcmpBase):
             stats.drop("icmpv6.bad_quote")
             return
         itype, code, info = msg.type, msg.code, 0
+        l4 = bytes(quoted[chain.offset:chain.offset + 8])
         if itype == PACKET_TOO_BIG:
-            # RFC 8201 4: lower the path MTU (never below 1280), then tell the transport the new one.
-            self.ip.pmtu_update(qdst, msg.mtu, now)
+            # RFC 8201 4: lower the path MTU (never below 1280), then tell the transport the new one. First
+            # the transport vouches for the quote where it can (RFC 5927 4.1: TCP's sequence number in flight;
+            # a forgery changes nothing, counted there); a quote no connection owns lowers that destination's
+            # entry only, and only a vouched one rebuilds every cached frame template.
+            check = getattr(self.protocols.get(chain.next_header), "icmp_quote_check", None)
+            vouched = None if check is None else check(qsrc, int.from_bytes(l4[0:2], "big"), qdst,
+                                                       int.from_bytes(l4[2:4], "big"), l4)
+            if vouched is False:
+                return
+            self.ip.pmtu_update(qdst, msg.mtu, now, flush=vouched is True)
             itype, code, info = 3, 4, self.ip.mtu(qdst)
         elif itype == DEST_UNREACHABLE:
             itype, code = 3, _UNREACH_AS_V4.get(code, 1)
@@ -152,8 +161,7 @@ class Icmpv6Layer(IcmpBase):
             itype = 11
         else:
             itype, code = 12, 0
-        self._to_transport(chain.next_header, qsrc, qdst, bytes(quoted[chain.offset:chain.offset + 8]),
-                           itype, code, info, now)
+        self._to_transport(chain.next_header, qsrc, qdst, l4, itype, code, info, now)
 
     # -- output ---------------------------------------------------------------
     def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0,

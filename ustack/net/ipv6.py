@@ -131,8 +131,11 @@ class Ipv6Layer:
             return min(entry[0], self.iface.mtu)
         return self.iface.mtu
 
-    def pmtu_update(self, dst: bytes, mtu: int, now: float) -> bool:
-        """Packet Too Big for ``dst`` (RFC 8201 4): lower its path MTU, never below 1280. True if it fell."""
+    def pmtu_update(self, dst: bytes, mtu: int, now: float, flush: bool = True) -> bool:
+        """Packet Too Big for ``dst`` (RFC 8201 4): lower its path MTU, never below 1280. True if it fell.
+        ``flush`` rebuilds every cached frame template (they copy the MTU); without it the entry alone
+        changes (a quote no connection vouched for: templates already built keep their MTU, the next ones
+        and every Python-path send take the new one)."""
         mtu = max(mtu, MIN_MTU)
         if mtu >= self.mtu(dst):
             return False
@@ -142,7 +145,8 @@ class Ipv6Layer:
             self.stats.inc("ipv6.pmtu_evicted")
         table.pop(dst, None)
         table[dst] = (mtu, now + self.pmtu_timeout)
-        self.gen.bump()
+        if flush:
+            self.gen.bump()
         if self._pmtu_timer.deadline is None:
             self._pmtu_timer.arm(now + self.pmtu_timeout)
         self.stats.inc("ipv6.pmtu_reductions")

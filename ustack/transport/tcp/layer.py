@@ -270,15 +270,29 @@ class TcpLayer:
         if conn is None:
             self.host.stats.drop("tcp.icmp_no_connection")
             return
-        if quoted_seq is not None:
-            if type(conn) is TimeWait:  # nothing in flight: SND.UNA == SND.MAX
-                self.host.stats.drop("tcp.icmp_bad_seq")
-                return
-            tcb = conn.tcb
-            if not (seq_ge(quoted_seq, tcb.snd_una) and seq_lt(quoted_seq, tcb.snd_max)):
-                self.host.stats.drop("tcp.icmp_bad_seq")
-                return
+        if quoted_seq is not None and not self._quote_in_flight(conn, quoted_seq):
+            return
         conn.icmp_error(itype, code, extra, now)
+
+    def icmp_quote_check(self, laddr, lport: int, raddr, rport: int, quoted_seq: int):
+        """Before an ICMP error acts on state beyond the connection (a Packet Too Big on the path MTU, RFC
+        8201 4 and RFC 5927 4.1): None when no connection has the 4-tuple, True when one has it and the
+        quoted sequence number lies in SND.UNA..SND.MAX, False (the drop tcp.icmp_bad_seq) otherwise."""
+        conn = self.connections.get((_addr(laddr), lport, _addr(raddr), rport))
+        if conn is None:
+            return None
+        return self._quote_in_flight(conn, quoted_seq)
+
+    def _quote_in_flight(self, conn, quoted_seq: int) -> bool:
+        """RFC 5927 4.1: an error quoting a segment outside SND.UNA..SND.MAX is a blind forgery (counted)."""
+        if type(conn) is TimeWait:  # nothing in flight: SND.UNA == SND.MAX
+            self.host.stats.drop("tcp.icmp_bad_seq")
+            return False
+        tcb = conn.tcb
+        if not (seq_ge(quoted_seq, tcb.snd_una) and seq_lt(quoted_seq, tcb.snd_max)):
+            self.host.stats.drop("tcp.icmp_bad_seq")
+            return False
+        return True
 
     def flush(self, now: float) -> None:
         """Tell the application of the round's fast-path bursts, then send what user calls left
