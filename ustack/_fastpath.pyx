@@ -26,7 +26,6 @@ Pieces (each in its own include file, one concern each):
 - _fp_hsk.pxi: the handshake's ACK in one C call (HandshakePath: the connection from the prototype, ESTABLISHED)
 - _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
 - _fp_gso.pxi: TCP segmentation offload on transmit (AF_PACKET TX ring super-frames; AF_XDP runs by sendmsg)
-- _fp_push.pxi: is a frame a TCP segment in the middle of its sender's write (data, no PSH)?
 - _fp_fin.pxi: the peer's in-order FIN on an established flow (FinPath: CLOSE-WAIT without the Python frames)
 
 Bounds checks are off in this module: every function length-checks
@@ -54,5 +53,4 @@ include "_fp_echo.pxi"
 include "_fp_clone.pxi"
 include "_fp_ctl.pxi"
 include "_fp_gso.pxi"
-include "_fp_push.pxi"
 include "_fp_fin.pxi"

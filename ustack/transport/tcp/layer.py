@@ -104,7 +104,7 @@ from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.rtt import RttEstimator
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
-from ustack.transport.tcp.tcb import CLOSE_WAIT, SYNCHRONIZED, TCB_LAYOUT
+from ustack.transport.tcp.tcb import CLOSE_WAIT, RECEIVING, SYNCHRONIZED, TCB_LAYOUT
 from ustack.transport.tcp.timewait import TimeWait
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
@@ -273,6 +273,11 @@ class TcpLayer:
         if quoted_seq is not None and not self._quote_in_flight(conn, quoted_seq):
             return
         conn.icmp_error(itype, code, extra, now)
+
+    def receiving(self, laddr: bytes, lport: int, raddr: bytes, rport: int) -> bool:
+        """Whether one of our connections has the 4-tuple and takes data (ESTABLISHED, FIN-WAIT-1, FIN-WAIT-2)."""
+        conn = self.connections.get((laddr, lport, raddr, rport))
+        return type(conn) is Connection and conn.tcb.state in RECEIVING
 
     def icmp_quote_check(self, laddr, lport: int, raddr, rport: int, quoted_seq: int):
         """Before an ICMP error acts on state beyond the connection (a Packet Too Big on the path MTU, RFC
