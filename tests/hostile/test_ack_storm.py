@@ -31,8 +31,8 @@ def _pair(**cfg):
 
 
 def _forged(src_mac, dst_mac, src, dst, sport, dport, seq, ack, payload=b"", flags="A"):
-    return bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src, dst=dst) /
-                 TCP(sport=sport, dport=dport, seq=seq & 0xFFFFFFFF, ack=ack & 0xFFFFFFFF, flags=flags, window=65535) / payload)
+    seg = TCP(sport=sport, dport=dport, seq=seq & 0xFFFFFFFF, ack=ack & 0xFFFFFFFF, flags=flags, window=65535)
+    return bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src, dst=dst) / seg / payload)
 
 
 def _sent(net):

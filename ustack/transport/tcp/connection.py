@@ -491,7 +491,8 @@ class Connection(UserCalls):
                 # Wholly left of RCV.NXT: the peer's retransmission, or a segment that crossed a later
                 # one on the way (a kernel sending from two CPUs over veth does this); not a window overrun.
                 stats.inc("tcp.unacceptable_old")
-            if dlen and seq_le(seq_add(seq, dlen), rcv_nxt) and seq_diff(rcv_nxt, seq) <= MAX_WINDOW << tcb.rcv_wscale:
+            if (dlen and seq_le(seq_add(seq, dlen), rcv_nxt)
+                    and seq_diff(rcv_nxt, seq) <= MAX_WINDOW << tcb.rcv_wscale):
                 # Data at most a window back: the peer's retransmission. Its ACK goes at once, with the
                 # D-SACK (RFC 2883), as Linux answers data unlimited (tcp_oow_rate_limited).
                 self.receiver.duplicate(seq, seq_add(seq, dlen))
