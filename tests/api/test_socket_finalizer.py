@@ -187,3 +187,39 @@ def test_tls_socket_finalizer_inside_the_stacks_poll_defers_to_the_next_round(ne
     net.b.poll(net.clock.now)
     net.round()
     assert conn.orphaned and conn.state == State.FIN_WAIT_1 and server.state == State.CLOSE_WAIT
+
+
+def test_patched_socket_finalizer_inside_the_stacks_poll_defers_to_the_next_round(net):
+    """The same for the socket ``ustack.patch()`` installs: its __del__ closed the ustack socket for real."""
+    import ustack
+
+    ustack.patch(net.da)
+    try:
+        s = std.socket(std.AF_INET, std.SOCK_STREAM)
+        s.setblocking(False)
+        assert s.connect_ex((B4, 80)) in (errno.EINPROGRESS, 0)
+        for _ in range(50):
+            net.round()
+            server = net.lst.accept() if net.lst.readable else None
+            if server is not None:
+                break
+        conn = s._u.connection
+        assert server is not None and conn.state == State.ESTABLISHED
+        net.round()
+        holder = [s]
+        del s
+        inside = []
+
+        def collect_now(now):  # a timer callback: runs inside A's Stack.poll
+            sent = _sent(net.a)
+            _collect(holder)
+            inside.append((_sent(net.a) == sent, conn.state, conn.orphaned))
+
+        net.a.timers.timer(collect_now).arm(net.clock.now)
+        net.da.poll()
+        assert inside == [(True, State.ESTABLISHED, False)]
+        net.b.poll(net.clock.now)
+        net.round()
+        assert conn.orphaned and conn.state == State.FIN_WAIT_1 and server.state == State.CLOSE_WAIT
+    finally:
+        ustack.unpatch()
