@@ -5,8 +5,9 @@
   Linux does by default (icmp_echo_ignore_broadcasts).
 - ``send_error`` builds destination-unreachable / time-exceeded messages
   quoting the offending datagram, never in reply to an ICMP error, a
-  broadcast/multicast datagram, a non-initial fragment or a datagram from a
-  broadcast source (RFC 1122 section 3.2.2). A token bucket per destination
+  broadcast/multicast datagram (by its IP address, or by its frame's
+  destination MAC: ``icmp.no_error_to_link_group``), a non-initial fragment
+  or a datagram from a broadcast source (RFC 1122 section 3.2.2). A token bucket per destination
   limits them (RFC 1812 section 4.3.2.8; Linux: ~1/s, burst 6). At most
   ``max_buckets`` destinations are tracked (default 4096); a new one past
   that evicts the least recently created bucket (``icmp.ratelimit_evicted``).

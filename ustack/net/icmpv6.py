@@ -7,7 +7,7 @@
   Exceeded / Parameter Problem quoting as much of the packet as fits in
   1280 bytes, and never (RFC 4443 2.4 (e)) in reply to an ICMPv6 error or
   a Redirect, to a packet sent to a multicast group or as link-layer
-  multicast (except Packet Too Big and Parameter Problem code 2 for an
+  multicast or broadcast (``icmpv6.no_error_to_link_group``) (except Packet Too Big and Parameter Problem code 2 for an
   option whose type asks for it, ``multicast_ok``), or to an unspecified
   or multicast source. A token bucket per destination limits them (RFC 4443
   2.4 (f)); at most ``max_buckets`` are tracked; and a host-wide bucket

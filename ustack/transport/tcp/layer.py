@@ -39,7 +39,12 @@ tcp.fast_retransmits, tcp.partial_acks, tcp.out_rsts, tcp.challenge_acks(_suppre
 tcp.window_probes, tcp.keepalive_probes, tcp.syncookies_sent/accepted,
 tcp.syncookie_not_expected (an ACK to a listener that sent no cookie within
 ``COOKIE_VALID``: not checked as one), tcp.time_wait_fin_acked,
-tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>.
+tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>,
+tcp.invalid_ack_ratelimited (an unacceptable segment or a PAWS drop within
+``challenge_ack_interval`` of the last such ACK or challenge ACK: not answered),
+tcp.flow_table_probe_limit (an insertion into the C flow table displaced 32
+slots or more from its home: counted, and the table doubles while under 8x
+its entries).
 
 Limits against hostile peers (knobs of the layer's ``TcpConfig``; each
 limit reached is counted):
