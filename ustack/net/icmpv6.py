@@ -21,8 +21,9 @@
   unreachable (3/0), address unreachable -> host unreachable (3/1), port
   unreachable -> 3/3, administratively prohibited -> 3/13, Packet Too Big
   -> fragmentation needed (3/4) with the new path MTU after it lowered the
-  destination's entry (RFC 8201), time exceeded -> 11, parameter problem
-  -> 12. So TCP and UDP need no IPv6 branch.
+  destination's entry (RFC 8201; only once the transport vouched for the
+  quote where it can, ``icmp_quote_check``: TCP's sequence number in flight,
+  RFC 5927), time exceeded -> 11, parameter problem -> 12. So TCP and UDP need no IPv6 branch.
 - NDP messages (types 133..137) go to ``ndp.input`` with the hop limit.
 """
 
