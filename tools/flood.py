@@ -1,6 +1,6 @@
 """Floods over veth against a running ``ustack serve``, with a real client served meanwhile.
 
-    python -m ustack.tools.flood {arp,syn,frag,udp,inject,all} [--frames N] [--backend packet|afxdp]
+    python -m ustack.tools.flood {arp,syn,frag,udp,inject,reflect,bcast,all} [--frames N] [--backend packet|afxdp]
                                  [--xdp-mode native|generic] [--seed S] [--rate PPS]
 
 As root. Each attack builds a veth topology in fresh namespaces
@@ -11,7 +11,8 @@ peer namespace to the echo port, then sends ``--frames`` hostile frames
 while the client keeps exchanging random messages and checks every echoed
 byte. For ``syn`` the client opens a new connection for each exchange, so
 it must get through the SYN cookies; for ``inject`` the frames target the
-client's own connection, which must survive.
+client's own connection, which must survive; for ``reflect`` (ACK reflection)
+too, and the ACKs the stack sent in reply are counted (``reflected``).
 
 It prints the frames sent and the rate, the stack's counters that moved
 (from its stats socket), the serve process's RSS before and after and its
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ustack.tools.cli_types import float_range, int_range
-from ustack.tools.flood_frames import ATTACKS, ConnState, Target
+from ustack.tools.flood_frames import ATTACKS, ORACLE_ATTACKS, ConnState, Target
 from ustack.tools.netns import Topology, peer_socket
 from ustack.tools.stats_client import StatsError, fetch
 
@@ -52,7 +53,9 @@ RELEVANT = {
             "drop.arp.", "arp.requests_rate_limited"),
     "frag": ("ipv4.frag", "drop.ipv4.frag", "ipv4.reassembled", "icmp.errors_sent", "drop.arp."),
     "udp": ("udp.", "drop.udp.", "icmp.errors", "icmp.ratelimit", "drop.arp."),
-    "inject": ("tcp.challenge", "tcp.oow", "tcp.resets_received", "drop.tcp.", "tcp.in_segs"),
+    "inject": ("tcp.challenge", "tcp.invalid_ack", "tcp.resets_received", "drop.tcp.", "tcp.in_segs"),
+    "reflect": ("tcp.invalid_ack", "tcp.unacceptable", "drop.tcp.", "tcp.resets_received"),
+    "bcast": ("udp.", "drop.udp.", "icmp.errors", "icmp.no_error", "drop.eth."),
 }
 ALWAYS = ("eth.frames_received", "stack.internal_error")
 
@@ -220,6 +223,14 @@ class FloodResult:
     listener: dict = field(default_factory=dict)
 
     @property
+    def reflected(self) -> int:
+        """``reflect``: the ACKs the stack sent in reply to unacceptable segments and PAWS drops (each such
+        drop draws one unless rate-limited; the client's own retransmissions, answered at once, count too)."""
+        c = self.counters
+        return (c.get("drop.tcp.unacceptable", 0) + c.get("drop.tcp.paws", 0)
+                - c.get("tcp.invalid_ack_ratelimited", 0))
+
+    @property
     def ok(self) -> bool:
         c = self.client
         return (c.error is None and c.during > 0 and self.exit_status == 0
@@ -237,6 +248,8 @@ class FloodResult:
                  f"  serve exit status on SIGTERM: {self.exit_status}"]
         if self.attack == "arp":
             lines.append(f"  ARP cache after: {self.arp_entries} entries")
+        if self.attack == "reflect":
+            lines.append(f"  ACKs reflected toward the client: {self.reflected} for {self.frames} spoofed segments")
         if self.listener:
             lines.append("  listener: " + " ".join(f"{k}:{v}" for k, v in self.listener.items()))
         lines.append("  counters (delta):")
@@ -294,7 +307,7 @@ def run_attack(attack: str, frames: int, *, backend: str = "packet", xdp_mode: O
         before = served.snapshot()
         rss_before, _ = rss_kib(served.proc.pid)
         rng = random.Random(seed)
-        gen = ATTACKS[attack](rng, target, _victim_oracle(served, client)) if attack == "inject" else \
+        gen = ATTACKS[attack](rng, target, _victim_oracle(served, client)) if attack in ORACLE_ATTACKS else \
             ATTACKS[attack](rng, target)
         with t.in_peer_ns():
             raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)

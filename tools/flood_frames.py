@@ -21,6 +21,14 @@ their fate:
   ahead, SYNs in window): an on-path attacker's best guesses
   short of the exact RST that RFC 5961 must honour. ``oracle()`` gives the
   connection's current sequence state.
+- ``reflect``: ACK reflection against the same connection: pure ACKs and
+  data segments spoofed from the client, outside the window (ahead of it,
+  or further behind RCV.NXT than any window reaches), with a random TSval
+  (half fail PAWS): each would draw an ACK toward the client unless the
+  stack rate-limits them (Linux's tcp_invalid_ratelimit).
+- ``bcast``: UDP to closed ports from the kernel peer, addressed to the
+  stack's IP but sent as a link-layer broadcast or multicast frame: no ICMP
+  port unreachable may answer them (RFC 1122 3.2.2).
 """
 
 from __future__ import annotations
@@ -229,10 +237,56 @@ def inject_frames(rng: random.Random, t: Target, oracle: Callable[[], Optional[C
         yield ether(t.stack_mac, t.peer_mac, 0x0800, ipv4(t.peer_ip, t.stack_ip, 6, seg, ident=rng.getrandbits(16)))
 
 
+def reflect_frames(rng: random.Random, t: Target, oracle: Callable[[], Optional[ConnState]]) -> Iterator[bytes]:
+    """Unacceptable segments spoofed from the victim connection's client, each an ACK to reflect.
+
+    Sequence numbers lie beyond the window (1 MiB past its right edge) or more than 1 GiB behind RCV.NXT,
+    past any window a scale of 14 can offer (a retransmission there is not plausible, so the stack's
+    exemption for old data does not apply); the connection's progress since ``oracle()`` was read cannot
+    bring them into the window.
+    """
+    far = 1 << 20
+    while True:
+        st = oracle()
+        if st is None:
+            return
+        wnd = max(st.rcv_wnd, 4)
+        if rng.random() < 0.5:
+            seq = st.rcv_nxt + wnd + far + rng.randrange(1 << 20)
+        else:
+            seq = st.rcv_nxt - (1 << 30) - rng.randrange(1 << 29)
+        if rng.random() < 0.5:
+            flags, payload = ACK, b""
+        else:
+            flags, payload = PSH | ACK, rng.randbytes(rng.randrange(1, 64))
+        opts = b"\x01\x01\x08\x0a" + rng.randbytes(4) + b"\0\0\0\0"  # a TSval: half fail PAWS (RFC 7323 5.3)
+        seg = tcp(t.peer_ip, t.stack_ip, st.remote_port, st.local_port, seq, st.snd_nxt, flags, payload=payload,
+                  options=opts)
+        yield ether(t.stack_mac, t.peer_mac, 0x0800, ipv4(t.peer_ip, t.stack_ip, 6, seg, ident=rng.getrandbits(16)))
+
+
+GROUP_MACS = (BROADCAST, b"\x01\x00\x5e\x00\x00\x01", b"\x33\x33\x00\x00\x00\x01")
+
+
+def bcast_frames(rng: random.Random, t: Target, closed: Callable[[int], bool] = lambda p: p != 7) -> Iterator[bytes]:
+    """UDP to closed ports of the stack's address from the kernel peer, in broadcast and multicast frames."""
+    while True:
+        dport = rng.randrange(1, 65536)
+        if not closed(dport):
+            continue
+        body = udp(t.peer_ip, t.stack_ip, rng.randrange(1024, 65536), dport, rng.randbytes(rng.randrange(0, 64)))
+        yield ether(rng.choice(GROUP_MACS), t.peer_mac, 0x0800,
+                    ipv4(t.peer_ip, t.stack_ip, 17, body, ident=rng.getrandbits(16)))
+
+
 ATTACKS = {
     "arp": arp_frames,
     "syn": syn_frames,
     "frag": frag_frames,
     "udp": udp_frames,
     "inject": inject_frames,
+    "reflect": reflect_frames,
+    "bcast": bcast_frames,
 }
+# The attacks that aim at the legitimate client's connection (their generators take an ``oracle``).
+ORACLE_ATTACKS = ("inject", "reflect")

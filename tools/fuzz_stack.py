@@ -27,6 +27,13 @@ connection's window, ICMP errors quoting it): the campaign looks for
 crashes, leaks and collateral damage, not for what TCP and ARP cannot
 prevent by design.
 
+With ``--storms N`` it then runs N stack-to-stack storms (issue 25): two
+fresh stacks on a 1 ms pipe, timestamps off, one connection between them,
+and a few forged in-window data segments injected in each direction (so each
+side's ACKs fall left of the other's RCV.NXT) plus spoofed out-of-window
+ones. Every storm must end quiet: no frame at all in the last 5 of its 10
+simulated seconds.
+
 At the end it prints frames/s, ``stack.internal_error`` (must be 0), the
 drop-reason histogram, peak RSS before and after (``resource.getrusage``),
 and the bytes and datagrams checked; it exits 1 on any internal error,
@@ -49,6 +56,8 @@ from ustack.api.clock import ManualClock
 from ustack.backends.pipe import PipeLink
 from ustack.net.addr import ANY4
 from ustack.stack import Stack
+from ustack.tools.flood_frames import ether, ipv4, tcp as tcp_segment
+from ustack.transport.tcp import State, TcpConfig
 from ustack.wire import arp as warp
 from ustack.wire import icmp as wicmp
 from ustack.wire import icmpv6 as wicmp6
@@ -638,15 +647,69 @@ class Campaign:
             self.clock.advance(0.01)
 
 
+STORM_SECONDS = 10.0
+STORM_QUIET = 5.0  # the last seconds of a storm in which no frame may be sent
+
+
+def storm(seed: int) -> tuple[int, int]:
+    """One stack-to-stack storm (see the module docstring): (frames sent in all, frames in the quiet part)."""
+    rng = random.Random(seed)
+    clock = ManualClock(1000.0)
+    link = PipeLink(clock, seed=seed, delay=0.001)
+    cfg = TcpConfig(timestamps=False, sack=rng.random() < 0.5)
+    macs = (link.a.capabilities.mac, link.b.capabilities.mac)
+    a = Stack(link.a, "198.18.0.1/24", tcp_config=cfg, fastpath=environment.fastpath())
+    b = Stack(link.b, "198.18.0.2/24", tcp_config=cfg, fastpath=environment.fastpath())
+
+    def run(seconds: float) -> int:
+        before = link.a.counters["tx"] + link.b.counters["tx"]
+        end = clock.now + seconds
+        while clock.now < end:
+            deadlines = [d for d in (a.poll(clock.now), b.poll(clock.now), link.a.poll_at(clock.now),
+                                     link.b.poll_at(clock.now)) if d is not None]
+            clock.set(min(max(min(deadlines, default=end), clock.now + 1e-6), end))
+        return link.a.counters["tx"] + link.b.counters["tx"] - before
+
+    lst = a.tcp.listen((ANY4, TCP_PORT), 4)
+    client = b.tcp.connect(None, (A_IP, TCP_PORT), clock.now)
+    run(1.0)
+    server = lst.accept()
+    if server is None or client.state != State.ESTABLISHED:
+        raise RuntimeError("storm: the connection did not open")
+    client.send(rng.randbytes(rng.randrange(1, 5000)), clock.now)
+    run(1.0)
+    ends = ((server, link.b, A_IP, B_IP, macs[0], macs[1]), (client, link.a, B_IP, A_IP, macs[1], macs[0]))
+    for conn, into, src, dst, src_mac, dst_mac in ends:  # conn is the side the forgery claims to come from
+        tcb = conn.tcb
+        for _ in range(rng.randrange(1, 4)):
+            r = rng.random()
+            if r < 0.5:  # the receiver's next byte: taken as data, and the two sides' sequence spaces now differ
+                seq = tcb.snd_nxt
+            elif r < 0.7:  # in its window, ahead: held out of order
+                seq = tcb.snd_nxt + rng.randrange(1, 2000)
+            else:  # far outside it: an off-path forgery
+                seq = tcb.snd_nxt + (1 << 30) + rng.randrange(1 << 29)
+            seg = tcp_segment(src, dst, conn.local_port, conn.remote_port, seq, tcb.rcv_nxt, 0x18,
+                              payload=rng.randbytes(rng.randrange(1, 1400)))
+            into._deliver(clock.now, ether(dst_mac, src_mac, 0x0800, ipv4(src, dst, 6, seg)))
+    total = run(STORM_SECONDS - STORM_QUIET)
+    quiet = run(STORM_QUIET)
+    a.close()
+    b.close()
+    link.close()
+    return total + quiet, quiet
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ustack.tools.fuzz_stack", description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=100_000, help="hostile frames to feed A (default 100000)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--burst", type=int, default=32, help="hostile frames lent per poll round (1-64)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    ap.add_argument("--storms", type=int, default=0, help="stack-to-stack storms to run after the frames")
     args = ap.parse_args(argv)
-    if args.frames < 0 or not 1 <= args.burst <= 64:
-        ap.error("--frames must be >= 0 and --burst in 1..64")
+    if args.frames < 0 or args.storms < 0 or not 1 <= args.burst <= 64:
+        ap.error("--frames and --storms must be >= 0 and --burst in 1..64")
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     camp = Campaign(args.seed, args.burst)
     t0 = time.perf_counter()
@@ -671,14 +734,20 @@ def main(argv=None) -> int:
         "drops_a": camp.a.stats.drops(),
         "drops_b": camp.b.stats.drops(),
     }
-    ok = internal == 0 and lost == 0 and camp.bad_bytes == 0 and udp_lost == 0 and camp.udp_bad == 0
+    storms = [storm(args.seed * 1000 + i) for i in range(args.storms)]
+    report["storms"] = len(storms)
+    report["storms_loud"] = sum(1 for _, quiet in storms if quiet)  # still sending in the last 5 s
+    report["storm_frames_max"] = max((total for total, _ in storms), default=0)
+    ok = (internal == 0 and lost == 0 and camp.bad_bytes == 0 and udp_lost == 0 and camp.udp_bad == 0
+          and report["storms_loud"] == 0)
     report["ok"] = ok
     if args.json:
         print(json.dumps(report))
     else:
         for k in ("frames", "seed", "seconds", "frames_per_s", "internal_errors", "tcp_bytes_sent",
                   "tcp_bytes_checked", "tcp_bytes_lost", "tcp_bytes_wrong", "tcp_state", "udp_sent", "udp_echoed",
-                  "udp_lost", "udp_bad", "peak_rss_kib_before", "peak_rss_kib_after", "connections_a"):
+                  "udp_lost", "udp_bad", "peak_rss_kib_before", "peak_rss_kib_after", "connections_a", "storms",
+                  "storms_loud", "storm_frames_max"):
             print(f"{k:22} {report[k]}")
         if internal:
             print(f"{'last_internal_error':22} {report['last_internal_error']}")

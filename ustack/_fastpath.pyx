@@ -11,6 +11,7 @@ Pieces (each in its own include file, one concern each):
 - _fp_ring.pxi: AF_PACKET ring walking (TPACKET_V2 and V3 RX, V3 TX)
 - _fp_xsk.pxi: AF_XDP ring producer/consumer operations
 - _fp_tcb.pxi: the TCP control block as C sees it (TcbLayout: the slots of tcb.Tcb)
+- _fp_siphash.pxi: SipHash, the keyed hash of tables remote traffic fills (the flow table's)
 - _fp_tcp.pxi: the established-TCP fast path (receive header prediction, EstablishedPath)
   and the C demux of established flows (FlowTable, IPv4 and IPv6)
 - _fp_tmpl.pxi: per-flow cached frame templates (TcpTemplate, FlowEmitter, Generation):
@@ -25,7 +26,6 @@ Pieces (each in its own include file, one concern each):
 - _fp_hsk.pxi: the handshake's ACK in one C call (HandshakePath: the connection from the prototype, ESTABLISHED)
 - _fp_ctl.pxi: our segments without data (a FIN, a pure ACK) as Output.emit writes them (emit_control)
 - _fp_gso.pxi: TCP segmentation offload on transmit (AF_PACKET TX ring super-frames; AF_XDP runs by sendmsg)
-- _fp_push.pxi: is a frame a TCP segment in the middle of its sender's write (data, no PSH)?
 - _fp_fin.pxi: the peer's in-order FIN on an established flow (FinPath: CLOSE-WAIT without the Python frames)
 
 Bounds checks are off in this module: every function length-checks
@@ -42,6 +42,7 @@ include "_fp_emit6.pxi"
 include "_fp_ring.pxi"
 include "_fp_xsk.pxi"
 include "_fp_tcb.pxi"
+include "_fp_siphash.pxi"
 include "_fp_rxq.pxi"
 include "_fp_sndq.pxi"
 include "_fp_tcp.pxi"
@@ -52,5 +53,4 @@ include "_fp_echo.pxi"
 include "_fp_clone.pxi"
 include "_fp_ctl.pxi"
 include "_fp_gso.pxi"
-include "_fp_push.pxi"
 include "_fp_fin.pxi"

@@ -177,6 +177,7 @@ cdef class Packet:
     # CSUM_STATE_TRUSTED (the device marked it verified or written locally; or a device that
     # verifies everything), CSUM_STATE_PARTIAL (a local sender's pseudo-header-only sum, recognised)
     cdef readonly int csum_state
+    cdef readonly bint link_group  # the destination MAC's group bit: link-layer broadcast or multicast
     # TCP options, C side (properties below build the Python values)
     cdef uint8_t _opts             # OPTF_* bits
     cdef uint8_t _wscale
@@ -430,7 +431,9 @@ cdef Packet _classify_one(Packet p, const uint8_t *f, Py_ssize_t n, const uint8_
             return _drop(p, RC_ETH_TRUNC)
         ethertype = _be16(f + 16)
         l3 = 18
-    # Destination MAC: ours, broadcast, or multicast (group bit) only.
+    # Destination MAC: ours, broadcast, or multicast (group bit) only. A group-addressed frame draws no ICMP
+    # error (RFC 1122 3.2.2, RFC 4443 2.4 (e.3)): the record says so (``link_group``).
+    p.link_group = f[0] & 1
     if mac != NULL and not (f[0] & 1):
         if f[0] != mac[0] or f[1] != mac[1] or f[2] != mac[2] or f[3] != mac[3] or f[4] != mac[4] or f[5] != mac[5]:
             return _drop(p, RC_NOT_FOR_US)

@@ -148,6 +148,8 @@ cdef class EstablishedPath:
             ooo_off = <int32_t>(seq - rcv_nxt)
             if dlen == 0 or (ooo_off < 0 and <int32_t>(seq + <uint32_t>dlen - rcv_nxt) > 0):
                 return 0  # no data, or data partly new (the Python path trims it)
+            if ooo_off < 0 and -<int64_t>ooo_off > (<int64_t>0xFFFF << _iget(tcb, off[T_RCV_WSCALE])):
+                return 0  # further back than any window: no retransmission; its ACK is rate-limited in Python
         ack = p.ack
         una = <uint32_t>_iget(tcb, off[T_SND_UNA])
         snd_max = <uint32_t>_iget(tcb, off[T_SND_MAX])
@@ -395,12 +397,19 @@ cdef inline int _ts_recent(object tcb, Py_ssize_t *off, bint ts_ok, Packet p, ob
 # classified segment without building a Python object for the key. The table
 # keeps the connections in a Python list (``_conns``, seen by the garbage
 # collector) and the slots hold indexes into it.
+#
+# Remote peers choose the keys, so the hash is keyed (SipHash-1-3 under a
+# random per-table key: issue 25) and linear probing is bounded: an insertion
+# displaced more than FLOW_PROBE_LIMIT slots from its home is counted
+# (tcp.flow_table_probe_limit) and doubles the table while it is under
+# FLOW_SPARSE_MAX times its entries (a random key makes that chance alone).
 
 from cpython.list cimport PyList_GET_ITEM
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.sequence cimport PySequence_GetSlice
 from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy, memset
+from os import urandom as _urandom
 
 cdef struct FlowKey:
     uint64_t la[2]       # addresses as loaded from the packed bytes (memcpy), IPv4 zero-padded
@@ -409,19 +418,22 @@ cdef struct FlowKey:
     uint32_t alen        # 4 or 16: an IPv4 key never equals an IPv6 one
 
 
+cdef enum:
+    FLOW_PROBE_LIMIT = 32   # slots an insertion may be displaced before the table grows (counted)
+    FLOW_SPARSE_MAX = 8     # the table grows for long probes only while smaller than this many times its entries
+
+
 cdef struct FlowSlot:
     FlowKey key
     uint8_t used         # 0 empty, 1 in use, 2 deleted (a tombstone)
     Py_ssize_t index     # into FlowTable._conns
 
 
-cdef inline uint64_t _flow_hash(const FlowKey *k) noexcept nogil:
-    cdef uint64_t h = (k.la[0] * <uint64_t>0x9E3779B97F4A7C15ULL) ^ (k.ra[0] * <uint64_t>0xC2B2AE3D27D4EB4FULL)
-    h ^= (k.la[1] * <uint64_t>0x165667B19E3779F9ULL) ^ (k.ra[1] * <uint64_t>0x27D4EB2F165667C5ULL)
-    h ^= ((<uint64_t>k.ports << 8) | k.alen) * <uint64_t>0x85EBCA77C2B2AE63ULL
-    h ^= h >> 33  # a final mix, so that the low bits the table uses depend on every input bit
-    h *= <uint64_t>0xFF51AFD7ED558CCDULL
-    return h ^ (h >> 33)
+cdef inline uint64_t _flow_hash(const FlowKey *k, uint64_t k0, uint64_t k1) noexcept nogil:
+    """SipHash-1-3 (_fp_siphash.pxi) under the table's secret key of the key's 40 bytes: the local address, the
+    remote one (each 16 bytes, IPv4 zero-padded), the ports (local << 16 | remote) and the address length,
+    each a little-endian word of the message on the little-endian machines the fast path builds for."""
+    return _siphash13_40(k0, k1, k.la[0], k.la[1], k.ra[0], k.ra[1], <uint64_t>k.ports | (<uint64_t>k.alen << 32))
 
 
 cdef inline bint _key_eq(const FlowKey *a, const FlowKey *b) noexcept nogil:
@@ -468,6 +480,7 @@ cdef class FlowTable:
     cdef list _conns
     cdef list _free              # free indexes of _conns
     cdef object counters         # the stack's Stats counters (collections.Counter)
+    cdef uint64_t _k0, _k1       # the SipHash key (_flow_hash): secret, drawn per table
     cdef TcbLayout layout
     cdef EstablishedPath established
     cdef Py_ssize_t _burst_segs  # tcp.in_segs of the burst being delivered (-1: outside deliver_burst)
@@ -478,7 +491,14 @@ cdef class FlowTable:
     cdef public HandshakePath hsk  # the handshake's ACK in C (_fp_hsk.pxi), or None: the stack's path
     cdef public object fin       # the peer's FIN on an established flow in C (_fp_fin.pxi: a FinPath), or None
 
-    def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None):
+    def __cinit__(self, counters, TcbLayout layout, EstablishedPath established=None, bytes key=None):
+        """``key``: the 16-byte hash key (tests); by default 16 bytes from ``os.urandom``, a new one per table."""
+        if key is None:
+            key = _urandom(16)
+        if len(key) != 16:
+            raise ValueError("the flow table's hash key is 16 bytes")
+        self._k0 = _le64(<const uint8_t *><const char *>key)
+        self._k1 = _le64(<const uint8_t *><const char *>key + 8)
         self.layout = layout
         self.established = established
         self._slots = <FlowSlot *>PyMem_Malloc(64 * sizeof(FlowSlot))
@@ -500,7 +520,7 @@ cdef class FlowTable:
 
     cdef Py_ssize_t _find(self, const FlowKey *k) noexcept:
         """The slot holding the key, or -1."""
-        cdef Py_ssize_t i = <Py_ssize_t>(_flow_hash(k) & <uint64_t>self._mask)
+        cdef Py_ssize_t i = <Py_ssize_t>(_flow_hash(k, self._k0, self._k1) & <uint64_t>self._mask)
         cdef FlowSlot *s
         while True:
             s = &self._slots[i]
@@ -510,8 +530,10 @@ cdef class FlowTable:
                 return i
             i = (i + 1) & self._mask
 
-    cdef int _grow(self) except -1:
-        cdef Py_ssize_t n = (self._mask + 1) * 2 if self._count * 2 >= self._mask else self._mask + 1
+    cdef int _grow(self, bint double=False) except -1:
+        """Rehash into a table twice the size when half full (or ``double``), else of the same size (the
+        tombstones cleared)."""
+        cdef Py_ssize_t n = (self._mask + 1) * 2 if double or self._count * 2 >= self._mask else self._mask + 1
         cdef FlowSlot *old = self._slots
         cdef Py_ssize_t old_n = self._mask + 1, k, i
         cdef FlowSlot *new = <FlowSlot *>PyMem_Malloc(n * sizeof(FlowSlot))
@@ -520,7 +542,7 @@ cdef class FlowTable:
         memset(new, 0, n * sizeof(FlowSlot))
         for k in range(old_n):
             if old[k].used == 1:
-                i = <Py_ssize_t>(_flow_hash(&old[k].key) & <uint64_t>(n - 1))
+                i = <Py_ssize_t>(_flow_hash(&old[k].key, self._k0, self._k1) & <uint64_t>(n - 1))
                 while new[i].used:
                     i = (i + 1) & (n - 1)
                 new[i] = old[k]
@@ -533,7 +555,7 @@ cdef class FlowTable:
     def add(self, bytes laddr, int lport, bytes raddr, int rport, conn):
         """Index ``conn`` under its key (replacing what the key held); keys of other address lengths are ignored."""
         cdef FlowKey key
-        cdef Py_ssize_t i, idx
+        cdef Py_ssize_t i, idx, home
         cdef FlowSlot *s
         if not _key_of(&key, laddr, lport, raddr, rport):
             return
@@ -549,7 +571,7 @@ cdef class FlowTable:
         else:
             idx = len(self._conns)
             self._conns.append(conn)
-        i = <Py_ssize_t>(_flow_hash(&key) & <uint64_t>self._mask)
+        home = i = <Py_ssize_t>(_flow_hash(&key, self._k0, self._k1) & <uint64_t>self._mask)
         while self._slots[i].used == 1:
             i = (i + 1) & self._mask
         s = &self._slots[i]
@@ -559,6 +581,38 @@ cdef class FlowTable:
         s.index = idx
         s.used = 1
         self._count += 1
+        if ((i - home) & self._mask) >= FLOW_PROBE_LIMIT:
+            counters = self.counters
+            counters["tcp.flow_table_probe_limit"] += 1
+            if self._mask + 1 < FLOW_SPARSE_MAX * self._count:
+                self._grow(True)
+
+    def hash(self, bytes laddr, int lport, bytes raddr, int rport):
+        """The key's hash under this table's key (tests and tools); None for a key the table cannot hold."""
+        cdef FlowKey key
+        if not _key_of(&key, laddr, lport, raddr, rport):
+            return None
+        return _flow_hash(&key, self._k0, self._k1)
+
+    def probes(self, bytes laddr, int lport, bytes raddr, int rport):
+        """How many slots a lookup of the key examines (tests and tools: the demux's cost under a key set)."""
+        cdef FlowKey key
+        cdef Py_ssize_t i, n = 1
+        cdef FlowSlot *s
+        if not _key_of(&key, laddr, lport, raddr, rport):
+            return 0
+        i = <Py_ssize_t>(_flow_hash(&key, self._k0, self._k1) & <uint64_t>self._mask)
+        while True:
+            s = &self._slots[i]
+            if s.used == 0 or (s.used == 1 and _key_eq(&s.key, &key)):
+                return n
+            i = (i + 1) & self._mask
+            n += 1
+
+    @property
+    def capacity(self):
+        """Slots in the table (a power of two)."""
+        return self._mask + 1
 
     def remove(self, bytes laddr, int lport, bytes raddr, int rport, conn):
         """Drop the key's entry if it is ``conn``'s."""
@@ -935,7 +989,8 @@ cdef Py_ssize_t _absorb_runs(object rcvbuf, Py_ssize_t *bo, ChunkQueue chunks, P
 
 cdef int _old_duplicate(object conn, object tcb, Py_ssize_t *off, object receiver, Py_ssize_t *ro, Py_ssize_t *do,
                         uint32_t seq, Py_ssize_t dlen, object now) except -1:
-    """A data segment wholly below RCV.NXT (acceptable by PAWS, not by sequence: RFC 9293 3.10.7.4 first step):
+    """A data segment wholly below RCV.NXT, at most the largest window back (acceptable by PAWS, not by sequence:
+    RFC 9293 3.10.7.4 first step; the peer's retransmission, so its ACK is not rate-limited: ``_invalid_ack``):
     dropped (``tcp.unacceptable``), its range reported as a D-SACK block (RFC 2883 4, with SACK), and the ACK
     sent at once without the ACK field processed, as ``Connection._synchronized_arrives`` and
     ``Receiver.duplicate`` do."""

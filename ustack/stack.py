@@ -50,7 +50,6 @@ import os
 from typing import Optional
 
 from ustack import _fastpath
-from ustack._fastpath import data_without_push  # ustack.wire.push's check, in C
 from ustack._fastpath import (K_ARP, K_DROP, K_FRAG, K_ICMP, K_ICMP6, K_IP6, K_IP_OTHER, K_TCP, K_TCP6, K_UDP,
                               K_UDP6, REASONS)
 from ustack.device import Device
@@ -82,6 +81,7 @@ from ustack.transport.udp import UdpLayer
 from ustack.wire.icmp import DEST_UNREACHABLE, PORT_UNREACHABLE, PROTOCOL_UNREACHABLE, TIME_EXCEEDED
 from ustack.wire import icmpv6 as icmp6wire
 from ustack.wire.proto import PROTO_TCP, PROTO_UDP
+from ustack.wire.push import data_without_push
 
 
 MIN_MTU = 68  # RFC 791: the datagram every IPv4 module must forward without fragmenting further
@@ -156,7 +156,8 @@ class Stack:
         self.protocols = ProtocolTable()
         self.icmp = icmp = IcmpLayer(ip, iface, self.protocols, stats, **(icmp or {}))
         self.udp = UdpLayer(ip, iface, stats, secret,
-                            lambda dgram, src, now: icmp.send_error(DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now),
+                            lambda dgram, src, now, link_group=False: icmp.send_error(
+                                DEST_UNREACHABLE, PORT_UNREACHABLE, dgram, src, now, link_group=link_group),
                             **(udp or {}))
         self._tcp_host = TcpOverIp(ip, timers, stats, secret)
         self.tcp = self._tcp_host.tcp = TcpLayer(self._tcp_host, tcp_config, fastpath)
@@ -238,8 +239,8 @@ class Stack:
         ip6.send_error = icmp6.send_error
         udp = self.udp
         udp.ip6, udp.iface6 = ip6, iface6
-        udp.unreachable6 = lambda dgram, src, now: icmp6.send_error(icmp6wire.DEST_UNREACHABLE,
-                                                                    icmp6wire.PORT_UNREACHABLE, dgram, src, now)
+        udp.unreachable6 = lambda dgram, src, now, link_group=False: icmp6.send_error(
+            icmp6wire.DEST_UNREACHABLE, icmp6wire.PORT_UNREACHABLE, dgram, src, now, link_group=link_group)
         self._tcp_host.ip6 = ip6
         self._handlers.update({K_UDP6: udp.input6, K_TCP6: self._tcp_input6, K_ICMP6: icmp6.input,
                                K_IP6: ip6.input_ext})
@@ -271,8 +272,9 @@ class Stack:
     def poll(self, now: float, hold: bool = False) -> Optional[float]:
         """One round: RX burst, deliver, timers, TX commit. Returns the next deadline.
 
-        ``hold``: when the burst's last frame is a TCP segment in the middle of its sender's write
-        (data, no PSH: ustack.wire.push), or this round received nothing while an earlier one held,
+        ``hold``: when the burst's last frame is a TCP segment of one of our connections in the middle of
+        its sender's write (data, no PSH: ``_mid_write``), or this round received nothing while an earlier
+        one held,
         leave the TCP flush (the applications' notifications, in-order ACKs, output after them) to a
         later round: ``flush_held`` says so and the round returns ``now``. The caller bounds the wait
         (``ustack.api.driver``); a round without ``hold`` always flushes.
@@ -286,8 +288,8 @@ class Stack:
         try:
             device = self.device
             frames = device.rx_burst(link.burst)
-            if hold:
-                held = data_without_push(frames[-1]) if frames else self.flush_held
+            if hold and not frames:
+                held = self.flush_held
             if frames:
                 self.stats.inc("eth.frames_received", len(frames))
                 rxh = self.rx_hold
@@ -297,6 +299,8 @@ class Stack:
                 tcp.in_round = True  # in-order ACKs wait for the round's end (tcp.flush, after the reads)
                 try:
                     records = self._classifier.classify(frames, device.rx_status if self._marked else None)
+                    if hold:
+                        held = self._mid_write(records[-1])
                     deliver = self._deliver
                     if self._tcp_burst is not None:
                         self._tcp_burst(frames, records, now, deliver, self._frame_failed, self.iface6, rxh)
@@ -337,6 +341,16 @@ class Stack:
         if frames and len(frames) >= link.burst:
             return now  # more may be waiting: poll again at once
         return deadline
+
+    def _mid_write(self, rec) -> bool:
+        """The push wait's question (``ustack.wire.push``) asked of the burst's last classify record: a TCP
+        segment that passed classify (to our MAC, not a group's; checksums verified) with data and none of PSH,
+        FIN, SYN, RST, of a connection of ours that takes data. Junk (another MAC, a bad checksum, a flow not
+        ours, issue 25) never holds the round's flush."""
+        kind = rec.kind
+        if (kind != K_TCP and kind != K_TCP6) or rec.link_group or not data_without_push(rec):
+            return False
+        return self.tcp.receiving(rec.dst, rec.dst_port, rec.src, rec.src_port)
 
     def _run_timers(self, now: float) -> None:
         """Fire the due timers; one that raises is counted and the others still fire."""
@@ -428,7 +442,8 @@ class Stack:
         self.stats.drop("ipv4.unknown_protocol")
         if self.iface.owns(pkt.dst):
             l3 = pkt.l3
-            self.icmp.send_error(DEST_UNREACHABLE, PROTOCOL_UNREACHABLE, frame[l3:l3 + pkt.total_len], pkt.src, now)
+            self.icmp.send_error(DEST_UNREACHABLE, PROTOCOL_UNREACHABLE, frame[l3:l3 + pkt.total_len], pkt.src, now,
+                                 link_group=pkt.link_group)
 
     # -- for applications' batches and the end -----------------------------------
     def tx_batch(self):

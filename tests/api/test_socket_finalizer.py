@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import gc
 import socket as std
+import ssl
 import struct
 import threading
 import warnings
@@ -19,6 +20,7 @@ import pytest
 
 from ustack.api.driver import Driver
 from ustack.api.socket import socket as usocket
+from ustack.api.tls import TlsSocket
 from ustack.net.addr import ANY4
 from ustack.tools.pipe_pair import A4, B4, PipePair
 from ustack.transport.tcp.tcb import State
@@ -148,3 +150,76 @@ def test_dropped_udp_socket_unbinds_at_the_next_round(net):
         again.bind((A4, 5353))  # the round released it
     finally:
         again.close()
+
+
+def test_tls_socket_finalizer_inside_the_stacks_poll_defers_to_the_next_round(net):
+    """A TlsSocket dropped unclosed and collected inside Stack.poll: its finalizer takes the plain socket's
+    deferred close (no lock, no segment, no nested poll); the next round orphans the connection and sends the
+    FIN (issue 25 item 3: it closed for real, flushing and sending from inside the outer round)."""
+    s, server = net.connect()
+    conn = s.connection
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    holder = [TlsSocket(s, ctx, do_handshake_on_connect=False)]
+    del s
+    inside, depth = [], [0]
+    poll = net.a.poll
+
+    def counting_poll(*a, **kw):
+        depth[0] += 1
+        try:
+            if depth[0] > 1:
+                inside.append("re-entered")
+            return poll(*a, **kw)
+        finally:
+            depth[0] -= 1
+
+    net.a.poll = counting_poll
+
+    def collect_now(now):  # a timer callback: runs inside A's Stack.poll
+        sent = _sent(net.a)
+        _collect(holder)
+        inside.append((_sent(net.a) == sent, conn.state, conn.orphaned))
+
+    net.a.timers.timer(collect_now).arm(net.clock.now)
+    net.da.poll()
+    assert inside == [(True, State.ESTABLISHED, False)]  # neither sent, closed nor polled from the finalizer
+    net.b.poll(net.clock.now)
+    net.round()
+    assert conn.orphaned and conn.state == State.FIN_WAIT_1 and server.state == State.CLOSE_WAIT
+
+
+def test_patched_socket_finalizer_inside_the_stacks_poll_defers_to_the_next_round(net):
+    """The same for the socket ``ustack.patch()`` installs: its __del__ closed the ustack socket for real."""
+    import ustack
+
+    ustack.patch(net.da)
+    try:
+        s = std.socket(std.AF_INET, std.SOCK_STREAM)
+        s.setblocking(False)
+        assert s.connect_ex((B4, 80)) in (errno.EINPROGRESS, 0)
+        for _ in range(50):
+            net.round()
+            server = net.lst.accept() if net.lst.readable else None
+            if server is not None:
+                break
+        conn = s._u.connection
+        assert server is not None and conn.state == State.ESTABLISHED
+        net.round()
+        holder = [s]
+        del s
+        inside = []
+
+        def collect_now(now):  # a timer callback: runs inside A's Stack.poll
+            sent = _sent(net.a)
+            _collect(holder)
+            inside.append((_sent(net.a) == sent, conn.state, conn.orphaned))
+
+        net.a.timers.timer(collect_now).arm(net.clock.now)
+        net.da.poll()
+        assert inside == [(True, State.ESTABLISHED, False)]
+        net.b.poll(net.clock.now)
+        net.round()
+        assert conn.orphaned and conn.state == State.FIN_WAIT_1 and server.state == State.CLOSE_WAIT
+    finally:
+        ustack.unpatch()

@@ -85,3 +85,19 @@ def test_classifier_takes_any_iterable_and_checks_its_mac():
         c.classify([memoryview(b"x" * 120)[::2]])
     with pytest.raises(TypeError):
         c.classify([12345])
+
+
+def test_link_group_is_the_destination_macs_group_bit_in_new_and_reused_records():
+    """``Packet.link_group`` (issue 25 item 4: no ICMP error to a link-layer broadcast or multicast): set from
+    the destination MAC for every kind, and never left over from an earlier frame in a reused record."""
+    dsts = [(MAC, False), (b"\xff" * 6, True), (bytes.fromhex("01005e000001"), True),
+            (bytes.fromhex("333300000001"), True)]
+    taken = [f for f in FRAMES if fp.classify_one(f, MAC).kind != fp.K_DROP and f[:6] == MAC]
+    assert len(taken) > 10
+    classifier = fp.Classifier(MAC)
+    for _ in range(2):
+        for dst, group in dsts + dsts[::-1]:
+            burst = [dst + f[6:] for f in taken]
+            for one, rec in zip(burst, classifier.classify(burst)):
+                assert rec.kind != fp.K_DROP and rec.link_group is group
+                assert fp.classify_one(one, MAC).link_group is group

@@ -43,6 +43,13 @@ def _expectations(attack: str, r) -> None:
         assert c["drop.tcp.syn_in_window"] > 0 and c["drop.tcp.ack_unsent"] > 0, c
         assert c.get("tcp.resets_received", 0) == 0, c  # the victim connection was never reset
         assert r.client.connections == 1
+    elif attack == "reflect":  # issue 25 item 1: one ACK per 500 ms, not one per spoofed segment
+        assert c["tcp.invalid_ack_ratelimited"] > FRAMES // 2, c
+        assert r.reflected <= 2 * (r.seconds + 1) + 20, r.report()  # + the client's own retransmissions
+        assert c.get("tcp.resets_received", 0) == 0 and r.client.connections == 1, c
+    elif attack == "bcast":  # issue 25 item 4: no port unreachable for a link-layer broadcast or multicast
+        assert c["drop.udp.no_socket"] > 0 and c["icmp.no_error_to_link_group"] > 0, c
+        assert c.get("icmp.errors_sent.type3.code3", 0) == 0, c
 
 
 def _check(attack: str, r) -> None:
@@ -63,7 +70,7 @@ def privileged():
         require_privileged()
 
 
-@pytest.mark.parametrize("attack", ["arp", "syn", "frag", "udp", "inject"])
+@pytest.mark.parametrize("attack", ["arp", "syn", "frag", "udp", "inject", "reflect", "bcast"])
 def test_flood_on_packet(attack, privileged):
     from ustack.tools.flood import run_attack
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 import struct
 
 import pytest
+from scapy.layers.inet import TCP
+from scapy.layers.l2 import Ether
 
 from tests.stack.netsim import Net
 from ustack.api import driver as drv
+from ustack._fastpath import classify_one
 from ustack.wire.push import data_without_push
 
 PORT = 5011
@@ -76,7 +79,7 @@ def test_a_write_is_read_whole_and_acked_once_when_the_flush_waits_for_its_psh(f
     segs = c.write()
     assert [len(f) - 66 for f in segs] == [1448, 1448, 1448]
     assert [bool(flags(f) & 0x08) for f in segs] == [False, False, True]
-    assert [data_without_push(f) for f in segs] == [True, True, False]
+    assert [data_without_push(classify_one(f)) for f in segs] == [True, True, False]
     c.give(segs[:2])
     assert b.poll(net.clock.now, hold=True) == net.clock.now  # poll again at once
     # (the Python path tells the application, and ACKs, per segment inside the delivery: only the round's
@@ -157,11 +160,46 @@ def test_a_clock_that_does_not_move_ends_the_hold_and_a_leaving_leader_flushes()
     assert c.data() == WRITE
     net.run(lambda: False, 0.01)  # A takes B's ACK
     more = c.write()  # the next write
-    assert data_without_push(more[0])
+    assert data_without_push(classify_one(more[0]))
     received = b.stats["eth.frames_received"]
     c.give(more[:1])
     assert d.wait_until(lambda: b.stats["eth.frames_received"] > received, 1.0) is True
     assert not b.flush_held and c.data() == WRITE + WRITE[:1448]
+    net.close()
+
+
+def _junk(seg: bytes, how: str) -> bytes:
+    """A copy of the mid-write segment ``seg`` that is not one: to another MAC, with a bad checksum, or of a
+    flow B does not have (another destination port, checksum recomputed)."""
+    if how == "mac":
+        return b"\x02\x00\x00\x00\x00\x99" + seg[6:]
+    if how == "checksum":
+        return seg[:-1] + bytes([seg[-1] ^ 0xFF])
+    pkt = Ether(seg)
+    pkt[TCP].dport += 1
+    del pkt[TCP].chksum
+    return bytes(pkt)
+
+
+@pytest.mark.parametrize("how", ["mac", "checksum", "flow"])
+@pytest.mark.parametrize("fastpath", [True, False])
+def test_junk_at_a_bursts_end_does_not_hold_the_flush(fastpath, how):
+    """The push wait judges the burst's last segment from its classify record and our connection table
+    (issue 25 item 6): a raw peek held the flush for any data frame without PSH, whatever its MAC, checksum
+    or flow, so junk at a burst's end delayed every application's notification and ACK."""
+    c = Caught(fastpath)
+    net, b = c.net, c.net.b
+    segs = c.write()
+    junk = _junk(segs[0], how)
+    before = b.stats["eth.frames_received"]
+    c.give(segs[:1])
+    c._carry(net.link.a, junk)
+    b.poll(net.clock.now, hold=True)
+    assert b.stats["eth.frames_received"] - before == 2  # one burst: the segment, then the junk
+    assert not b.flush_held
+    assert c.data() == WRITE[:1448]  # the application was told at this round's end
+    dropped = {"mac": "drop.eth.not_for_us", "checksum": "drop.tcp.bad_checksum", "flow": "tcp.out_rsts"}[how]
+    assert b.stats[dropped] >= 1
     net.close()
 
 

@@ -25,10 +25,27 @@ def test_zero_length_segment_in_open_window():
     h.peer.expect_nothing()
     h.peer.send(flags="A", seq=1001 + wnd, advance=False)  # just past it
     h.peer.expect(flags="A", seq=conn.tcb.snd_nxt, ack=1001)
-    h.peer.send(flags="A", seq=1000, advance=False)  # just before RCV.NXT
+    h.peer.send(flags="A", seq=1000, advance=False)  # just before RCV.NXT, within 500 ms of that ACK
+    h.peer.expect_nothing()  # Linux's tcp_invalid_ratelimit: one ACK per 500 ms to unacceptable segments
+    h.advance(0.5)
+    h.peer.send(flags="A", seq=1000, advance=False)
     h.peer.expect(flags="A", ack=1001)
-    assert h.stats["drop.tcp.unacceptable"] == 2
-    assert h.stats["tcp.unacceptable_old"] == 1  # only the one left of RCV.NXT: past the window is not "old"
+    assert h.stats["drop.tcp.unacceptable"] == 3 and h.stats["tcp.invalid_ack_ratelimited"] == 1
+    assert h.stats["tcp.unacceptable_old"] == 2  # only those left of RCV.NXT: past the window is not "old"
+
+
+def test_paws_drops_are_acked_at_most_every_500_ms():
+    """RFC 7323 5.3 R1 drops draw an ACK, rate-limited as every unacceptable segment (Linux counts
+    TCPACKSkippedPAWS): forged old TSvals are not each reflected."""
+    h, conn = ts_established()
+    acks = 0
+    for _ in range(100):  # 100 in 1 s
+        h.peer.send(flags="PA", payload=b"x", ts=(4000, h.peer.ts_recent), advance=False)
+        h.layer.flush(h.now)
+        acks += len(h.drain())
+        h.advance(0.01)
+    assert h.stats["drop.tcp.paws"] == 100
+    assert acks == 2 and h.stats["tcp.invalid_ack_ratelimited"] == 98
 
 
 def test_zero_window_accepts_only_rcv_nxt_and_still_processes_acks():

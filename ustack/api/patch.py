@@ -319,9 +319,17 @@ class PatchedSocket(_ORIGINAL):
             return
         warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
         try:
-            u._real_close()  # (dead now: its own finalizer does not warn again)
+            self._close_from_finalizer()  # (dead now: its own finalizer does not warn again)
         except Exception:  # noqa: BLE001 - nothing may escape a finalizer
             pass
+
+    def _close_from_finalizer(self) -> None:
+        """The ustack socket's finalizer close (``SocketBase._close_from_finalizer``: no lock, no segment, the
+        driver's next round sends the FIN), for this object's finalizer and a ``TlsSocket``'s over it."""
+        u = self.__dict__.get("_u")
+        self._closed = True
+        if u is not None and not u._dead and self._pid == os.getpid():
+            u._close_from_finalizer()
 
     def _tls_take(self):
         """For ``ustack.api.tls``: hand this socket's state to a new object of the class, as SSLSocket's

@@ -370,13 +370,18 @@ class TlsSocket(ssl.SSLSocket):
             self._sslobj, self._over = None, True  # (as SSLSocket: reads and writes after close are ValueError)
 
     def __del__(self):
-        """Dropped unclosed: the stdlib's ResourceWarning, naming this object (not the socket beneath)."""
+        """Dropped unclosed: the stdlib's ResourceWarning, naming this object (not the socket beneath), and
+        the ustack socket's own finalizer close (``SocketBase._close_from_finalizer``): a finalizer runs
+        wherever a collection starts, inside ``Stack.poll`` too, so it takes no lock and sends nothing (records
+        still unsent are dropped); the driver's next round releases the connection and sends the FIN."""
         sock = self.__dict__.get("_sock")
         if sock is None or getattr(self, "_closed", True):
             return
         warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
+        self._closed = True
         try:
-            sock.close()
+            closer = getattr(sock, "_close_from_finalizer", None)
+            (closer or sock.close)()  # (any other socket: its own close)
         except Exception:  # noqa: BLE001 - nothing may escape a finalizer
             pass
 

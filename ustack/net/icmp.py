@@ -5,8 +5,9 @@
   Linux does by default (icmp_echo_ignore_broadcasts).
 - ``send_error`` builds destination-unreachable / time-exceeded messages
   quoting the offending datagram, never in reply to an ICMP error, a
-  broadcast/multicast datagram, a non-initial fragment or a datagram from a
-  broadcast source (RFC 1122 section 3.2.2). A token bucket per destination
+  broadcast/multicast datagram (by its IP address, or by its frame's
+  destination MAC: ``icmp.no_error_to_link_group``), a non-initial fragment
+  or a datagram from a broadcast source (RFC 1122 section 3.2.2). A token bucket per destination
   limits them (RFC 1812 section 4.3.2.8; Linux: ~1/s, burst 6). At most
   ``max_buckets`` destinations are tracked (default 4096); a new one past
   that evicts the least recently created bucket (``icmp.ratelimit_evicted``).
@@ -137,8 +138,10 @@ class IcmpLayer(IcmpBase):
                            msg.type, msg.code, msg.seq, now)
 
     # -- output ---------------------------------------------------------------
-    def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0) -> bool:
-        """Send an ICMP error quoting ``original`` (IP header onwards) to ``dst``; False if suppressed."""
+    def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0,
+                   link_group: bool = False) -> bool:
+        """Send an ICMP error quoting ``original`` (IP header onwards) to ``dst``; False if suppressed.
+        ``link_group``: the datagram came in a link-layer broadcast or multicast frame (``Packet.link_group``)."""
         stats = self.stats
         iface = self.iface
         if len(original) < 20:
@@ -153,6 +156,9 @@ class IcmpLayer(IcmpBase):
             return False
         if (iface.is_broadcast(qdst) or is_multicast(qdst) or iface.is_broadcast(dst) or is_multicast(dst)
                 or dst == ANY4):
+            return False
+        if link_group:  # RFC 1122 3.2.2: nor one that came as a link-layer broadcast or multicast
+            stats.inc("icmp.no_error_to_link_group")
             return False
         try:
             self.ip.source(dst)

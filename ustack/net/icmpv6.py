@@ -7,7 +7,7 @@
   Exceeded / Parameter Problem quoting as much of the packet as fits in
   1280 bytes, and never (RFC 4443 2.4 (e)) in reply to an ICMPv6 error or
   a Redirect, to a packet sent to a multicast group or as link-layer
-  multicast (except Packet Too Big and Parameter Problem code 2 for an
+  multicast or broadcast (``icmpv6.no_error_to_link_group``) (except Packet Too Big and Parameter Problem code 2 for an
   option whose type asks for it, ``multicast_ok``), or to an unspecified
   or multicast source. A token bucket per destination limits them (RFC 4443
   2.4 (f)); at most ``max_buckets`` are tracked; and a host-wide bucket
@@ -21,8 +21,9 @@
   unreachable (3/0), address unreachable -> host unreachable (3/1), port
   unreachable -> 3/3, administratively prohibited -> 3/13, Packet Too Big
   -> fragmentation needed (3/4) with the new path MTU after it lowered the
-  destination's entry (RFC 8201), time exceeded -> 11, parameter problem
-  -> 12. So TCP and UDP need no IPv6 branch.
+  destination's entry (RFC 8201; only once the transport vouched for the
+  quote where it can, ``icmp_quote_check``: TCP's sequence number in flight,
+  RFC 5927), time exceeded -> 11, parameter problem -> 12. So TCP and UDP need no IPv6 branch.
 - NDP messages (types 133..137) go to ``ndp.input`` with the hop limit.
 """
 
@@ -142,9 +143,18 @@ class Icmpv6Layer(IcmpBase):
             stats.drop("icmpv6.bad_quote")
             return
         itype, code, info = msg.type, msg.code, 0
+        l4 = bytes(quoted[chain.offset:chain.offset + 8])
         if itype == PACKET_TOO_BIG:
-            # RFC 8201 4: lower the path MTU (never below 1280), then tell the transport the new one.
-            self.ip.pmtu_update(qdst, msg.mtu, now)
+            # RFC 8201 4: lower the path MTU (never below 1280), then tell the transport the new one. First
+            # the transport vouches for the quote where it can (RFC 5927 4.1: TCP's sequence number in flight;
+            # a forgery changes nothing, counted there); a quote no connection owns lowers that destination's
+            # entry only, and only a vouched one rebuilds every cached frame template.
+            check = getattr(self.protocols.get(chain.next_header), "icmp_quote_check", None)
+            vouched = None if check is None else check(qsrc, int.from_bytes(l4[0:2], "big"), qdst,
+                                                       int.from_bytes(l4[2:4], "big"), l4)
+            if vouched is False:
+                return
+            self.ip.pmtu_update(qdst, msg.mtu, now, flush=vouched is True)
             itype, code, info = 3, 4, self.ip.mtu(qdst)
         elif itype == DEST_UNREACHABLE:
             itype, code = 3, _UNREACH_AS_V4.get(code, 1)
@@ -152,13 +162,13 @@ class Icmpv6Layer(IcmpBase):
             itype = 11
         else:
             itype, code = 12, 0
-        self._to_transport(chain.next_header, qsrc, qdst, bytes(quoted[chain.offset:chain.offset + 8]),
-                           itype, code, info, now)
+        self._to_transport(chain.next_header, qsrc, qdst, l4, itype, code, info, now)
 
     # -- output ---------------------------------------------------------------
     def send_error(self, itype: int, code: int, original, dst: bytes, now: float, rest: int = 0,
-                   multicast_ok: bool = False) -> bool:
-        """An ICMPv6 error quoting ``original`` (from its IPv6 header) to ``dst``; False if suppressed."""
+                   multicast_ok: bool = False, link_group: bool = False) -> bool:
+        """An ICMPv6 error quoting ``original`` (from its IPv6 header) to ``dst``; False if suppressed.
+        ``link_group``: the packet came in a link-layer multicast frame (``Packet.link_group``)."""
         stats = self.stats
         if len(original) < HEADER_LEN:
             return False
@@ -168,6 +178,9 @@ class Icmpv6Layer(IcmpBase):
             return False  # RFC 4443 2.4 (e.1, e.2)
         if qdst[0] == 0xFF and not (multicast_ok or itype == PACKET_TOO_BIG):
             return False  # (e.3)
+        if link_group and not (multicast_ok or itype == PACKET_TOO_BIG):
+            stats.inc("icmpv6.no_error_to_link_group")  # (e.3): "sent as a link-layer multicast" too
+            return False
         if dst == bytes(16) or dst[0] == 0xFF:
             return False  # (e.6)
         try:

@@ -309,7 +309,8 @@ class Ipv4Layer:
             stats.drop("ipv4.frag_too_long")
             return
         # Rebuild one unfragmented frame and run it through classify again.
-        hdr = bytearray(_IP_TEMPLATE.pack(b"\0" * 6, b"\0" * 6, 0x0800, 0x45, 0, HEADER_LEN + len(whole), ident,
+        # (to the last fragment's destination MAC: a link-layer broadcast draws no ICMP error, RFC 1122 3.2.2)
+        hdr = bytearray(_IP_TEMPLATE.pack(bytes(frame[0:6]), b"\0" * 6, 0x0800, 0x45, 0, HEADER_LEN + len(whole), ident,
                                           0, frame[l3 + 8], proto, 0, src, dst))
         csum = _fastpath.checksum(memoryview(hdr)[14:34])
         hdr[24:26] = csum.to_bytes(2, "big")

@@ -131,8 +131,11 @@ class Ipv6Layer:
             return min(entry[0], self.iface.mtu)
         return self.iface.mtu
 
-    def pmtu_update(self, dst: bytes, mtu: int, now: float) -> bool:
-        """Packet Too Big for ``dst`` (RFC 8201 4): lower its path MTU, never below 1280. True if it fell."""
+    def pmtu_update(self, dst: bytes, mtu: int, now: float, flush: bool = True) -> bool:
+        """Packet Too Big for ``dst`` (RFC 8201 4): lower its path MTU, never below 1280. True if it fell.
+        ``flush`` rebuilds every cached frame template (they copy the MTU); without it the entry alone
+        changes (a quote no connection vouched for: templates already built keep their MTU, the next ones
+        and every Python-path send take the new one)."""
         mtu = max(mtu, MIN_MTU)
         if mtu >= self.mtu(dst):
             return False
@@ -142,7 +145,8 @@ class Ipv6Layer:
             self.stats.inc("ipv6.pmtu_evicted")
         table.pop(dst, None)
         table[dst] = (mtu, now + self.pmtu_timeout)
-        self.gen.bump()
+        if flush:
+            self.gen.bump()
         if self._pmtu_timer.deadline is None:
             self._pmtu_timer.arm(now + self.pmtu_timeout)
         self.stats.inc("ipv6.pmtu_reductions")
@@ -480,8 +484,9 @@ class Ipv6Layer:
 
     def _error(self, itype: int, code: int, packet: bytes, src: bytes, dst: bytes, now: float, rest: int = 0,
                multicast_ok: bool = False) -> None:
-        if self.send_error is not None:
-            self.send_error(itype, code, packet, src, now, rest=rest, multicast_ok=multicast_ok)
+        if self.send_error is not None:  # (the frame input_ext is working on: its destination MAC's group bit)
+            self.send_error(itype, code, packet, src, now, rest=rest, multicast_ok=multicast_ok,
+                            link_group=bool(self._l2[0] & 1))
 
     def _reassembly_timeout(self, header: bytes, first_data: bytes, now: float) -> None:
         # RFC 8200 4.5: Time Exceeded code 1 to the source, if fragment zero arrived.

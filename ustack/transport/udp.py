@@ -124,7 +124,7 @@ class UdpLayer:
         self.ip = ip
         self.iface = iface
         self.stats = stats
-        self.unreachable = unreachable  # (offending datagram from its IP header, its source, now)
+        self.unreachable = unreachable  # (offending datagram from its IP header, its source, now, link_group)
         self.default_rcvbuf = default_rcvbuf
         self.datagram_overhead = datagram_overhead
         self.bound: dict[tuple[bytes, int], UdpEndpoint] = {}  # (local addr or wildcard, port)
@@ -221,7 +221,7 @@ class UdpLayer:
             self.stats.drop("udp.no_socket")
             if iface.owns(dst):
                 # RFC 1122 4.1.3.1: port unreachable (rate-limited, never for broadcasts)
-                self.unreachable(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now)
+                self.unreachable(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now, pkt.link_group)
             return
         off = pkt.payload_off
         ep.deliver(bytes(frame[off:off + pkt.payload_len]), src, sport)
@@ -238,7 +238,7 @@ class UdpLayer:
         if ep is None:
             self.stats.drop("udp.no_socket")
             if dst[0] != 0xFF and self.unreachable6 is not None:
-                self.unreachable6(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now)  # RFC 4443 3.1 code 4
+                self.unreachable6(frame[pkt.l3:pkt.l3 + pkt.total_len], src, now, pkt.link_group)  # RFC 4443 3.1 code 4
             return
         off = pkt.payload_off
         ep.deliver(bytes(frame[off:off + pkt.payload_len]), src, sport)

@@ -19,10 +19,14 @@ SEGMENT ARRIVES for a synchronized connection (and SYN-RECEIVED), in order:
 0. SYN-RECEIVED special cases: a retransmitted SYN gets the SYN-ACK again;
    the peer's SYN-ACK in a simultaneous open completes the handshake.
 1. Timestamps (RFC 7323): once negotiated, a non-RST segment without a
-   TSopt is dropped (3.2); PAWS rejects an old TSval with an ACK (5.3 R1).
+   TSopt is dropped (3.2); PAWS rejects an old TSval with an ACK (5.3 R1),
+   rate-limited as in step 3.
 2. A SYN gets a challenge ACK whatever its sequence number (RFC 5961 4.2).
 3. Acceptability test (3.10.7.4 first step, the four cases); an
-   unacceptable segment is answered with an ACK unless it is a RST, then
+   unacceptable segment is answered with an ACK unless it is a RST, at most
+   one per ``challenge_ack_interval`` (Linux's tcp_invalid_ratelimit; else
+   tcp.invalid_ack_ratelimited) unless it is data at most a window left of
+   RCV.NXT (a retransmission: ACKed at once, D-SACK); an acceptable one is
    trimmed to the window. TS.Recent is updated (RFC 7323 4.3).
 4. RST: reset only when SEG.SEQ == RCV.NXT, otherwise a challenge ACK
    (RFC 5961 3.2).
@@ -86,6 +90,9 @@ from ustack.wire.icmp import error_to_oserror
 from ustack.wire.tcp import ACK, FIN, PSH, RST, SYN, headers_len
 
 _NEG_INF = float("-inf")
+# The largest window a 16-bit field can offer before scaling (RFC 7323 2.2): how far left of RCV.NXT
+# a retransmission can start.
+MAX_WINDOW = 0xFFFF
 # RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
 PAWS_IDLE = 24 * 24 * 3600.0
 
@@ -449,7 +456,7 @@ class Connection(UserCalls):
             if seq_lt(ts[0], tcb.ts_recent):
                 if now - tcb.ts_recent_age <= PAWS_IDLE:
                     stats.drop("tcp.paws")  # RFC 7323 5.3 R1
-                    self.out.send_ack(now)
+                    self._invalid_ack(now)
                     return
                 # RFC 7323 5.5: TS.Recent is stale after 24 idle days; start again from this one.
                 tcb.ts_recent = ts[0]
@@ -484,9 +491,14 @@ class Connection(UserCalls):
                 # Wholly left of RCV.NXT: the peer's retransmission, or a segment that crossed a later
                 # one on the way (a kernel sending from two CPUs over veth does this); not a window overrun.
                 stats.inc("tcp.unacceptable_old")
-            if dlen and seq_le(seq_add(seq, dlen), rcv_nxt):
-                self.receiver.duplicate(seq, seq_add(seq, dlen))  # RFC 2883: D-SACK the old data
-            self.out.send_ack(now)
+            if (dlen and seq_le(seq_add(seq, dlen), rcv_nxt)
+                    and seq_diff(rcv_nxt, seq) <= MAX_WINDOW << tcb.rcv_wscale):
+                # Data at most a window back: the peer's retransmission. Its ACK goes at once, with the
+                # D-SACK (RFC 2883), as Linux answers data unlimited (tcp_oow_rate_limited).
+                self.receiver.duplicate(seq, seq_add(seq, dlen))
+                self.out.send_ack(now)
+            else:
+                self._invalid_ack(now)
             return
 
         # Trim to the window: old bytes off the front, bytes past the window off the end.
@@ -648,6 +660,19 @@ class Connection(UserCalls):
             self._fail(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"))
         else:
             self.terminate()
+
+    def _invalid_ack(self, now: float) -> None:
+        """The ACK an unacceptable segment or a PAWS drop draws (RFC 9293 3.10.7.4 first step, RFC 7323 5.3),
+        at most one per ``challenge_ack_interval`` per connection, the rest counted
+        (tcp.invalid_ack_ratelimited): Linux's tcp_invalid_ratelimit (500 ms). Unlimited, two stacks that one
+        forged in-window segment each has desynchronized ACK each other's ACKs for ever, and every off-path
+        forgery is reflected. Challenge ACKs share the clock (``_last_challenge``), as Linux's
+        last_oow_ack_time."""
+        if now - self._last_challenge < self.config.challenge_ack_interval:
+            self.host.stats.inc("tcp.invalid_ack_ratelimited")
+            return
+        self._last_challenge = now
+        self.out.send_ack(now)
 
     def _challenge_ack(self, now: float) -> None:
         """RFC 5961 3.2/4.2/5.2 challenge ACK, rate-limited per connection and per layer (section 7)."""

@@ -84,6 +84,10 @@ class TcpOverIp:
     def pick_source(self, dst: bytes) -> bytes:
         return self._layer(dst).source(dst)
 
+    def icmp_quote_check(self, src: bytes, sport: int, dst: bytes, dport: int, quoted: bytes):
+        """``TcpLayer.icmp_quote_check`` on the quoted TCP header's first 8 bytes (ports, sequence number)."""
+        return self.tcp.icmp_quote_check(src, sport, dst, dport, int.from_bytes(quoted[4:8], "big"))
+
     def icmp_error(self, src: bytes, sport: int, dst: bytes, dport: int, itype: int, code: int, info: int,
                    quoted: bytes, now: float) -> None:
         # RFC 5927: the quoted sequence number lets TCP tell a genuine error from a blind forgery.

@@ -33,13 +33,18 @@ tcp.data_after_close, tcp.icmp_no_connection, tcp.icmp_bad_seq; per listener tcp
 tcp.listen_bad_ack, tcp.listen_no_syn, tcp.listen_overflow,
 tcp.syn_queue_full, tcp.syncookie_bad; in TIME-WAIT tcp.time_wait_unacceptable
 (answered by an ACK at most every ``challenge_ack_interval``, else
-tcp.oow_acks_suppressed). Counters (``stats.inc``) include
+tcp.invalid_ack_ratelimited). Counters (``stats.inc``) include
 tcp.in_segs, tcp.out_segs, tcp.retrans_segs, tcp.rto_expired,
 tcp.fast_retransmits, tcp.partial_acks, tcp.out_rsts, tcp.challenge_acks(_suppressed),
 tcp.window_probes, tcp.keepalive_probes, tcp.syncookies_sent/accepted,
 tcp.syncookie_not_expected (an ACK to a listener that sent no cookie within
 ``COOKIE_VALID``: not checked as one), tcp.time_wait_fin_acked,
-tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>.
+tcp.active_opens, tcp.passive_opens, tcp.established, tcp.errors.<Exception>,
+tcp.invalid_ack_ratelimited (an unacceptable segment or a PAWS drop within
+``challenge_ack_interval`` of the last such ACK or challenge ACK: not answered),
+tcp.flow_table_probe_limit (an insertion into the C flow table displaced 32
+slots or more from its home: counted, and the table doubles while under 8x
+its entries).
 
 Limits against hostile peers (knobs of the layer's ``TcpConfig``; each
 limit reached is counted):
@@ -104,7 +109,7 @@ from ustack.transport.tcp.reuseport import ReuseportGroup
 from ustack.transport.tcp.rtt import RttEstimator
 from ustack.transport.tcp.seq import seq_add, seq_ge, seq_lt
 from ustack.transport.tcp.syncookies import SynCookies
-from ustack.transport.tcp.tcb import CLOSE_WAIT, SYNCHRONIZED, TCB_LAYOUT
+from ustack.transport.tcp.tcb import CLOSE_WAIT, RECEIVING, SYNCHRONIZED, TCB_LAYOUT
 from ustack.transport.tcp.timewait import TimeWait
 from ustack.wire import WireError
 from ustack.wire.tcp import ACK, FIN, RST, SYN, TcpHeader
@@ -270,15 +275,34 @@ class TcpLayer:
         if conn is None:
             self.host.stats.drop("tcp.icmp_no_connection")
             return
-        if quoted_seq is not None:
-            if type(conn) is TimeWait:  # nothing in flight: SND.UNA == SND.MAX
-                self.host.stats.drop("tcp.icmp_bad_seq")
-                return
-            tcb = conn.tcb
-            if not (seq_ge(quoted_seq, tcb.snd_una) and seq_lt(quoted_seq, tcb.snd_max)):
-                self.host.stats.drop("tcp.icmp_bad_seq")
-                return
+        if quoted_seq is not None and not self._quote_in_flight(conn, quoted_seq):
+            return
         conn.icmp_error(itype, code, extra, now)
+
+    def receiving(self, laddr: bytes, lport: int, raddr: bytes, rport: int) -> bool:
+        """Whether one of our connections has the 4-tuple and takes data (ESTABLISHED, FIN-WAIT-1, FIN-WAIT-2)."""
+        conn = self.connections.get((laddr, lport, raddr, rport))
+        return type(conn) is Connection and conn.tcb.state in RECEIVING
+
+    def icmp_quote_check(self, laddr, lport: int, raddr, rport: int, quoted_seq: int):
+        """Before an ICMP error acts on state beyond the connection (a Packet Too Big on the path MTU, RFC
+        8201 4 and RFC 5927 4.1): None when no connection has the 4-tuple, True when one has it and the
+        quoted sequence number lies in SND.UNA..SND.MAX, False (the drop tcp.icmp_bad_seq) otherwise."""
+        conn = self.connections.get((_addr(laddr), lport, _addr(raddr), rport))
+        if conn is None:
+            return None
+        return self._quote_in_flight(conn, quoted_seq)
+
+    def _quote_in_flight(self, conn, quoted_seq: int) -> bool:
+        """RFC 5927 4.1: an error quoting a segment outside SND.UNA..SND.MAX is a blind forgery (counted)."""
+        if type(conn) is TimeWait:  # nothing in flight: SND.UNA == SND.MAX
+            self.host.stats.drop("tcp.icmp_bad_seq")
+            return False
+        tcb = conn.tcb
+        if not (seq_ge(quoted_seq, tcb.snd_una) and seq_lt(quoted_seq, tcb.snd_max)):
+            self.host.stats.drop("tcp.icmp_bad_seq")
+            return False
+        return True
 
     def flush(self, now: float) -> None:
         """Tell the application of the round's fast-path bursts, then send what user calls left

@@ -21,7 +21,7 @@ Segments are handled exactly as ``Connection`` handled them in TIME-WAIT:
   ACKed at once and restarts the 2 MSL (tcp.time_wait_fin_acked); a bare
   ACK at RCV.NXT draws nothing; anything else is the drop
   tcp.time_wait_unacceptable with an ACK at most every
-  ``challenge_ack_interval`` (else tcp.oow_acks_suppressed);
+  ``challenge_ack_interval`` (else tcp.invalid_ack_ratelimited);
 - a RST: out of window the drop tcp.rst_out_of_window; exactly at RCV.NXT
   it ends TIME-WAIT (tcp.resets_received; not RFC 1337's choice, as
   before); in window elsewhere the drop tcp.rst_not_exact with a challenge
@@ -135,7 +135,7 @@ class TimeWait:
             stats.drop("tcp.time_wait_unacceptable")
             # At most one ACK per challenge_ack_interval (Linux's tcp_invalid_ratelimit, 500 ms).
             if now - self.last_challenge < self.interval:
-                stats.inc("tcp.oow_acks_suppressed")
+                stats.inc("tcp.invalid_ack_ratelimited")
                 return
             self.last_challenge = now
             self.send_ack(now)
