@@ -84,7 +84,7 @@ import time
 from dataclasses import asdict
 from typing import Optional
 
-from ustack.tools import bench_loopback
+from ustack.tools import bench_loopback, bench_matrix
 from ustack.tools.bench_config import REFERENCE_KINDS, ROW_KINDS, USTACK_BACKENDS, BenchConfig
 from ustack.tools.bench_report import draw_png, format_table, latency_table, notes_for, write_json
 from ustack.tools.bench_program import run_program_row
@@ -123,6 +123,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the loopback rows (ustack --loopback vs the kernel's 127.0.0.1, both ends in-process)")
     p.add_argument("--no-program", action="store_true",
                    help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
+    p.add_argument("--programs", action="store_true",
+                   help="only the program matrix: unmodified servers under wrk / a C echo client, at 1 and 32 "
+                        "connections, on the kernel and under ustack run (ustack.tools.bench_matrix)")
+    p.add_argument("--no-matrix", action="store_true", help="skip the program matrix in the default bench")
+    p.add_argument("--matrix-rows", metavar="LIST",
+                   help="the matrix's programs whose names contain one of these comma-separated words (default: all)")
+    p.add_argument("--matrix-connections", metavar="LIST", default="1,32",
+                   help="the matrix's connection counts (default: %(default)s)")
+    p.add_argument("--hog", action="store_true",
+                   help="the matrix with a busy loop pinned on the client's core (the other core busy)")
     p.add_argument("--no-loss", action="store_true",
                    help="skip the bulk-under-loss row (pipe at 1%% and 3%%, veth with nftables drops: bench_loss)")
     p.add_argument("--steer-client-rx", action="store_true",
@@ -142,6 +152,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--connect-seconds", type=_positive(float), help="seconds of connect+close per repetition")
     tune.add_argument("--program-seconds", type=_positive(float),
                       help="seconds of back-to-back HTTP requests per program-row repetition")
+    tune.add_argument("--matrix-seconds", type=_positive(float), help="seconds of load per matrix cell")
     tune.add_argument("--ring-seconds", type=_positive(float), help="seconds per ring benchmark run")
     tune.add_argument("--ring-runs", type=_positive(int), help="ring benchmark runs (median reported)")
 
@@ -191,6 +202,8 @@ def cmd_bench(args) -> int:
         "config": {**asdict(cfg), "quick": args.quick, "xdp_mode": args.xdp_mode, "rows": ["kernel"] + kinds},
         "rows": [], "programs": [], "rings": [], "loopback": [], "notes": [],
     }
+    if args.programs:
+        return _cmd_matrix(args, kinds, cfg, placement, result)
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -215,6 +228,9 @@ def cmd_bench(args) -> int:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["programs"].append(run_program_row(kind, cfg.program_seconds, cfg.reps, placement,
                                                           args.xdp_mode, log))
+        if not args.no_matrix:
+            log("ustack bench: program matrix (ustack.tools.bench_matrix)")
+            result["matrix"] = bench_matrix.run_matrix(_matrix_config(args, kinds, cfg), placement, log)
         if cfg.rings:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["rings"].append(run_ring(kind, cfg, placement, args.xdp_mode, log))
@@ -267,6 +283,45 @@ def cmd_bench(args) -> int:
     if interrupted:
         return 130
     failed = [r for r in result["rows"] + result["programs"] if r["status"] == "error"]
+    return 1 if failed else 0
+
+
+def _matrix_config(args, kinds: list, cfg: BenchConfig) -> "bench_matrix.MatrixConfig":
+    try:
+        conns = tuple(int(c) for c in args.matrix_connections.split(","))
+    except ValueError:
+        conns = bench_matrix.CONNECTIONS
+    seconds = args.matrix_seconds or (1.0 if args.quick else 3.0)
+    return bench_matrix.MatrixConfig(seconds=seconds, reps=cfg.reps, connections=conns,
+                                     programs=bench_matrix.select_programs(args.matrix_rows),
+                                     backends=tuple(k for k in kinds if k in ("packet", "afxdp")),
+                                     hog=args.hog, xdp_mode=args.xdp_mode)
+
+
+def _cmd_matrix(args, kinds: list, cfg: BenchConfig, placement, result: dict) -> int:
+    """``ustack bench --programs``: the program matrix alone (table on stdout, JSON in --json)."""
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    t0 = time.monotonic()
+    home = os.sched_getaffinity(0)
+    mcfg = _matrix_config(args, kinds, cfg)
+    log(f"ustack bench --programs: stacks kernel, {', '.join(mcfg.backends)}; {placement.text}; "
+        f"load average {os.getloadavg()[0]:.2f}")
+    try:
+        placement.pin(0, placement.client)
+        result["matrix"] = bench_matrix.run_matrix(mcfg, placement, log)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        placement.pin(0, home)
+    result["duration_s"] = round(time.monotonic() - t0, 1)
+    if args.json:
+        write_json(result, args.json)
+    print("\n".join(bench_matrix.format_matrix(result["matrix"])))
+    print(f"\ntook {result['duration_s']:.0f} s, load average {os.getloadavg()[0]:.2f} at the end")
+    failed = [c for row in result["matrix"]["rows"] for cells in row["cells"].values() for c in cells
+              if c.get("status") == "error"]
     return 1 if failed else 0
 
 
