@@ -150,7 +150,9 @@ def parse_echo(text: str) -> dict:
 
 def load_argv(program: Program, host: str, conns: int, seconds: float, echo_client: Optional[str]) -> list:
     if program.load == "wrk":
-        return ["wrk", "--latency", "-t1", f"-c{conns}", f"-d{seconds}s", f"http://{host}:{PORT}{program.path}"]
+        # wrk takes whole seconds
+        return ["wrk", "--latency", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s",
+                f"http://{host}:{PORT}{program.path}"]
     return [echo_client, host, str(PORT), str(conns), str(seconds), str(ECHO_BYTES), str(WARMUP_SECONDS)]
 
 
@@ -197,11 +199,23 @@ def _tail(path: str) -> str:
         return "(no output)"
 
 
+def check_page(host: str, body: bytes) -> None:
+    """GET the page once (Connection: close, read to EOF); AssertionError unless 200 with exactly ``body``."""
+    with socket.create_connection((host, PORT), 5.0) as s:
+        s.sendall(f"GET /{FILE_NAME} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    head, _, got = b"".join(chunks).partition(b"\r\n\r\n")
+    if not re.match(rb"HTTP/1\.[01] 200 ", head) or got != body:
+        raise AssertionError(f"bad response: {head[:80]!r}, {len(got)} bytes of body")
+
+
 def run_cell(program: Program, stack: str, conns: int, cfg: MatrixConfig, placement, folder: str,
              body: bytes, echo_client: Optional[str]) -> dict:
     """One measured run on a fresh pair of namespaces: the server started, warmed, loaded, stopped."""
     from ustack.tools.bench_clients import widen_port_range
-    from ustack.tools.bench_program import _add_stack_address, fetch
+    from ustack.tools.bench_program import _add_stack_address
     from ustack.tools.bench_runner import _topology_class
 
     cell = {"program": program.name, "stack": stack, "connections": conns, "status": "ok", "note": ""}
@@ -216,10 +230,10 @@ def run_cell(program: Program, stack: str, conns: int, cfg: MatrixConfig, placem
             _wait_serving(topo, proc, log.name)
             if program.load == "wrk" and program.path == "/" + FILE_NAME:
                 with topo.in_peer_ns():
-                    fetch(topo.stack_addr, PORT, program.path, body)  # the answer, byte for byte, once
+                    check_page(topo.stack_addr, body)  # the answer, byte for byte, once
             taskset = shutil.which("taskset")
             pin = [taskset, "-c", ",".join(map(str, sorted(placement.client)))] if taskset and placement.client else []
-            warm = load_argv(program, topo.stack_addr, conns, WARMUP_SECONDS, echo_client)
+            warm = load_argv(program, topo.stack_addr, conns, 1.0, echo_client)
             if program.load == "wrk":
                 topo.peer_run([*pin, *warm], timeout=60, capture_output=True)
             cpu0 = _cpu_seconds(proc.pid)
