@@ -283,3 +283,36 @@ def test_a_kick_from_a_finalizer_inside_the_sleepers_lock_does_not_deadlock():
         driver.release_wake_fd(waker)
         driver.close()
     waker.wake()  # a late wake of a released waker writes nowhere
+
+
+class WatchedDevice(NoDevice):
+    """A device with a receive ring word (``rx_watch``): the leader's spin waits on it in C."""
+
+    def __init__(self):
+        from ustack._fastpath import RxWatch
+
+        self.ring = bytearray(64)
+        self.watch = RxWatch.tp_status(self.ring)
+        self.watch.at(0)
+
+    def rx_watch(self):
+        return self.watch
+
+
+def test_the_busy_poll_waits_on_the_devices_ring_word_without_the_gil(monkeypatch):
+    """Between rounds the leader spins in ustack._fastpath.spin_wait on the device's RxWatch (no Python
+    round per turn, the GIL free); it ends on time when no frame comes, and the budget still ends in a sleep."""
+    from ustack.api import driver as driver_mod
+
+    stack = ScriptedStack(busy_rounds=range(1, 4))
+    stack.device = WatchedDevice()
+    waits = []
+    real = driver_mod.spin_wait
+    monkeypatch.setattr(driver_mod, "spin_wait", lambda w, s: waits.append((w, s)) or real(w, s))
+    driver = Driver(stack, StepClock(), busy_poll=6e-6, auto_start=False)
+    slept = []
+    driver._sleep = lambda timeout, kicks=None: slept.append(stack.rounds)
+    driver.wait_until(lambda: stack.rounds >= 12, None)
+    driver.close()
+    assert waits and all(w is stack.device.watch and 0 < s <= 6e-6 for w, s in waits), waits
+    assert 3 <= len(waits) <= 8 and slept and slept[0] >= 3, (waits, slept)  # rounds 1-3 re-armed the budget

@@ -74,6 +74,11 @@ from typing import Callable, Optional
 from ustack.api.arrivals import ArrivalPredictor
 from ustack.api.clock import ManualClock, MonotonicClock
 
+try:
+    from ustack._fastpath import spin_wait
+except ImportError:  # no compiled extension: spin in Python
+    spin_wait = None
+
 MAX_SLEEP = 0.5  # never sleep longer than this without re-checking (signals, stop requests)
 DEFAULT_BUSY_POLL = 50e-6  # seconds of spinning after a round that received frames
 DEFAULT_PUSH_WAIT = 10e-6  # a held TCP flush waits this long for the next frame of the write
@@ -132,6 +137,10 @@ class Driver:
         self.deadline: Optional[float] = None
         self.last_error: Optional[BaseException] = None  # the last exception the background thread survived
         self._deferred: collections.deque = collections.deque()  # finalizers' releases, for the next round
+        # the device's "frames are waiting" word, for a busy-poll without the GIL (ustack._fastpath.spin_wait);
+        # None for a device without one (the pipe, TAP, a decorator): then the spin is a Python loop
+        watch = getattr(stack.device, "rx_watch", None) if spin_wait is not None else None
+        self._rx_watch: Optional[Callable[[], object]] = watch
 
     def socket(self, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0):
         """A stdlib-shaped socket on this driver's stack (see ``ustack.api.socket``)."""
@@ -375,17 +384,23 @@ class Driver:
                 if predicate():
                     return self._unhold(True)
                 others = bool(self._followers) or self.lock.waiting
+                watch = self._rx_watch() if self._rx_watch is not None else None
             now = clock()
             if end is not None and now >= end:
                 with self.lock:
                     return self._unhold(False)
-            spin_end = self._pause(now, deadline, worked, kicks, others, spin_end, end)
+            spin_end = self._pause(now, deadline, worked, kicks, others, spin_end, end, watch)
 
     def _pause(self, now: float, deadline: Optional[float], worked: bool, kicks: int, others: bool,
-               spin_end: float, end: Optional[float] = None) -> float:
+               spin_end: float, end: Optional[float] = None, watch=None) -> float:
         """After a round: spin on within the busy-poll budget (re-armed by a round that received frames)
         or an anticipated arrival's window, yielding to other threads; past it, sleep until the stack's
-        next deadline (or ``end``, or the next anticipated window). Returns the budget's end."""
+        next deadline (or ``end``, or the next anticipated window). Returns the budget's end.
+
+        With the device's ``watch`` (``rx_watch()``), the spin is ``ustack._fastpath.spin_wait``: a C
+        loop on the ring's status word without the GIL, yielding the CPU between looks, back as soon as
+        a frame is there or the budget (or the stack's next deadline) is over; application threads run
+        meanwhile. Without one, a Python loop: a round per turn, ``sched_yield`` when others wait."""
         if worked:
             spin_end = now + self.busy_poll
         window = None
@@ -394,6 +409,14 @@ class Driver:
             if window is not None and window[0] <= now:
                 spin_end = window[1]  # a request of a steady flow is due: meet it awake
         if now < spin_end:
+            if watch is not None:
+                if deadline is not None and deadline <= now:
+                    return spin_end  # the round asked for another at once (a full burst, a held flush)
+                until = spin_end if deadline is None else min(spin_end, deadline)
+                if end is not None:
+                    until = min(until, end)
+                spin_wait(watch, until - now)
+                return spin_end
             if others:
                 os.sched_yield()  # releases the GIL: a woken follower or a thread after the lock runs now
             return spin_end
@@ -456,12 +479,13 @@ class Driver:
                         deadline, worked = self._round()
                         kicks = self._kicks
                         others = bool(self._followers) or self.lock.waiting
+                        watch = self._rx_watch() if self._rx_watch is not None else None
                 except Exception as e:  # a bug in the stack must not silently stop all networking
                     self.last_error = e
                     stats.inc(f"driver.poll_error.{type(e).__name__}")
                     self._sleep(ERROR_BACKOFF)
                     continue
-                spin_end = self._pause(clock(), deadline, worked, kicks, others, spin_end)
+                spin_end = self._pause(clock(), deadline, worked, kicks, others, spin_end, None, watch)
         finally:
             with self.lock:
                 if self._leader == me:
