@@ -29,11 +29,22 @@ class NoDevice:
         return -1
 
 
+class Timers:
+    """The stand-in's timer heap: its next deadline is whatever the test sets."""
+
+    def __init__(self):
+        self.next = None
+
+    def next_deadline(self):
+        return self.next
+
+
 class ScriptedStack:
     """A stand-in Stack: round i 'receives a frame' when i is in ``busy_rounds``; may raise on chosen rounds."""
 
     def __init__(self, busy_rounds=(), raise_rounds=()):
         self.stats = Stats()
+        self.timers = Timers()
         self.device = NoDevice()
         self.rounds = 0
         self.busy_rounds = set(busy_rounds)
@@ -106,7 +117,9 @@ def test_one_kick_wakes_every_sleeping_thread(monkeypatch):
     from ustack.api import driver as driver_module
 
     monkeypatch.setattr(driver_module, "MAX_SLEEP", 60.0)  # a lost wake-up would be a 60 s sleep
-    driver = Driver(ScriptedStack(), busy_poll=0.0, auto_start=False)
+    stack = ScriptedStack()
+    stack.timers.next = 0.0  # the call that kicks armed a timer that is due at once
+    driver = Driver(stack, busy_poll=0.0, auto_start=False)
     sleepers = [threading.Thread(target=driver._sleep, args=(None,)) for _ in range(3)]
     try:
         for t in sleepers:
@@ -124,6 +137,32 @@ def test_one_kick_wakes_every_sleeping_thread(monkeypatch):
         driver.kick()
         for t in sleepers:
             t.join(1)
+        driver.close()
+
+
+def test_a_kick_that_moves_no_timer_writes_no_pipe_and_one_that_does_wakes_the_sleeper(monkeypatch):
+    """A user call (a send, a recv) kicks; the poller asleep until its deadline has nothing to do sooner
+    unless the call armed a timer before that deadline: only then is its pipe written (issue 30: every call
+    woke the sleeping driver thread for a round with nothing in it)."""
+    from ustack.api import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "MAX_SLEEP", 60.0)
+    stack = ScriptedStack()
+    driver = Driver(stack, busy_poll=0.0, auto_start=False)
+    woke = threading.Event()
+    t = threading.Thread(target=lambda: (driver._sleep(30.0), woke.set()))
+    t.start()
+    try:
+        assert until(lambda: len(driver._sleeping) == 1)
+        stack.timers.next = driver.clock() + 40.0  # a timer after the sleeper's own wake-up (30 s)
+        driver.kick()
+        assert not woke.wait(0.2), "a kick that moved no deadline woke the sleeper"
+        stack.timers.next = driver.clock() + 1.0  # now one before it
+        driver.kick()
+        assert woke.wait(10), "a kick that armed an earlier timer did not wake the sleeper"
+    finally:
+        driver.kick(force=True)
+        t.join(5)
         driver.close()
 
 

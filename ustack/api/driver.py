@@ -225,11 +225,19 @@ class Driver:
             except Exception as e:  # noqa: BLE001 - a finalizer's release fails quietly, as in __del__, but counted
                 self.stack.stats.inc(f"driver.finalizer_error.{type(e).__name__}")
 
-    def kick(self) -> None:
-        """The stack's state changed outside a round (a user call): wake sleeping pollers (a new
-        deadline) and the followers whose condition now holds."""
+    def kick(self, force: bool = False) -> None:
+        """The stack's state changed outside a round (a user call): wake the sleeping pollers whose sleep
+        would outlast the stack's next timer (a call may have armed an earlier one: a retransmission, a
+        delayed ACK), every ``wake_fd`` (event loops keep their own deadline), all of them with
+        ``force``; and the followers whose condition now holds. A call that moved no deadline writes no
+        pipe: the poller asleep until its deadline has nothing to do sooner (what a call sends leaves in
+        the call itself). A poller between its last round and its sleep sees the kick counter move and
+        looks again instead of sleeping."""
         self._kicks += 1
-        self._wake_sleepers()
+        if self._sleeping:
+            with self.lock:
+                due = None if force else self.stack.timers.next_deadline()
+            self._wake_sleepers(due, force)
         if self._followers:
             with self.lock:
                 self._wake_followers()
@@ -249,7 +257,7 @@ class Driver:
             self._sleeping.discard(waker)
         waker.close()
 
-    def _wake_sleepers(self) -> None:
+    def _wake_sleepers(self, due: Optional[float] = None, force: bool = True) -> None:
         # No lock here: kick() runs from socket finalizers (__del__ on a garbage collection), which may
         # start inside any allocation, also one made under _sleepers_lock; taking that (plain) lock
         # again deadlocked the thread. A copy of the set is enough: a sleeper added after it looked
@@ -263,7 +271,8 @@ class Driver:
         else:
             wakers = ()
         for waker in wakers:
-            waker.wake()
+            if force or waker.until is None or (due is not None and due < waker.until):
+                waker.wake()  # (until None: a wake_fd's event loop, which keeps its own deadline)
 
     def _wake_followers(self) -> None:
         """Under the lock: set the Event of every follower whose condition holds."""
@@ -295,6 +304,7 @@ class Driver:
             timeout = MAX_SLEEP
         with self._sleepers_lock:
             waker = self._free.pop() if self._free else _Waker()
+            waker.until = self.clock() + max(timeout, 0.0)  # a kick that moves no timer before this lets it sleep
             self._sleeping.add(waker)
         try:
             if kicks is not None and self._kicks != kicks:
@@ -497,7 +507,7 @@ class Driver:
             return
         self._stop.set()
         self._bg_event.set()
-        self.kick()
+        self.kick(force=True)
         self._thread.join(5)
         self._thread = None
         self._bg_ident = None
@@ -577,9 +587,10 @@ class _Follower:
 class _Waker:
     """A non-blocking pipe one sleeping thread waits on; ``wake()`` makes its read end readable."""
 
-    __slots__ = ("r", "w")
+    __slots__ = ("r", "w", "until")
 
     def __init__(self):
+        self.until: Optional[float] = None  # when its sleeper wakes by itself (None: an event loop's, unknown)
         self.r, self.w = os.pipe()
         os.set_blocking(self.r, False)
         os.set_blocking(self.w, False)

@@ -105,9 +105,11 @@ class ReadinessFd:
 
 
 def _drain(s) -> None:
+    """Empty one end in one call: what is queued there is one 1-byte mark (readable) or at most
+    ``_MAX_FILL`` 512-byte fills (not writable), all below one read's size; no second read to meet
+    EAGAIN (a system call and a Python exception per transition)."""
     try:
-        while s.recv(65536, _std.MSG_DONTWAIT):
-            pass
+        s.recv(1 << 16, _std.MSG_DONTWAIT)
     except BlockingIOError:
         pass
 
