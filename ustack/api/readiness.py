@@ -34,6 +34,8 @@ import os
 import select
 import socket as _std
 
+import _socket
+
 _FILL = b"\0" * 512  # one write this size makes ``a`` not writable (SO_SNDBUF at its minimum)
 _MAX_FILL = 64  # writes tried before giving up on making ``a`` not writable (never reached on Linux)
 
@@ -44,7 +46,9 @@ class ReadinessFd:
     __slots__ = ("_a", "_b", "readable", "writable", "__weakref__")
 
     def __init__(self, readable: bool = False, writable: bool = False):
-        a, b = _std.socketpair(_std.AF_UNIX, _std.SOCK_STREAM)
+        # the C module's pair, not ``socket.socketpair``: under ``ustack.patch()`` that makes the patch's
+        # socket objects, and every set() would pass through its Python dispatch to reach the kernel
+        a, b = _socket.socketpair(_std.AF_UNIX, _std.SOCK_STREAM)
         a.setsockopt(_std.SOL_SOCKET, _std.SO_SNDBUF, 1)  # the kernel clamps to its minimum
         a.setblocking(False)
         b.setblocking(False)
