@@ -355,3 +355,41 @@ def test_the_busy_poll_waits_on_the_devices_ring_word_without_the_gil(monkeypatc
     driver.close()
     assert waits and all(w is stack.device.watch and 0 < s <= 6e-6 for w, s in waits), waits
     assert 3 <= len(waits) <= 8 and slept and slept[0] >= 3, (waits, slept)  # rounds 1-3 re-armed the budget
+
+
+def test_a_leader_that_wakes_its_one_follower_gives_the_lead_up_so_the_woken_thread_polls_next(no_long_sleeps):
+    """An accept()-like leader whose round brings a connection thread its data steps down to the background
+    thread and waits as a follower; the connection thread's next wait takes the lead and its next data is
+    found by its own round: it runs at once, with no hand-off through the accepting thread (issue 30)."""
+    stack = TickingStack()
+    driver = Driver(stack, busy_poll=0.0)
+    driver.start()
+    stop_acceptor = threading.Event()
+    acceptor = threading.Thread(target=driver.wait_until, args=(stop_acceptor.is_set, 30))
+    firsts, seconds = [], []
+
+    def connection_thread():
+        firsts.append(driver.wait_until(lambda: stack.arrived, 30))  # its first request: the leader relays it
+        stack.arrived = False
+        stack.fire_at = stack.rounds + 10
+        seconds.append(driver.wait_until(lambda: stack.arrived, 30))  # its next: found by its own rounds
+
+    conn = threading.Thread(target=connection_thread)
+    try:
+        acceptor.start()
+        assert until(lambda: driver._leader == acceptor.ident)
+        conn.start()
+        assert until(lambda: conn.ident in driver._followers)
+        stack.fire_at = stack.rounds + 10
+        conn.join(10)
+        assert firsts == [True] and seconds == [True]
+        fired = stack.fire_at
+        assert stack.pollers[fired - 1] == conn.ident, "the second request was relayed by another thread"
+        assert until(lambda: acceptor.ident in driver._followers)  # the acceptor waits on, as a follower
+    finally:
+        stop_acceptor.set()
+        driver.kick(force=True)
+        acceptor.join(10)
+        conn.join(1)
+        driver.close()
+    assert not acceptor.is_alive()
