@@ -129,8 +129,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-matrix", action="store_true", help="skip the program matrix in the default bench")
     p.add_argument("--matrix-rows", metavar="LIST",
                    help="the matrix's programs whose names contain one of these comma-separated words (default: all)")
-    p.add_argument("--matrix-connections", metavar="LIST", default="1,32",
-                   help="the matrix's connection counts (default: %(default)s)")
+    p.add_argument("--matrix-connections", metavar="LIST",
+                   help="the matrix's connection counts (default: 1,32; with --quick in the default bench: 1)")
     p.add_argument("--hog", action="store_true",
                    help="the matrix with a busy loop pinned on the client's core (the other core busy)")
     p.add_argument("--no-loss", action="store_true",
@@ -287,13 +287,17 @@ def cmd_bench(args) -> int:
 
 
 def _matrix_config(args, kinds: list, cfg: BenchConfig) -> "bench_matrix.MatrixConfig":
+    # the default bench's --quick section: two rows at one connection (the whole matrix is --programs)
+    small = args.quick and not args.programs
     try:
-        conns = tuple(int(c) for c in args.matrix_connections.split(","))
+        conns = (tuple(int(c) for c in args.matrix_connections.split(",")) if args.matrix_connections
+                 else (1,) if small else bench_matrix.CONNECTIONS)
     except ValueError:
         conns = bench_matrix.CONNECTIONS
+    rows = args.matrix_rows or ("HTTP/1.0,thread per connection" if small else None)
     seconds = args.matrix_seconds or (1.0 if args.quick else 3.0)
     return bench_matrix.MatrixConfig(seconds=seconds, reps=cfg.reps, connections=conns,
-                                     programs=bench_matrix.select_programs(args.matrix_rows),
+                                     programs=bench_matrix.select_programs(rows),
                                      backends=tuple(k for k in kinds if k in ("packet", "afxdp")),
                                      hog=args.hog, xdp_mode=args.xdp_mode)
 

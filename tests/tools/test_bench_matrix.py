@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -63,7 +64,7 @@ def test_echo_client_counts_checked_requests_and_refuses_a_wrong_byte():
 
     def serve(lst, corrupt):
         conn, _ = lst.accept()
-        with conn:
+        with conn, contextlib.suppress(ConnectionError):  # the client resets once it has seen the bad byte
             while data := conn.recv(65536):
                 conn.sendall(data[:-1] + bytes([data[-1] ^ 1]) if corrupt else data)
 
