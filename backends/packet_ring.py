@@ -88,6 +88,7 @@ PACKET_FANOUT = 18
 PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
 PACKET_VNET_HDR = 15
+TPV3_BLOCK_STATUS = 8  # struct tpacket_block_desc: version, offset_to_priv, then hdr.bh1.block_status
 VNET_HDR_LEN = 10  # struct virtio_net_hdr in front of every TX frame when gso is on
 GSO_FRAME_SIZE = 1 << 16  # TX slot with gso: 48 + 10 + a 65,478-byte super-frame
 GSO_TX_FRAMES = 64  # default TX slots with gso: 4 MiB
@@ -211,6 +212,7 @@ class PacketRingDevice:
         self.claim_problem = ""
         self._sock = self._tx_sock = self._new_socket()
         self._closed = False
+        self._watch = None  # rx_watch's RxWatch, made on first use
         try:
             if rx_version == 2:
                 self._tx_sock = self._new_socket()
@@ -432,6 +434,22 @@ class PacketRingDevice:
             return self._rx_burst_v2(max_frames)
         return self._rx_burst_v3(max_frames)
 
+    def rx_watch(self):
+        """The status word of the next RX slot (V2) or block (V3) as an ``ustack._fastpath.RxWatch``, for the
+        driver's busy-poll without the GIL; None when closed or inside a V3 block (frames are waiting)."""
+        if self._closed:
+            return None
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = fp.RxWatch.tp_status(self._rx_mv)
+        if self.rx_version == 2:
+            watch.at(self._rx_head * self._rx_frame_size)  # tpacket2_hdr.tp_status
+        elif self._rx_left:
+            return None
+        else:
+            watch.at(self._rx_block * self._block_size + TPV3_BLOCK_STATUS)
+        return watch
+
     def _rx_burst_v2(self, max_frames: int) -> list[memoryview]:
         frames: list[memoryview] = []
         statuses: list[int] = []
@@ -618,6 +636,9 @@ class PacketRingDevice:
         for view in self._tx_views:
             view.release()
         self._tx_views = []
+        if self._watch is not None:
+            self._watch.release()  # its buffer export would keep the ring mapped
+            self._watch = None
         for view in self._views:
             view.release()
         self._views = []

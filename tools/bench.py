@@ -84,7 +84,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Optional
 
-from ustack.tools import bench_loopback
+from ustack.tools import bench_loopback, bench_matrix
 from ustack.tools.bench_config import REFERENCE_KINDS, ROW_KINDS, USTACK_BACKENDS, BenchConfig
 from ustack.tools.bench_report import draw_png, format_table, latency_table, notes_for, write_json
 from ustack.tools.bench_program import run_program_row
@@ -126,6 +126,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the unmodified-program rows (python -m http.server on ustack vs the kernel)")
     p.add_argument("--no-offloads", action="store_true",
                    help="skip the rows over a veth left at the kernel's default offloads (partial checksums, TSO)")
+    p.add_argument("--programs", action="store_true",
+                   help="only the program matrix: unmodified servers under wrk / a C echo client, at 1 and 32 "
+                        "connections, on the kernel and under ustack run (ustack.tools.bench_matrix)")
+    p.add_argument("--no-matrix", action="store_true", help="skip the program matrix in the default bench")
+    p.add_argument("--matrix-rows", metavar="LIST",
+                   help="the matrix's programs whose names contain one of these comma-separated words (default: all)")
+    p.add_argument("--matrix-connections", metavar="LIST",
+                   help="the matrix's connection counts (default: 1,32; with --quick in the default bench: 1)")
+    p.add_argument("--hog", action="store_true",
+                   help="the matrix with a busy loop pinned on the client's core (the other core busy)")
     p.add_argument("--no-loss", action="store_true",
                    help="skip the bulk-under-loss row (pipe at 1%% and 3%%, veth with nftables drops: bench_loss)")
     p.add_argument("--steer-client-rx", action="store_true",
@@ -145,6 +155,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--connect-seconds", type=_positive(float), help="seconds of connect+close per repetition")
     tune.add_argument("--program-seconds", type=_positive(float),
                       help="seconds of back-to-back HTTP requests per program-row repetition")
+    tune.add_argument("--matrix-seconds", type=_positive(float), help="seconds of load per matrix cell")
     tune.add_argument("--ring-seconds", type=_positive(float), help="seconds per ring benchmark run")
     tune.add_argument("--ring-runs", type=_positive(int), help="ring benchmark runs (median reported)")
 
@@ -220,6 +231,8 @@ def cmd_bench(args) -> int:
         "config": {**asdict(cfg), "quick": args.quick, "xdp_mode": args.xdp_mode, "rows": ["kernel"] + kinds},
         "rows": [], "programs": [], "rings": [], "loopback": [], "notes": [],
     }
+    if args.programs:
+        return _cmd_matrix(args, kinds, cfg, placement, result)
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -251,6 +264,9 @@ def cmd_bench(args) -> int:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["programs"].append(run_program_row(kind, cfg.program_seconds, cfg.reps, placement,
                                                           args.xdp_mode, log))
+        if not args.no_matrix:
+            log("ustack bench: program matrix (ustack.tools.bench_matrix)")
+            result["matrix"] = bench_matrix.run_matrix(_matrix_config(args, kinds, cfg), placement, log)
         if cfg.rings:
             for kind in ["kernel"] + [k for k in kinds if k in USTACK_BACKENDS]:
                 result["rings"].append(run_ring(kind, cfg, placement, args.xdp_mode, log))
@@ -291,6 +307,49 @@ def cmd_bench(args) -> int:
     if interrupted:
         return 130
     failed = [r for r in result["rows"] + result["programs"] if r["status"] == "error"]
+    return 1 if failed else 0
+
+
+def _matrix_config(args, kinds: list, cfg: BenchConfig) -> "bench_matrix.MatrixConfig":
+    # the default bench's --quick section: two rows at one connection (the whole matrix is --programs)
+    small = args.quick and not args.programs
+    try:
+        conns = (tuple(int(c) for c in args.matrix_connections.split(",")) if args.matrix_connections
+                 else (1,) if small else bench_matrix.CONNECTIONS)
+    except ValueError:
+        conns = bench_matrix.CONNECTIONS
+    rows = args.matrix_rows or ("HTTP/1.0,thread per connection" if small else None)
+    seconds = args.matrix_seconds or (1.0 if args.quick else 3.0)
+    return bench_matrix.MatrixConfig(seconds=seconds, reps=cfg.reps, connections=conns,
+                                     programs=bench_matrix.select_programs(rows),
+                                     backends=tuple(k for k in kinds if k in ("packet", "afxdp")),
+                                     hog=args.hog, xdp_mode=args.xdp_mode)
+
+
+def _cmd_matrix(args, kinds: list, cfg: BenchConfig, placement, result: dict) -> int:
+    """``ustack bench --programs``: the program matrix alone (table on stdout, JSON in --json)."""
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    t0 = time.monotonic()
+    home = os.sched_getaffinity(0)
+    mcfg = _matrix_config(args, kinds, cfg)
+    log(f"ustack bench --programs: stacks kernel, {', '.join(mcfg.backends)}; {placement.text}; "
+        f"load average {os.getloadavg()[0]:.2f}")
+    try:
+        placement.pin(0, placement.client)
+        result["matrix"] = bench_matrix.run_matrix(mcfg, placement, log)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        placement.pin(0, home)
+    result["duration_s"] = round(time.monotonic() - t0, 1)
+    if args.json:
+        write_json(result, args.json)
+    print("\n".join(bench_matrix.format_matrix(result["matrix"])))
+    print(f"\ntook {result['duration_s']:.0f} s, load average {os.getloadavg()[0]:.2f} at the end")
+    failed = [c for row in result["matrix"]["rows"] for cells in row["cells"].values() for c in cells
+              if c.get("status") == "error"]
     return 1 if failed else 0
 
 

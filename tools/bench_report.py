@@ -17,6 +17,7 @@ import statistics
 from typing import Optional
 
 from ustack.tools.bench_config import LATENCY_SIZES, MESSAGE, METRICS, RING_METRICS, SERVER_CPU_METRICS
+from ustack.tools.bench_matrix import format_matrix
 from ustack.tools.bench_program import format_programs
 
 
@@ -184,6 +185,7 @@ def format_table(result: dict) -> str:
     out += format_families(result)
     out += format_latency(result)
     out += format_programs(result)
+    out += format_matrix(result.get("matrix"))
     if result.get("rings"):
         out += ["", "ring cost, 60-byte UDP frames (64 on a wire); CPU of the stack-side thread per frame:"]
         width = max([len("path")] + [len(r["name"]) for r in result["rings"]])

@@ -52,7 +52,7 @@ import time
 import weakref
 from typing import Optional, Sequence
 
-from ustack._fastpath import XskDataPath
+from ustack._fastpath import RxWatch, XskDataPath
 from ustack.device import Capabilities, DeviceError
 
 from .errors import (
@@ -464,6 +464,17 @@ class AfXdpDevice:
     def fileno(self) -> int:
         return self._xsk.fileno() if self._xsk is not None and not self._closed else -1
 
+    def rx_watch(self):
+        """The RX ring's producer index as an ``ustack._fastpath.RxWatch``, for the driver's busy-poll
+        without the GIL; None when closed."""
+        xsk = self._xsk
+        if xsk is None or self._closed:
+            return None
+        watch = self.__dict__.get("_watch")
+        if watch is None:
+            watch = self._watch = RxWatch.xsk(xsk.rx)
+        return watch
+
     def flush(self) -> None:
         """Reap completions and kick the TX ring again if frames are still queued."""
         if self._path is not None:
@@ -505,6 +516,7 @@ class AfXdpDevice:
             self._closed = True
             path, self._path = self._path, None
             xsk, self._xsk = self._xsk, None
+            self._watch = None
             program, self._program = self._program, None
             link, self._link = self._link, None
             gso_sock, self._gso_sock = self._gso_sock, None

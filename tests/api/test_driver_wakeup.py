@@ -29,11 +29,22 @@ class NoDevice:
         return -1
 
 
+class Timers:
+    """The stand-in's timer heap: its next deadline is whatever the test sets."""
+
+    def __init__(self):
+        self.next = None
+
+    def next_deadline(self):
+        return self.next
+
+
 class ScriptedStack:
     """A stand-in Stack: round i 'receives a frame' when i is in ``busy_rounds``; may raise on chosen rounds."""
 
     def __init__(self, busy_rounds=(), raise_rounds=()):
         self.stats = Stats()
+        self.timers = Timers()
         self.device = NoDevice()
         self.rounds = 0
         self.busy_rounds = set(busy_rounds)
@@ -106,7 +117,9 @@ def test_one_kick_wakes_every_sleeping_thread(monkeypatch):
     from ustack.api import driver as driver_module
 
     monkeypatch.setattr(driver_module, "MAX_SLEEP", 60.0)  # a lost wake-up would be a 60 s sleep
-    driver = Driver(ScriptedStack(), busy_poll=0.0, auto_start=False)
+    stack = ScriptedStack()
+    stack.timers.next = 0.0  # the call that kicks armed a timer that is due at once
+    driver = Driver(stack, busy_poll=0.0, auto_start=False)
     sleepers = [threading.Thread(target=driver._sleep, args=(None,)) for _ in range(3)]
     try:
         for t in sleepers:
@@ -124,6 +137,32 @@ def test_one_kick_wakes_every_sleeping_thread(monkeypatch):
         driver.kick()
         for t in sleepers:
             t.join(1)
+        driver.close()
+
+
+def test_a_kick_that_moves_no_timer_writes_no_pipe_and_one_that_does_wakes_the_sleeper(monkeypatch):
+    """A user call (a send, a recv) kicks; the poller asleep until its deadline has nothing to do sooner
+    unless the call armed a timer before that deadline: only then is its pipe written (issue 30: every call
+    woke the sleeping driver thread for a round with nothing in it)."""
+    from ustack.api import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "MAX_SLEEP", 60.0)
+    stack = ScriptedStack()
+    driver = Driver(stack, busy_poll=0.0, auto_start=False)
+    woke = threading.Event()
+    t = threading.Thread(target=lambda: (driver._sleep(30.0), woke.set()))
+    t.start()
+    try:
+        assert until(lambda: len(driver._sleeping) == 1)
+        stack.timers.next = driver.clock() + 40.0  # a timer after the sleeper's own wake-up (30 s)
+        driver.kick()
+        assert not woke.wait(0.2), "a kick that moved no deadline woke the sleeper"
+        stack.timers.next = driver.clock() + 1.0  # now one before it
+        driver.kick()
+        assert woke.wait(10), "a kick that armed an earlier timer did not wake the sleeper"
+    finally:
+        driver.kick(force=True)
+        t.join(5)
         driver.close()
 
 
@@ -344,3 +383,74 @@ def test_a_wake_racing_a_close_never_writes_to_the_fd_number_reused_after_it(mon
         os.close(reused["w"])
     assert stray == b""  # the wake's byte went to its own pipe, before the close: not into the new one
     assert closer_blocked.is_set()
+
+
+class WatchedDevice(NoDevice):
+    """A device with a receive ring word (``rx_watch``): the leader's spin waits on it in C."""
+
+    def __init__(self):
+        from ustack._fastpath import RxWatch
+
+        self.ring = bytearray(64)
+        self.watch = RxWatch.tp_status(self.ring)
+        self.watch.at(0)
+
+    def rx_watch(self):
+        return self.watch
+
+
+def test_the_busy_poll_waits_on_the_devices_ring_word_without_the_gil(monkeypatch):
+    """Between rounds the leader spins in ustack._fastpath.spin_wait on the device's RxWatch (no Python
+    round per turn, the GIL free); it ends on time when no frame comes, and the budget still ends in a sleep."""
+    from ustack.api import driver as driver_mod
+
+    stack = ScriptedStack(busy_rounds=range(1, 4))
+    stack.device = WatchedDevice()
+    waits = []
+    real = driver_mod.spin_wait
+    monkeypatch.setattr(driver_mod, "spin_wait", lambda w, s: waits.append((w, s)) or real(w, s))
+    driver = Driver(stack, StepClock(), busy_poll=6e-6, auto_start=False)
+    slept = []
+    driver._sleep = lambda timeout, kicks=None: slept.append(stack.rounds)
+    driver.wait_until(lambda: stack.rounds >= 12, None)
+    driver.close()
+    assert waits and all(w is stack.device.watch and 0 < s <= 6e-6 for w, s in waits), waits
+    assert 3 <= len(waits) <= 8 and slept and slept[0] >= 3, (waits, slept)  # rounds 1-3 re-armed the budget
+
+
+def test_a_leader_that_wakes_its_one_follower_gives_the_lead_up_so_the_woken_thread_polls_next(no_long_sleeps):
+    """An accept()-like leader whose round brings a connection thread its data steps down to the background
+    thread and waits as a follower; the connection thread's next wait takes the lead and its next data is
+    found by its own round: it runs at once, with no hand-off through the accepting thread (issue 30)."""
+    stack = TickingStack()
+    driver = Driver(stack, busy_poll=0.0)
+    driver.start()
+    stop_acceptor = threading.Event()
+    acceptor = threading.Thread(target=driver.wait_until, args=(stop_acceptor.is_set, 30))
+    firsts, seconds = [], []
+
+    def connection_thread():
+        firsts.append(driver.wait_until(lambda: stack.arrived, 30))  # its first request: the leader relays it
+        stack.arrived = False
+        stack.fire_at = stack.rounds + 10
+        seconds.append(driver.wait_until(lambda: stack.arrived, 30))  # its next: found by its own rounds
+
+    conn = threading.Thread(target=connection_thread)
+    try:
+        acceptor.start()
+        assert until(lambda: driver._leader == acceptor.ident)
+        conn.start()
+        assert until(lambda: conn.ident in driver._followers)
+        stack.fire_at = stack.rounds + 10
+        conn.join(10)
+        assert firsts == [True] and seconds == [True]
+        fired = stack.fire_at
+        assert stack.pollers[fired - 1] == conn.ident, "the second request was relayed by another thread"
+        assert until(lambda: acceptor.ident in driver._followers)  # the acceptor waits on, as a follower
+    finally:
+        stop_acceptor.set()
+        driver.kick(force=True)
+        acceptor.join(10)
+        conn.join(1)
+        driver.close()
+    assert not acceptor.is_alive()

@@ -280,3 +280,19 @@ def test_patch_is_also_a_context_manager_that_unpatches_however_the_block_ends(n
         with ustack.patch(db):
             1 / 0
     assert socket.socket is original and socket.getaddrinfo is lookup
+
+
+def test_readiness_fds_reach_the_kernel_directly_while_patched(patched):
+    """A socket's readiness fd is a kernel socketpair the stack writes on every transition: under the patch
+    it must not be made of the patch's socket objects (each set() then went through the patch's Python
+    dispatch: 20% of the driver's busy time serving http.server, issue 30)."""
+    import _socket
+
+    from ustack.api.readiness import ReadinessFd
+
+    rfd = ReadinessFd(readable=True)
+    try:
+        assert type(rfd._a) is _socket.socket and type(rfd._b) is _socket.socket
+        assert rfd.readable and socket.socket is not _socket.socket
+    finally:
+        rfd.close()

@@ -91,7 +91,7 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
             "--connect-seconds", "0.3", "--program-seconds", "0.3", "--json", str(out_json), "--png", str(out_png)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        table, log = proc.communicate(timeout=120)
+        table, log = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -127,6 +127,14 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
         assert row["metrics"]["rps"] > 0 and 0 < row["metrics"]["p50_us"] <= row["metrics"]["p99_us"], row
         assert all(s["requests"] > 0 for s in row["samples"])
     assert "\nunmodified program: python -m http.server" in table
+    matrix = {(r["program"], r["connections"]): r for r in result["matrix"]["rows"]}  # --quick: two rows, 1 conn
+    assert list(matrix) == [("http.server (HTTP/1.0)", 1), ("echo, thread per connection", 1)]
+    for row in matrix.values():
+        assert row["status"] == "ok" and set(row["cells"]) == {"kernel", "packet"}, row
+        assert all(c["status"] == "ok" and c["requests"] > 0 and not c["errors"] for cells in row["cells"].values()
+                   for c in cells), row
+        assert row["ratio"]["packet"]["rps"] > 0
+    assert "\nprogram matrix: unmodified servers" in table
     rings = {r["name"]: r for r in result["rings"]}
     assert set(rings) == {"kernel UDP socket", "packet"}
     for ring in rings.values():

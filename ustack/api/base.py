@@ -541,6 +541,8 @@ class SocketBase:
         SO_SNDTIMEO bound, whose expiry is EAGAIN as on Linux; a Python
         timeout's expiry is TimeoutError, as in the stdlib.
         """
+        if predicate():
+            return  # answerable at once (data buffered, room to send): no lock, no round, no system call
         driver = self._driver
         timeout = 0.0 if flags & MSG_DONTWAIT else self._timeout
         eagain = False

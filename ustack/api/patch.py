@@ -91,6 +91,7 @@ class PatchedSocket(_ORIGINAL):
     _resolver = None  # likewise
     _loopback = None  # the loopback stack's driver, or None: loopback stays on the kernel
     _pid = None  # the process that owns the stack (set by patch(); a forked child does not)
+    _forked = True  # set False by patch(), True again in a forked child (os.register_at_fork): no getpid per call
     _early_rfd = None  # a readiness fd handed out before the decision (loopback mode)
     _fds = None  # set by patch(): an _FdTable
     _wildcard_loopback = False  # loopback mode: a socket decided with no address at all goes to the loopback stack
@@ -234,7 +235,7 @@ class PatchedSocket(_ORIGINAL):
     def _impl(self, address=None):
         """The ustack socket, or None for the kernel; decides (by ``address``) when undecided."""
         if self._u is not None:
-            if self._pid != os.getpid():
+            if self._forked:
                 raise OSError(errno.EBADF, "a ustack socket does not survive fork(): the stack stayed in the parent")
             return self._u
         if self._kernel:
@@ -315,7 +316,7 @@ class PatchedSocket(_ORIGINAL):
                 return
             _ORIGINAL.__del__(self)
             return
-        if u._dead or self._pid != os.getpid():
+        if u._dead or self._forked:
             return
         warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self)
         try:
@@ -478,7 +479,7 @@ def _delegated(name):
         if name == "close" and self._u is not None:
             # as the stdlib's close: files from makefile() (the stdlib's, on this object) keep it open
             self._closed = True
-            if self._io_refs > 0 or self._pid != os.getpid():
+            if self._io_refs > 0 or self._forked:
                 return None  # (a forked child leaves the parent's stack alone)
             return self._u.close()
         u = self._impl()
@@ -564,6 +565,9 @@ def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
                                                      "_pid": os.getpid(), "_fds": _FdTable(),
                                                      "_wildcard_loopback": wildcard == "loopback",
                                                      "__module__": __name__})
+    cls._forked = False
+    ref = weakref.ref(cls)
+    os.register_at_fork(after_in_child=lambda: setattr(ref(), "_forked", True) if ref() is not None else None)
     _std.socket = cls
     for name in _NAME_CALLS:
         setattr(_std, name, getattr(resolver, name))

@@ -35,6 +35,8 @@ import select
 import socket as _std
 import threading
 
+import _socket
+
 _FILL = b"\0" * 512  # one write this size makes ``a`` not writable (SO_SNDBUF at its minimum)
 _MAX_FILL = 64  # writes tried before giving up on making ``a`` not writable (never reached on Linux)
 
@@ -45,7 +47,9 @@ class ReadinessFd:
     __slots__ = ("_a", "_b", "readable", "writable", "_lock", "__weakref__")
 
     def __init__(self, readable: bool = False, writable: bool = False):
-        a, b = _std.socketpair(_std.AF_UNIX, _std.SOCK_STREAM)
+        # the C module's pair, not ``socket.socketpair``: under ``ustack.patch()`` that makes the patch's
+        # socket objects, and every set() would pass through its Python dispatch to reach the kernel
+        a, b = _socket.socketpair(_std.AF_UNIX, _std.SOCK_STREAM)
         a.setsockopt(_std.SOL_SOCKET, _std.SO_SNDBUF, 1)  # the kernel clamps to its minimum
         a.setblocking(False)
         b.setblocking(False)
@@ -114,9 +118,11 @@ class ReadinessFd:
 
 
 def _drain(s) -> None:
+    """Empty one end in one call: what is queued there is one 1-byte mark (readable) or at most
+    ``_MAX_FILL`` 512-byte fills (not writable), all below one read's size; no second read to meet
+    EAGAIN (a system call and a Python exception per transition)."""
     try:
-        while s.recv(65536, _std.MSG_DONTWAIT):
-            pass
+        s.recv(1 << 16, _std.MSG_DONTWAIT)
     except BlockingIOError:
         pass
 
