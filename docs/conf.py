@@ -1,0 +1,94 @@
+"""Sphinx configuration for ustack's documentation: ``tools/run docs`` builds it into build/docs/html.
+
+Autodoc reads the docstrings of the installed package (the .venv's editable
+install, so ``ustack._fastpath`` is built); pages are Markdown (MyST) or
+reStructuredText. Intersphinx to the Python standard library works offline:
+it reads the inventory Debian's ``python3-doc`` package installs (tools/run
+docs installs it when run as root), or the file named by
+``USTACK_PYTHON_INVENTORY``, and never downloads one. Without a local
+inventory, references to the standard library stay plain text and are not
+reported; references to ustack's own names are always checked (``-n``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "_ext"))
+
+import ustack  # noqa: E402  (the installed package: docs are built from it)
+
+project = "ustack"
+author = "the ustack engineers"
+copyright = "2026, the ustack engineers"
+release = version = ustack.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.intersphinx",
+    "myst_parser",
+    "ustack_cli",
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "_static/*.dot"]
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence"]
+
+html_theme = "alabaster"
+html_static_path = ["_static"]
+html_title = f"ustack {release}"
+html_theme_options = {
+    "description": "A user-space TCP/UDP/IP stack for Python over kernel-bypass packet I/O",
+    "fixed_sidebar": False,
+    "page_width": "1100px",
+}
+
+# -- autodoc ---------------------------------------------------------------------------------------
+autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"  # annotations in the parameter list, not the signature
+autodoc_typehints_format = "short"
+autosummary_generate = False
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+
+nitpicky = True
+# Names the reference does not document (the protocol layers below the API) are allowed to stay
+# unlinked; everything under the documented modules must resolve.
+nitpick_ignore_regex = [
+    (r"py:.*", r"ustack\.(transport|net|wire|timers|stats|rxhold|snapshot|capture|ratelimit|pcap|_fastpath)(\..*)?"),
+    (r"py:.*", r"ustack\.backends\.(?!registry)\w+(\..*)?"),
+    (r"py:.*", r"(Connection|TcpConnection|Listener|UdpEndpoint|TcpInfo|TcpConfig|PipeLink|PcapDevice|Lease|Reservation)"),
+    (r"py:.*", r"(.*\.)?_\w+"),  # private names (a public class's private base) are not part of the reference
+    (r"py:class", r"asyncio\.(unix_events|transports|events|base_events|selector_events)\.\w+"),  # asyncio's own paths
+]
+
+# -- intersphinx to the standard library, offline ----------------------------------------------------
+def _python_inventory() -> str | None:
+    named = os.environ.get("USTACK_PYTHON_INVENTORY")
+    candidates = [named] if named else []
+    major_minor = "%d.%d" % sys.version_info[:2]
+    candidates += [
+        f"/usr/share/doc/python{major_minor}/html/objects.inv",
+        f"/usr/share/doc/python{major_minor}-doc/html/objects.inv",
+        "/usr/share/doc/python3/html/objects.inv",
+        "/usr/share/doc/python3-doc/html/objects.inv",
+    ]
+    for path in candidates:
+        if path and os.path.isfile(path):
+            return path
+    return None
+
+
+PYTHON_INVENTORY = _python_inventory()
+if PYTHON_INVENTORY:
+    intersphinx_mapping = {"python": ("https://docs.python.org/3", PYTHON_INVENTORY)}
+else:
+    intersphinx_mapping = {}
+    # No local inventory: the standard library's names stay plain text instead of failing -n.
+    nitpick_ignore_regex.append((r"py:.*", r"(?!ustack\b).*"))
+intersphinx_timeout = 5
