@@ -51,12 +51,16 @@ autodoc_default_options = {"members": True, "undoc-members": True, "show-inherit
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"  # annotations in the parameter list, not the signature
 autodoc_typehints_format = "short"
+autodoc_docstring_signature = False  # the stdlib methods ustack reuses (makefile) start with a C-style signature line
 autosummary_generate = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
 
 nitpicky = True
+# 'more than one target' (a return annotation ``type`` meets the sockets' ``type`` attributes) is not an error;
+# unresolved references (ref.class, ref.func, ref.exc...) still are.
+suppress_warnings = ["ref.python"]
 # Names the reference does not document (the protocol layers below the API) are allowed to stay
 # unlinked; everything under the documented modules must resolve.
 nitpick_ignore_regex = [

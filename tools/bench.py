@@ -107,6 +107,7 @@ def _selection(text: Optional[str]) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``ustack bench``'s arguments (suites, rows, sizes, outputs) to ``p``."""
     p.add_argument("--quick", action="store_true", help="the under-a-minute suite (1 rep, fewer round trips)")
     p.add_argument("--backends", metavar="LIST",
                    help=f"comma-separated rows besides the kernel's, from {','.join(ROW_KINDS)} "
@@ -163,6 +164,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m ustack.tools.bench`` (the same arguments as ``ustack bench``)."""
     p = argparse.ArgumentParser(prog="ustack bench", description=__doc__.splitlines()[0])
     add_arguments(p)
     p.set_defaults(func=cmd_bench)
@@ -170,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_bench(args) -> int:
+    """Run ``ustack bench``: every row and suite asked for, then the tables, JSON and PNG.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        0 when every row ran, 1 when one failed, 2 for a bad ``--backends`` or without root,
+        130 after Ctrl-C (topologies and processes are removed in every case).
+    """
     try:
         kinds = _selection(args.backends)
     except argparse.ArgumentTypeError as exc:
@@ -271,6 +282,7 @@ def cmd_bench(args) -> int:
 
 
 def main(argv=None) -> int:
+    """Run ``python -m ustack.tools.bench`` from ``argv``; returns the exit status."""
     args = build_parser().parse_args(argv)
     return args.func(args)
 

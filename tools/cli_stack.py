@@ -137,6 +137,7 @@ def wait_ipv6_ready(stack, driver, timeout: float = 5.0) -> bool:
 
 
 def stop_stack(stack) -> None:
+    """Close a stack started by :func:`start_stack` and its device (the Driver is the caller's)."""
     stack.close()
     stack.device.close()
 

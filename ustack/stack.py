@@ -1,6 +1,6 @@
 """Stack: assembles one interface's layers over a device and runs ``poll(now)``; nothing else.
 
-The parts, bottom up (each gets only the collaborators it uses, never the Stack):
+The parts, bottom up (each gets only the collaborators it uses, never the Stack)::
 
     device -> Link (TX slots, batching, Ethernet framing)
            -> ArpLayer (neighbour cache)  ->  Ipv4Layer (an IpLayer: routing, output, fragments)
@@ -427,6 +427,7 @@ class Stack:
         return self.link.batch()
 
     def flush(self) -> None:
+        """Post what the current TX batch holds now (one ``tx_commit``), outside a poll round."""
         self.link.commit()
 
     def snapshot(self, now: float) -> dict:
@@ -435,7 +436,7 @@ class Stack:
 
     @property
     def addr(self) -> str:
-        """The interface address as text ('198.18.0.2'; an IPv6-only stack: its first configured address)."""
+        """The interface address as text, such as '198.18.0.2' (an IPv6-only stack gives its first configured one)."""
         if self.iface.addr is None:
             return to_str(next(iter(self.iface6.addresses.values())).prefix.addr)
         return to_str(self.iface.addr)
@@ -449,4 +450,5 @@ class Stack:
         return out
 
     def close(self) -> None:
+        """Post what is still batched for transmission. The device is the caller's to close."""
         self.link.commit()

@@ -236,6 +236,11 @@ class Driver:
         return waker
 
     def release_wake_fd(self, waker: "_Waker") -> None:
+        """Give back a waker from :meth:`wake_fd`: kicks stop reaching it and its pipe is closed.
+
+        Args:
+            waker: the object ``wake_fd`` returned.
+        """
         with self._sleepers_lock:
             self._sleeping.discard(waker)
         waker.close()
@@ -414,6 +419,11 @@ class Driver:
 
     # -- background thread --------------------------------------------------------
     def start(self) -> None:
+        """Start the background thread that polls the stack (``ustack-driver``, a daemon thread).
+
+        Blocking socket calls then wait on their own readiness instead of polling; calling it again
+        while the thread runs does nothing.
+        """
         if self._thread is not None:
             return
         self._stop.clear()
@@ -469,6 +479,7 @@ class Driver:
                     self._hand_off()
 
     def stop(self) -> None:
+        """Stop the background thread (waits up to 5 s for it); nothing when it is not running."""
         if self._thread is None:
             return
         self._stop.set()
@@ -479,6 +490,10 @@ class Driver:
         self._bg_ident = None
 
     def close(self) -> None:
+        """Stop the background thread and close the wake-up pipes. Idempotent.
+
+        The stack and its device are not closed: ``stack.close()`` and ``stack.device.close()`` do that.
+        """
         self.stop()
         with self._sleepers_lock:
             self._closed = True
@@ -519,6 +534,15 @@ class StackLock:
         self.waiting = 0
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take the lock, as ``threading.RLock.acquire``, counting the threads that wait.
+
+        Args:
+            blocking: wait for it (``False``: try once).
+            timeout: seconds to wait at most (-1: no limit).
+
+        Returns:
+            ``True`` when taken.
+        """
         if self._lock.acquire(False):
             return True
         if not blocking:
@@ -530,6 +554,11 @@ class StackLock:
             self.waiting -= 1
 
     def release(self) -> None:
+        """Release the lock once (it is re-entrant).
+
+        Raises:
+            RuntimeError: the calling thread does not hold it.
+        """
         self._lock.release()
 
     def __enter__(self) -> "StackLock":
