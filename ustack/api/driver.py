@@ -91,6 +91,19 @@ class Driver:
     Sockets are made on a driver (``driver.socket(...)`` or
     ``ustack.api.socket.socket(driver, ...)``); every socket of a stack
     shares its one driver.
+
+    Args:
+        stack: the :class:`~ustack.stack.Stack` to poll.
+        clock: a callable returning seconds (default: a new :class:`~ustack.api.clock.MonotonicClock`;
+            a :class:`~ustack.api.clock.ManualClock` for simulated time).
+        busy_poll: seconds to spin on the device before sleeping (default 50 µs).
+        auto_start: start the background thread when a socket hands out its readiness fd
+            (default: on).
+        anticipate: sleep only until just before the next request of a steady spaced flow.
+        push_wait: how long a round may hold the TCP flush for the rest of a split write (default 10 µs).
+
+    Raises:
+        ValueError: a negative ``busy_poll``, or ``push_wait`` outside 0..100 µs.
     """
 
     def __init__(self, stack, clock=None, *, busy_poll: float = DEFAULT_BUSY_POLL,
@@ -134,14 +147,30 @@ class Driver:
         self._deferred: collections.deque = collections.deque()  # finalizers' releases, for the next round
 
     def socket(self, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0):
-        """A stdlib-shaped socket on this driver's stack (see ``ustack.api.socket``)."""
+        """A stdlib-shaped socket on this driver's stack (see ``ustack.api.socket``).
+
+        Args:
+            family: ``AF_INET`` (default) or ``AF_INET6``.
+            type: ``SOCK_STREAM`` (default) or ``SOCK_DGRAM``, with SOCK_NONBLOCK / SOCK_CLOEXEC.
+            proto: 0 or the protocol's number.
+
+        Returns:
+            A :class:`~ustack.api.stream.StreamSocket` or :class:`~ustack.api.dgram.DatagramSocket`.
+
+        Raises:
+            OSError: EAFNOSUPPORT for another family, EPROTONOSUPPORT for another type.
+        """
         from ustack.api.socket import socket as make_socket
 
         return make_socket(self, family, type, proto)
 
     # -- one round ------------------------------------------------------------
     def poll(self) -> Optional[float]:
-        """One round of the stack (under the lock); returns its next deadline."""
+        """One round of the stack (under the lock); returns its next deadline.
+
+        Returns:
+            The next deadline on the driver's clock, or ``None`` when nothing is scheduled.
+        """
         return self._round()[0]
 
     def _round(self, hold: bool = False) -> tuple[Optional[float], bool]:
@@ -328,6 +357,13 @@ class Driver:
         received frames, sleeping otherwise. With another thread leading, it
         sleeps on its own Event until the leader finds its condition true or
         hands it the lead.
+
+        Args:
+            predicate: a cheap check of the stack's state, called under the lock.
+            timeout: seconds at most; ``None`` waits without a limit.
+
+        Returns:
+            ``True`` once ``predicate()`` holds, ``False`` when the time ran out.
         """
         clock = self.clock
         me = threading.get_ident()
@@ -414,7 +450,11 @@ class Driver:
         return spin_end
 
     def run_for(self, seconds: float) -> None:
-        """Drive the stack for ``seconds`` (tools, demos)."""
+        """Drive the stack for ``seconds`` (tools, demos).
+
+        Args:
+            seconds: how long to poll (the predicate never holds).
+        """
         self.wait_until(lambda: False, seconds)
 
     # -- background thread --------------------------------------------------------

@@ -577,6 +577,12 @@ def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     socket bound to 0.0.0.0 or ::, or listening unbound, is on both
     stacks (``ustack.api.wildcard``); ``wildcard`` ("main" or "loopback")
     is where a socket goes that is decided with no address at all.
+
+    Returns:
+        The installed ``PatchedSocket`` subclass (a context manager too).
+
+    Raises:
+        ValueError: ``wildcard`` is neither "main" nor "loopback".
     """
     if wildcard not in ("main", "loopback"):
         raise ValueError(f"wildcard must be 'main' or 'loopback', not {wildcard!r}")
