@@ -96,3 +96,20 @@ else:
     # No local inventory: the standard library's names stay plain text instead of failing -n.
     nitpick_ignore_regex.append((r"py:.*", r"(?!ustack\b).*"))
 intersphinx_timeout = 5
+
+
+# -- every public name documented -------------------------------------------------------------------
+def _require_docstring(app, what, name, obj, options, lines):
+    """A public function, class, method or property without a docstring is a warning (an error under -W)."""
+    module = getattr(obj, "__module__", None)
+    if module and not name.startswith(module + "."):
+        return  # a name imported from elsewhere (autodoc leaves it out of the page)
+    if what in ("function", "class", "method", "property") and not any(line.strip() for line in lines):
+        from sphinx.util import logging
+
+        logging.getLogger("ustack.docs").warning(f"{name} has no docstring (say what it takes, returns and raises)",
+                                                  type="ustack", subtype="docstring")
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _require_docstring)

@@ -300,7 +300,7 @@ class SocketBase:
     # -- the stdlib's attributes ---------------------------------------------------
     family = property(lambda self: self._family, doc="The address family (socket.AddressFamily).")
     type = property(lambda self: self._type, doc="The socket type (socket.SocketKind).")
-    proto = property(lambda self: self._proto)
+    proto = property(lambda self: self._proto, doc="The protocol number given at creation (0 by default).")
 
     _v6only = False  # IPV6_V6ONLY (AF_INET6 sockets; Linux's default net.ipv6.bindv6only = 0)
 
