@@ -5,9 +5,10 @@ install, so ``ustack._fastpath`` is built); pages are Markdown (MyST) or
 reStructuredText. Intersphinx to the Python standard library works offline:
 it reads the inventory Debian's ``python3-doc`` package installs (tools/run
 docs installs it when run as root), or the file named by
-``USTACK_PYTHON_INVENTORY``, and never downloads one. Without a local
-inventory, references to the standard library stay plain text and are not
-reported; references to ustack's own names are always checked (``-n``).
+``USTACK_PYTHON_INVENTORY`` (``none``: behave as without one), and never
+downloads one. Without a local inventory, references to the standard
+library stay plain text and are not reported; references to ustack's own
+names are always checked (``-n``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ nitpick_ignore_regex = [
 # -- intersphinx to the standard library, offline ----------------------------------------------------
 def _python_inventory() -> str | None:
     named = os.environ.get("USTACK_PYTHON_INVENTORY")
+    if named == "none":
+        return None  # as on a machine without python3-doc (how tools/run docs behaves there)
     candidates = [named] if named else []
     major_minor = "%d.%d" % sys.version_info[:2]
     candidates += [
