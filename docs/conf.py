@@ -34,7 +34,7 @@ extensions = [
     "ustack_cli",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "_static/*.dot"]
+exclude_patterns = ["_build", "_static/*.dot", "_static/*.json"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 
