@@ -28,7 +28,22 @@ def _afxdp_device():
 
 
 def open_device(kind: str, ifname: str, **opts) -> Device:
-    """Open a ``kind`` device on ``ifname`` with backend-specific ``opts``."""
+    """Open a ``kind`` device on ``ifname`` with backend-specific ``opts``.
+
+    Args:
+        kind: "tap", "packet" or "afxdp".
+        ifname: the interface's name in this network namespace (tap: created when missing).
+        opts: the backend's keywords (``queue``, ``xdp_mode``, ``zerocopy``, ``gso``, ``rx_version``,
+            ``claim``...; see each backend).
+
+    Returns:
+        An open :class:`~ustack.device.Device`; close it with ``close()``.
+
+    Raises:
+        ustack.device.DeviceError: an unknown kind, "pipe" (create a ``PipeLink`` instead), or a
+            device that cannot be opened (no such interface, no privileges, a busy AF_XDP queue...),
+            with the errno and a message that says what to do.
+    """
     if kind == "tap":
         from ustack.backends.tap import TapDevice
 
@@ -47,7 +62,11 @@ def open_device(kind: str, ifname: str, **opts) -> Device:
 
 
 def available_backends() -> list[str]:
-    """The kinds ``open_device`` can open on this machine (privileges not checked)."""
+    """The kinds ``open_device`` can open on this machine (privileges not checked).
+
+    Returns:
+        A list such as ``['tap', 'packet', 'afxdp']``.
+    """
     kinds = []
     if os.path.exists("/dev/net/tun"):
         kinds.append("tap")

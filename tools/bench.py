@@ -108,6 +108,7 @@ def _selection(text: Optional[str]) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``ustack bench``'s arguments (suites, rows, sizes, outputs) to ``p``."""
     p.add_argument("--quick", action="store_true", help="the under-a-minute suite (1 rep, fewer round trips)")
     p.add_argument("--backends", metavar="LIST",
                    help=f"comma-separated rows besides the kernel's, from {','.join(ROW_KINDS)} "
@@ -177,6 +178,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m ustack.tools.bench`` (the same arguments as ``ustack bench``)."""
     p = argparse.ArgumentParser(prog="ustack bench", description=__doc__.splitlines()[0])
     add_arguments(p)
     p.set_defaults(func=cmd_bench)
@@ -210,6 +212,15 @@ def _loss_section(args, cfg, kinds: list, log) -> dict:
 
 
 def cmd_bench(args) -> int:
+    """Run ``ustack bench``: every row and suite asked for, then the tables, JSON and PNG.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        0 when every row ran, 1 when one failed, 2 for a bad ``--backends`` or without root,
+        130 after Ctrl-C (topologies and processes are removed in every case).
+    """
     try:
         kinds = _selection(args.backends)
     except argparse.ArgumentTypeError as exc:
@@ -354,6 +365,7 @@ def _cmd_matrix(args, kinds: list, cfg: BenchConfig, placement, result: dict) ->
 
 
 def main(argv=None) -> int:
+    """Run ``python -m ustack.tools.bench`` from ``argv``; returns the exit status."""
     args = build_parser().parse_args(argv)
     return args.func(args)
 

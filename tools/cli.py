@@ -1,5 +1,7 @@
 """The ``ustack`` command line: one subcommand per tool, each in its own module.
 
+Usage::
+
     ustack serve --backend {pipe,tap,packet,afxdp} --ifname IF --addr 198.18.0.2/24
                  [--gateway IP] [--pcap FILE] [--udp-echo PORT]
     ustack serve ... [--tcp-echo PORT] [--tcp-discard PORT] [--tcp-source PORT [--source-bytes N]]
@@ -28,6 +30,14 @@ from ustack.tools import bench, ping, run_program, serve, stats, trace, transfer
 
 
 def cmd_demo(args) -> int:
+    """Run ``ustack demo`` (:func:`ustack.tools.demo.main`).
+
+    Args:
+        args: the parsed ``argparse.Namespace``.
+
+    Returns:
+        The exit status.
+    """
     from ustack.tools.demo import main as demo_main
 
     return demo_main(args)
@@ -37,10 +47,21 @@ class Parser(argparse.ArgumentParser):
     """argparse with a one-line error: 'ustack serve: error: argument --mtu: ...', exit status 2."""
 
     def error(self, message):
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` on one line and exit.
+
+        Raises:
+            SystemExit: always, with status 2.
+        """
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Build the ``ustack`` parser with every subcommand (serve, send, recv, demo, stats, trace,
+    bench, ping, run); each sets ``func``, the function that runs it.
+
+    Returns:
+        The :class:`Parser`.
+    """
     parser = Parser(prog="ustack", description="A user-space TCP/UDP/IPv4 stack for Python.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve.add_parser(sub)
@@ -59,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run the ``ustack`` command line (the console script and ``python -m ustack``).
+
+    Args:
+        argv: the arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The subcommand's exit status; 130 after Ctrl-C (``interrupted``, no traceback).
+
+    Raises:
+        SystemExit: status 2 for a mistake on the command line (one line, from :class:`Parser`),
+            0 for ``--help``.
+    """
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -48,7 +48,16 @@ def _device_opts(args) -> dict:
 
 
 def open_stack(args, clock):
-    """Open the device named by the arguments and build a Stack on it. Returns (stack, extras)."""
+    """Open the device named by the arguments and build a Stack on it. Returns (stack, extras).
+
+    Args:
+        args: the parsed arguments of :func:`add_stack_arguments`.
+        clock: the clock the stack runs on.
+
+    Raises:
+        ustack.device.DeviceError: the device could not be opened.
+        ValueError: what :class:`~ustack.stack.Stack` refuses.
+    """
     extras = {}
     if args.backend == "pipe":
         from ustack.backends.pipe import PipeLink
@@ -117,7 +126,15 @@ def describe_error(e: BaseException) -> str:
 
 
 def start_stack(args, name: str):
-    """Open the device and stack for a command, with its Driver; None (reported) when that fails."""
+    """Open the device and stack for a command, with its Driver; None (reported) when that fails.
+
+    Args:
+        args: the parsed arguments of :func:`add_stack_arguments`.
+        name: the command's name, for the error line (``ustack NAME: ...``).
+
+    Returns:
+        ``(stack, driver, extras)``, or ``None`` after printing one line on stderr.
+    """
     clock = MonotonicClock()
     try:
         stack, extras = open_stack(args, clock)
@@ -138,6 +155,7 @@ def wait_ipv6_ready(stack, driver, timeout: float = 5.0) -> bool:
 
 
 def stop_stack(stack) -> None:
+    """Close a stack started by :func:`start_stack` and its device (the Driver is the caller's)."""
     stack.close()
     stack.device.close()
 

@@ -29,6 +29,9 @@ def int_range(low: int, high: Optional[int] = None, what: str = "a number"):
         return value
 
     parse.__name__ = what  # argparse names the type in some messages
+    parse.__doc__ = (f"An argparse type: {what}, an integer "
+                     f"{f'in {low}..{high}' if high is not None else f'of at least {low}'}; returns it. "
+                     "Raises argparse.ArgumentTypeError otherwise.")
     return parse
 
 
@@ -50,6 +53,9 @@ def float_range(low: float, what: str = "a number of seconds", *, above: bool = 
         return value
 
     parse.__name__ = what
+    parse.__doc__ = (f"An argparse type: {what}, a finite float {'above' if above else 'from'} {low}"
+                     f"{f' up to {high}' if high is not None else ''}; returns it. "
+                     "Raises argparse.ArgumentTypeError otherwise.")
     return parse
 
 

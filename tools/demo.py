@@ -38,14 +38,17 @@ SOURCE_PORT, SINK_PORT, HTTP_PORT = 19, 9, 8080
 
 
 def say(text: str = "") -> None:
+    """Print one line of the tour at once (flushed)."""
     print(text, flush=True)
 
 
 def step(n: int, text: str) -> None:
+    """Print the heading of step ``n`` of the tour."""
     say(f"\n[{n}] {text}")
 
 
 def mbps(nbytes: int, seconds: float) -> str:
+    """Format a rate: ``nbytes`` over ``seconds`` as ``'12.3 MB/s'`` (``'-'`` for no time)."""
     return f"{nbytes / seconds / 1e6:.1f} MB/s" if seconds > 0 else "-"
 
 
@@ -86,9 +89,11 @@ class UstackSide:
         self.publisher = StatsPublisher(self.stack, self.driver).start()
 
     def ping(self, dst: str, count: int = 3) -> None:
+        """Ping ``dst`` ``count`` times from the demonstrated stack, printing each reply."""
         stack_ping(self.stack, self.driver, dst, count)
 
     def connection_table(self) -> list[str]:
+        """The stack's TCP connections, one line each (state, addresses, cwnd...)."""
         lines = []
         with self.driver.lock:
             infos = [c.info() for c in self.stack.tcp.connections.values()]
@@ -103,10 +108,12 @@ class UstackSide:
         return lines
 
     def counters(self) -> tuple[str, dict]:
+        """The stack's address and its counters: ``(addr, {name: value})``."""
         with self.driver.lock:
             return self.stack.stats.format(), self.stack.stats.drops()
 
     def close(self) -> None:
+        """Stop the services and the driver and close the stack and its device."""
         self.http.close()
         self.publisher.close()
         self.driver.close()
@@ -151,6 +158,11 @@ print(f"RESULT {n} {dt:.3f} {reply.decode().strip()}", flush=True)
 
 
 class KernelSide:
+    """The kernel's side of the tour, run in the peer namespace of a veth topology.
+
+    Args:
+        topo: the ``ustack.tools.netns.Topology`` whose peer end the kernel owns.
+    """
     def __init__(self, topo):
         self.topo = topo
 
@@ -166,12 +178,14 @@ class KernelSide:
         return result
 
     def ping(self, dst: str) -> None:
+        """Run the kernel's ``ping`` against ``dst`` (5 requests) and print its output."""
         out = self.topo.peer_run(["ping", "-c", "5", "-i", "0.2", "-W", "2", dst], timeout=30,
                                  capture_output=True, text=True)
         for line in out.stdout.strip().splitlines():
             say("    " + line)
 
     def http_get(self, url: str) -> None:
+        """Fetch ``url`` with curl (or urllib without it) from the kernel side and print the result."""
         if shutil.which("curl"):
             argv = ["curl", "-sS", "-o", "/dev/null", "-w",
                     "    curl: HTTP %{http_code}, %{size_download} bytes in %{time_total} s\n", url]
@@ -184,9 +198,11 @@ class KernelSide:
         say((out.stdout + out.stderr).rstrip())
 
     def pull(self, host: str, port: int, n: int):
+        """Read ``n`` bytes from ``host:port`` with a kernel socket; returns the ``RESULT`` fields or None."""
         return self._run([sys.executable, "-c", KERNEL_PULL, host, str(port), str(n)])
 
     def push(self, host: str, port: int, n: int):
+        """Write ``n`` bytes to ``host:port`` with a kernel socket; returns the ``RESULT`` fields or None."""
         return self._run([sys.executable, "-c", KERNEL_PUSH, host, str(port), str(n)])
 
 
@@ -199,6 +215,7 @@ class PipePeerSide:
         self.driver.start()  # answers ustack's pings and keeps its TCP timers going
 
     def ping(self, dst: str) -> None:
+        """Ping ``dst`` 5 times from the peer stack."""
         stack_ping(self.stack, self.driver, dst, 5)
 
     def _sock(self, host, port):
@@ -210,6 +227,7 @@ class PipePeerSide:
         return s
 
     def http_get(self, url: str) -> None:
+        """Fetch ``url`` with a socket of the peer stack and print the status and size."""
         host, port = url.split("//")[1].split("/")[0].split(":")
         t0 = time.monotonic()
         with self._sock(host, int(port)) as s:
@@ -225,6 +243,7 @@ class PipePeerSide:
         say(f"    {status}, {len(body)} bytes in {time.monotonic() - t0:.3f} s")
 
     def pull(self, host: str, port: int, n: int):
+        """Read ``n`` bytes from ``host:port`` over the peer stack; returns ``[bytes, seconds, sha256]``."""
         t0 = time.monotonic()
         h = hashlib.sha256()
         got = 0
@@ -239,6 +258,7 @@ class PipePeerSide:
         return [str(got), f"{time.monotonic() - t0:.3f}", h.hexdigest()]
 
     def push(self, host: str, port: int, n: int):
+        """Write ``n`` bytes to ``host:port`` over the peer stack; returns ``[bytes, seconds, *the sink's reply]``."""
         from ustack.tools.services import PATTERN_BLOCK
 
         t0 = time.monotonic()
@@ -258,12 +278,18 @@ class PipePeerSide:
         return [str(n), f"{time.monotonic() - t0:.3f}", *reply.decode().split()]
 
     def close(self) -> None:
+        """Stop the peer's driver and close its stack."""
         self.driver.close()
         self.stack.device.close()
 
 
 # -- the tour -----------------------------------------------------------------------------------------
 def tour(us: UstackSide, other, ustack_addr: str, other_addr: str, nbytes: int, pcap: str) -> int:
+    """Walk through the tour: ping both ways, HTTP, a pull and a push, the connection table and counters.
+
+    Returns:
+        0 when every step worked, 1 otherwise.
+    """
     from ustack.tools.services import pattern_sha256
 
     want = pattern_sha256(nbytes)
@@ -313,6 +339,11 @@ def tour(us: UstackSide, other, ustack_addr: str, other_addr: str, nbytes: int, 
 
 
 def run_kernel_tour(args) -> int:
+    """The tour against the kernel over a fresh veth topology (root).
+
+    Returns:
+        The tour's status; 2 when the topology or the device could not be set up; 130 after Ctrl-C.
+    """
     from ustack.backends.registry import available_backends, open_device
     from ustack.tools.netns import Topology
 
@@ -352,6 +383,11 @@ def run_kernel_tour(args) -> int:
 
 
 def run_pipe_tour(args) -> int:
+    """The tour between two user-space stacks over the pipe backend (no root).
+
+    Returns:
+        The tour's status; 130 after Ctrl-C.
+    """
     from ustack.backends.pipe import PipeLink
 
     say("(not root: the tour runs between two user-space stacks over the in-memory pipe backend)")
@@ -377,6 +413,14 @@ def run_pipe_tour(args) -> int:
 
 
 def main(args) -> int:
+    """Run ``ustack demo``: against the kernel as root (unless ``--pipe``), two stacks otherwise.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The exit status (0: every step worked; 2: the capture file exists and ``--pcap-overwrite`` was not given).
+    """
     if os.path.lexists(args.pcap) and not args.pcap_overwrite:
         print(f"ustack demo: {args.pcap}: exists: refusing to overwrite it (--pcap-overwrite replaces it)",
               file=sys.stderr)
@@ -387,6 +431,7 @@ def main(args) -> int:
 
 
 def add_arguments(p) -> None:
+    """Add ``ustack demo``'s arguments (``--backend``, ``--pipe``, ``--pcap``, ``--bytes``) to ``p``."""
     from ustack.tools.cli_types import int_range
 
     p.add_argument("--backend", choices=("afxdp", "packet", "tap"), help="default: the best available")

@@ -33,6 +33,15 @@ def add_parser(subparsers):
 
 
 def cmd_ping(args) -> int:
+    """Run ``ustack ping``: ICMP (or ICMPv6) echo requests from a stack of its own.
+
+    Args:
+        args: the parsed arguments (``DEST``, ``-c``, ``-i``, ``-s``, ``-W`` and the stack's).
+
+    Returns:
+        0 when every request was answered, 1 when some were not, 2 for a bad destination or a
+        stack that could not start.
+    """
     started = start_stack(args, "ping")
     if started is None:
         return 2

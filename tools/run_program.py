@@ -77,6 +77,17 @@ def add_parser(subparsers):
 
 
 def cmd_run(args) -> int:
+    """Run ``ustack run``: the program (a script or ``-m MODULE``) on a stack of its own.
+
+    Opens the stack, patches ``socket``, runs the program as ``python`` would (``sys.argv``,
+    exit status, tracebacks), then closes its connections as the kernel would at exit.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The program's exit status; 2 when the stack could not be started or no program was given.
+    """
     if args.module is not None:
         if not args.module:
             print("ustack run: error: argument -m: expected a module name", file=sys.stderr)
@@ -274,6 +285,7 @@ class PipeEchoPeer:
                         stack.stats.inc(f"udp.echo_send_error.{type(e).__name__}")
 
     def close(self) -> None:
+        """Stop the peer's poll thread and close its driver and stack."""
         self._stop.set()
         self.driver.kick()
         self._thread.join(5)

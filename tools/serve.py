@@ -54,6 +54,15 @@ def _pipe_peer(stack, link, clock):
 
 
 def cmd_serve(args) -> int:
+    """Run ``ustack serve``: a stack with the asked services until SIGINT/SIGTERM, then its counters.
+
+    Args:
+        args: the parsed arguments (the stack's, ``--udp-echo``, ``--tcp-echo``, ``--tcp-discard``,
+            ``--tcp-source``...).
+
+    Returns:
+        The exit status: 0 on success, 2 when the stack could not be started (one line on stderr).
+    """
     started = start_stack(args, "serve")
     if started is None:
         return 2

@@ -51,6 +51,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    """Run ``ustack stats``: ask a running stack for its snapshot once, or ``--watch`` it.
+
+    Args:
+        args: the parsed arguments (``--pid``, ``--socket``, ``--watch``, ``--count``, ``--json``).
+
+    Returns:
+        0 on success, 1 when no stack was found or its answer was refused (one line on stderr).
+    """
     try:
         path = args.socket or find_socket(args.pid)
     except StatsError as e:
@@ -104,6 +112,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
+    """Run ``ustack stats`` from ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     parser = argparse.ArgumentParser(prog="ustack stats", description=DESCRIPTION)
     _add_arguments(parser)
     return run(parser.parse_args(argv))

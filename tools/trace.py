@@ -46,6 +46,7 @@ EXIT_USAGE = 2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``ustack trace``'s arguments (FILE, ``--follow``, ``-c``, ``--port``, ``--host``) to ``p``."""
     p.add_argument("file", help="pcap (or pcapng) capture file")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep reading as the file grows (a running `ustack serve --pcap FILE`), until Ctrl-C")
@@ -174,6 +175,7 @@ def _flush(out, pending: list) -> None:
 
 
 def main(argv=None) -> int:
+    """Run ``ustack trace`` from ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     parser = argparse.ArgumentParser(prog="ustack trace",
                                      description="Print a pcap capture one line per frame, with TCP analysis.")
     add_arguments(parser)

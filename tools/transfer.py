@@ -56,6 +56,15 @@ def _family(host: str) -> int:
 
 
 def cmd_send(args) -> int:
+    """Run ``ustack send``: connect to ``--connect HOST:PORT`` and send ``--bytes`` bytes.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        0 when all was sent and closed, 1 when the transfer failed, 2 for a bad target or a stack
+        that could not start, 130 after Ctrl-C.
+    """
     from ustack.tools.services import PATTERN_BLOCK
     from ustack.api.socket import socket as usocket
 
@@ -112,6 +121,15 @@ def cmd_send(args) -> int:
 
 
 def cmd_recv(args) -> int:
+    """Run ``ustack recv``: accept on ``--listen PORT`` (or connect) and count what arrives.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        0 after a whole transfer, 1 when it failed, 2 for a bad target or a stack that could not
+        start, 130 after Ctrl-C.
+    """
     from ustack.api.socket import socket as usocket
 
     target = _host_port(args.connect, "recv") if args.connect else None

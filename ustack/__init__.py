@@ -12,6 +12,13 @@ def patch(driver, resolver=None):
     Returns the installed class, which is also a context manager: ``with ustack.patch(driver):``
     unpatches when the block ends. See ``ustack.api.patch``; imported here lazily, so the core
     never loads the api package.
+
+    Args:
+        driver: the :class:`~ustack.api.driver.Driver` whose stack gets the sockets.
+        resolver: what answers name lookups (default as above).
+
+    Raises:
+        ValueError: as :func:`ustack.api.patch.patch`.
     """
     from ustack.api.patch import patch as install
 

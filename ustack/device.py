@@ -67,19 +67,28 @@ class Device(Protocol):
 
     capabilities: Capabilities
 
-    def rx_burst(self, max_frames: int) -> list[memoryview]: ...
+    def rx_burst(self, max_frames: int) -> list[memoryview]:
+        """Return up to ``max_frames`` received frames as views into backend memory (no copy), valid until
+        ``rx_release``; an empty list when none waits. Never blocks."""
 
-    def rx_release(self, frames: Sequence[memoryview]) -> None: ...
+    def rx_release(self, frames: Sequence[memoryview]) -> None:
+        """Hand frames from ``rx_burst`` back to the device (each exactly once, before the next burst)."""
 
-    def tx_reserve(self, n: int) -> list[memoryview]: ...
+    def tx_reserve(self, n: int) -> list[memoryview]:
+        """Lend up to ``n`` writable TX slots of ``capabilities.frame_size`` bytes (fewer when the ring is full)."""
 
-    def tx_commit(self, lengths: Sequence[int]) -> None: ...
+    def tx_commit(self, lengths: Sequence[int]) -> None:
+        """Post the first ``len(lengths)`` reserved slots with those frame lengths, in order, with one kick; the
+        other reserved slots go back to the device."""
 
-    def fileno(self) -> int: ...
+    def fileno(self) -> int:
+        """An fd that becomes readable when frames wait (for select/epoll), or -1 when there is none."""
 
-    def poll_at(self, now: float) -> Optional[float]: ...
+    def poll_at(self, now: float) -> Optional[float]:
+        """The time (on the stack's clock) at which the device needs a round without a new frame, or None."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the device's sockets, rings and memory. Idempotent."""
 
 
 class DeviceWrapper:
@@ -90,15 +99,19 @@ class DeviceWrapper:
         self.capabilities = inner.capabilities
 
     def rx_burst(self, max_frames: int) -> list[memoryview]:
+        """Forward to the wrapped device's ``rx_burst``: up to ``max_frames`` lent frames."""
         return self.inner.rx_burst(max_frames)
 
     def rx_release(self, frames: Sequence[memoryview]) -> None:
+        """Forward to the wrapped device's ``rx_release``."""
         self.inner.rx_release(frames)
 
     def tx_reserve(self, n: int) -> list[memoryview]:
+        """Forward to the wrapped device's ``tx_reserve``: up to ``n`` lent TX slots."""
         return self.inner.tx_reserve(n)
 
     def tx_commit(self, lengths: Sequence[int]) -> None:
+        """Forward to the wrapped device's ``tx_commit``."""
         self.inner.tx_commit(lengths)
 
     @property
@@ -107,12 +120,15 @@ class DeviceWrapper:
         return getattr(self.inner, "rx_status", None)
 
     def fileno(self) -> int:
+        """The wrapped device's readiness fd (-1 when it has none)."""
         return self.inner.fileno()
 
     def poll_at(self, now: float) -> Optional[float]:
+        """The wrapped device's next deadline, or None."""
         return self.inner.poll_at(now)
 
     def close(self) -> None:
+        """Close the wrapped device."""
         self.inner.close()
 
     def __enter__(self):

@@ -1,6 +1,6 @@
 """Stack: assembles one interface's layers over a device and runs ``poll(now)``; nothing else.
 
-The parts, bottom up (each gets only the collaborators it uses, never the Stack):
+The parts, bottom up (each gets only the collaborators it uses, never the Stack)::
 
     device -> Link (TX slots, batching, Ethernet framing)
            -> ArpLayer (neighbour cache)  ->  Ipv4Layer (an IpLayer: routing, output, fragments)
@@ -115,6 +115,19 @@ class Stack:
     resolve to our own MAC at once (``ustack.net.loopback``: no ARP, no ND,
     no DAD), and sources in 127/8, ::1 and our own address are accepted
     instead of dropped as martians.
+
+    Args:
+        device: the Device to run on (``open_device(...)``, a ``PipeLink`` end, a decorator).
+        addr: the address(es), as above.
+        gateway, gateway6: default routers; mac: the interface's MAC (default: the device's);
+            mtu: the IP MTU (default: the device's); burst: RX/TX burst size; tcp_config: the
+            TCP defaults (``TcpConfig``); rx_hold: the RX frames receive buffers may hold;
+            isn_secret: the key of ISNs, ports and IP IDs (default: random); announce: send a
+            gratuitous ARP at start.
+
+    Raises:
+        ValueError: no address, more than one IPv4 address, an address that does not parse, an MTU
+            outside 68..65535 (1280.. for IPv6-only) or larger than the device's TX slots.
     """
 
     def __init__(self, device: Device, addr: str, *, gateway: Optional[str] = None, mac: Optional[bytes] = None,
@@ -260,7 +273,11 @@ class Stack:
 
     # -- the poll loop ------------------------------------------------------
     def start(self, now: float) -> None:
-        """Bring the interface up: gratuitous ARP (RFC 5227); IPv6: link-local address, DAD, router solicitation."""
+        """Bring the interface up: gratuitous ARP (RFC 5227); IPv6: link-local address, DAD, router solicitation.
+
+        Args:
+            now: the present time on the stack's clock.
+        """
         if not self._started:
             self._started = True
             if self._announce and self.iface.addr is not None:
@@ -278,6 +295,15 @@ class Stack:
         leave the TCP flush (the applications' notifications, in-order ACKs, output after them) to a
         later round: ``flush_held`` says so and the round returns ``now``. The caller bounds the wait
         (``ustack.api.driver``); a round without ``hold`` always flushes.
+
+        Args:
+            now: the present time on the stack's clock (the core reads none).
+            hold: allow the flush to be held, as above.
+
+        Returns:
+            The next deadline (absolute time on the same clock) at which ``poll`` must run again even
+            without a new frame; ``None`` when nothing is scheduled; ``now`` when the flush was held.
+            An internal error while handling a frame or timer is counted, never raised.
         """
         if not self._started:
             self.start(now)
@@ -451,21 +477,33 @@ class Stack:
         return self.link.batch()
 
     def flush(self) -> None:
+        """Post what the current TX batch holds now (one ``tx_commit``), outside a poll round."""
         self.link.commit()
 
     def snapshot(self, now: float) -> dict:
-        """The stack's state at ``now`` as plain data (``ustack.snapshot``): what ``ustack stats`` shows."""
+        """The stack's state at ``now`` as plain data (``ustack.snapshot``): what ``ustack stats`` shows.
+
+        Args:
+            now: the present time on the stack's clock.
+
+        Returns:
+            A dict of plain data (counters, drops by reason, connections with their TCP_INFO, caches).
+        """
         return snapshot(self, now)
 
     @property
     def addr(self) -> str:
-        """The interface address as text ('198.18.0.2'; an IPv6-only stack: its first configured address)."""
+        """The interface address as text, such as '198.18.0.2' (an IPv6-only stack gives its first configured one)."""
         if self.iface.addr is None:
             return to_str(next(iter(self.iface6.addresses.values())).prefix.addr)
         return to_str(self.iface.addr)
 
     def addrs(self) -> list[str]:
-        """Every address as text with its prefix length, IPv6 ones with their state when not preferred."""
+        """Every address as text with its prefix length, IPv6 ones with their state when not preferred.
+
+        Returns:
+            A list such as ``['198.18.0.2/24', 'fd00::2/64', 'fe80::.../64 (tentative)']``.
+        """
         out = [str(self.iface)] if self.iface.addr is not None else []
         if self.iface6 is not None:
             for a in self.iface6.addresses.values():
@@ -473,4 +511,5 @@ class Stack:
         return out
 
     def close(self) -> None:
+        """Post what is still batched for transmission. The device is the caller's to close."""
         self.link.commit()

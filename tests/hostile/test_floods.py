@@ -6,7 +6,7 @@ asserts: the attack's counters moved (named drops, cookies, challenge
 ACKs...), the serve process's RSS grew by less than RSS_BOUND, the client's
 exchanges during the flood were echoed exactly, the barrier never fired and
 serve exited 0 on SIGTERM. The full-size runs and their figures are in the
-README's Security section.
+security page of the docs (docs/security.md).
 """
 
 from __future__ import annotations

@@ -300,7 +300,7 @@ class SocketBase:
     # -- the stdlib's attributes ---------------------------------------------------
     family = property(lambda self: self._family, doc="The address family (socket.AddressFamily).")
     type = property(lambda self: self._type, doc="The socket type (socket.SocketKind).")
-    proto = property(lambda self: self._proto)
+    proto = property(lambda self: self._proto, doc="The protocol number given at creation (0 by default).")
 
     _v6only = False  # IPV6_V6ONLY (AF_INET6 sockets; Linux's default net.ipv6.bindv6only = 0)
 
@@ -339,6 +339,7 @@ class SocketBase:
 
     @property
     def timeout(self) -> Optional[float]:
+        """The timeout in seconds (``None``: blocking, ``0.0``: non-blocking), as ``socket.socket.timeout``."""
         return self._timeout
 
     # -- housekeeping ---------------------------------------------------------
@@ -511,6 +512,14 @@ class SocketBase:
 
     # -- timeouts ---------------------------------------------------------------------
     def settimeout(self, value: Optional[float]) -> None:
+        """Set the timeout of blocking calls, as ``socket.socket.settimeout``.
+
+        Args:
+            value: seconds (a float >= 0), ``0.0`` for non-blocking, ``None`` for blocking without a limit.
+
+        Raises:
+            ValueError: a negative value.
+        """
         if value is not None:
             value = float(value)
             if value < 0:
@@ -524,13 +533,19 @@ class SocketBase:
             rfd.set_blocking(self._timeout is None)
 
     def gettimeout(self) -> Optional[float]:
+        """Return the timeout in seconds, ``0.0`` (non-blocking) or ``None`` (blocking)."""
         return self._timeout
 
     def setblocking(self, flag: bool) -> None:
+        """Blocking (``True``: timeout ``None``) or non-blocking (``False``: timeout ``0.0``).
+
+        The readiness fd's O_NONBLOCK follows, as ``fcntl(F_GETFL)`` shows on a kernel socket.
+        """
         self._timeout = None if flag else 0.0
         self._sync_blocking()
 
     def getblocking(self) -> bool:
+        """Return ``True`` unless the socket is non-blocking (timeout ``0.0``)."""
         return self._timeout != 0.0
 
     def _wait(self, predicate, flags: int = 0, timeo: str = "") -> None:

@@ -31,12 +31,34 @@ class ManualClock:
         return self.now
 
     def advance(self, seconds: float) -> float:
+        """Move the clock forward.
+
+        Args:
+            seconds: how far, >= 0.
+
+        Returns:
+            The new time.
+
+        Raises:
+            ValueError: a negative step (a clock does not run backwards).
+        """
         if seconds < 0:
             raise ValueError("a clock does not run backwards")
         self.now += seconds
         return self.now
 
     def set(self, when: float) -> float:
+        """Move the clock to an absolute time.
+
+        Args:
+            when: the new time, not before the present one.
+
+        Returns:
+            The new time.
+
+        Raises:
+            ValueError: ``when`` is in the past.
+        """
         if when < self.now:
             raise ValueError("a clock does not run backwards")
         self.now = float(when)

@@ -57,6 +57,14 @@ class DatagramSocket(SocketBase):
 
     # -- addresses ------------------------------------------------------------
     def bind(self, address) -> None:
+        """Bind to a local ``(host, port)`` (AF_INET6: ``(host, port[, flowinfo, scope_id])``).
+
+        Port 0 picks an ephemeral port. On AF_INET6 a v4-mapped address binds IPv4, as on Linux.
+
+        Raises:
+            OSError: EADDRINUSE (the port is taken), EADDRNOTAVAIL (not one of the stack's addresses),
+                EINVAL (already bound), EBADF once closed; ``socket.gaierror`` for a name that does not resolve.
+        """
         self._check()
         addr, port = self._parse(address)  # AF_INET6: a v4-mapped local address is an IPv4 binding, as Linux
         with self._driver.lock:
@@ -64,6 +72,14 @@ class DatagramSocket(SocketBase):
             self.stack.udp.bind(self._ep, addr, port)
 
     def connect(self, address) -> None:
+        """Set the default destination and accept datagrams from it alone, as UDP ``connect``.
+
+        Binds an ephemeral port first when unbound. No packet is sent.
+
+        Raises:
+            OSError: EINVAL for port 0, ENETUNREACH when no route leads there, EBADF once closed;
+                ``socket.gaierror`` for a name that does not resolve.
+        """
         self._check()
         addr, port = self._parse(address)
         if port == 0:
@@ -75,6 +91,11 @@ class DatagramSocket(SocketBase):
             self.stack.udp.connect(self._ep, addr, port)
 
     def connect_ex(self, address) -> int:
+        """As :meth:`connect`, but return the errno instead of raising ``OSError`` (0 on success).
+
+        Raises:
+            socket.gaierror: a name that does not resolve (as the stdlib's ``connect_ex``).
+        """
         try:
             self.connect(address)
             return 0
@@ -84,6 +105,13 @@ class DatagramSocket(SocketBase):
             return e.errno or errno.EINVAL
 
     def getsockname(self) -> tuple[str, int]:
+        """Return the local address, ``(host, port)`` or AF_INET6's 4-tuple.
+
+        A connected socket bound to the wildcard reports the source address its route chose, as Linux.
+
+        Raises:
+            OSError: EBADF once closed.
+        """
         self._check()
         ep = self._ep
         if not ep.bound and self._family == AF_INET6:
@@ -93,6 +121,11 @@ class DatagramSocket(SocketBase):
         return self._format(ep.local_addr, ep.local_port)
 
     def getpeername(self) -> tuple[str, int]:
+        """Return the connected peer's address.
+
+        Raises:
+            OSError: ENOTCONN when not connected, EBADF once closed.
+        """
         self._check()
         if self._ep.remote is None:
             raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
@@ -100,6 +133,13 @@ class DatagramSocket(SocketBase):
 
     # -- options --------------------------------------------------------------
     def setsockopt(self, level: int, optname: int, value) -> None:
+        """Set a socket option: SO_RCVBUF (doubled, as Linux), SO_BROADCAST, SO_RCVTIMEO,
+        SO_SNDTIMEO, IPV6_V6ONLY (before bind); SO_REUSEADDR and SO_SNDBUF are accepted without effect.
+
+        Raises:
+            OSError: ENOPROTOOPT for an option ustack does not have, EINVAL for IPV6_V6ONLY after bind,
+                EBADF once closed.
+        """
         self._check()
         if level == SOL_SOCKET and self._timeo_opt(optname, value):
             return
@@ -117,6 +157,13 @@ class DatagramSocket(SocketBase):
             raise OSError(errno.ENOPROTOOPT, "Protocol not available")
 
     def getsockopt(self, level: int, optname: int, buflen: int = 0):
+        """Return a socket option's value (an int, or bytes when ``buflen`` is given for timeouts).
+
+        Also SO_ERROR (the pending error's errno, cleared), SO_TYPE.
+
+        Raises:
+            OSError: ENOPROTOOPT for an option ustack does not have, EBADF once closed.
+        """
         self._check()
         if level == SOL_SOCKET and optname in (_std.SO_RCVTIMEO, _std.SO_SNDTIMEO):
             return self._timeo_get(optname)
@@ -138,6 +185,16 @@ class DatagramSocket(SocketBase):
 
     # -- data -----------------------------------------------------------------
     def sendto(self, data, *args) -> int:
+        """Send one datagram: ``sendto(data, address)`` or ``sendto(data, flags, address)``.
+
+        Returns:
+            The number of bytes sent (all of ``data``).
+
+        Raises:
+            TypeError: a wrong number of arguments or data that is not bytes-like.
+            OSError: EMSGSIZE (larger than a datagram may be), ENETUNREACH, EACCES (broadcast without
+                SO_BROADCAST), EOPNOTSUPP for unsupported flags, EBADF once closed.
+        """
         self._check()
         if len(args) == 1:
             flags, address = 0, args[0]
@@ -162,6 +219,14 @@ class DatagramSocket(SocketBase):
         return n
 
     def send(self, data, flags: int = 0) -> int:
+        """Send one datagram to the connected peer.
+
+        Returns:
+            The number of bytes sent.
+
+        Raises:
+            OSError: EDESTADDRREQ when not connected; as :meth:`sendto` otherwise.
+        """
         self._check()
         bad_flags(flags, _SEND_FLAGS)
         data = byte_view(data)
@@ -171,6 +236,7 @@ class DatagramSocket(SocketBase):
         return self._send(data, dst, port)
 
     def sendall(self, data, flags: int = 0) -> None:
+        """Send one datagram to the connected peer, as :meth:`send`; returns ``None``."""
         self.send(data, flags)
 
     def sendmsg(self, buffers, ancdata=(), flags: int = 0, address=None) -> int:
@@ -197,6 +263,21 @@ class DatagramSocket(SocketBase):
         raise OSError(errno.EBADF, "Bad file descriptor")
 
     def recvfrom(self, bufsize: int, flags: int = 0):
+        """Receive the next datagram (MSG_PEEK: leave it queued).
+
+        Args:
+            bufsize: at most this many bytes are returned; the rest of a longer datagram is discarded.
+            flags: MSG_PEEK, MSG_DONTWAIT.
+
+        Returns:
+            ``(data, address)``.
+
+        Raises:
+            ValueError: a negative ``bufsize``.
+            OSError: ``BlockingIOError`` (EAGAIN) when nothing is queued on a non-blocking socket or with
+                MSG_DONTWAIT, ``TimeoutError`` when the socket's timeout (or SO_RCVTIMEO) passes, a pending
+                error of the endpoint (an ICMP error such as ``ConnectionRefusedError``), EBADF once closed.
+        """
         self._check()
         if bufsize < 0:
             raise ValueError("negative buffersize in recvfrom")
@@ -204,9 +285,21 @@ class DatagramSocket(SocketBase):
         return payload[:bufsize], self._format(src, sport)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        """Receive the next datagram's data, as :meth:`recvfrom` without the address."""
         return self.recvfrom(bufsize, flags)[0]
 
     def recvfrom_into(self, buffer, nbytes: int = 0, flags: int = 0):
+        """Receive the next datagram into ``buffer`` (its first ``nbytes``, or all of it).
+
+        Returns:
+            ``(nbytes_received, address)``; a longer datagram is truncated.
+
+        Raises:
+            ValueError: a negative ``nbytes``, or one larger than the buffer.
+            OSError: ``BlockingIOError`` (EAGAIN) when nothing is queued on a non-blocking socket or with
+                MSG_DONTWAIT, ``TimeoutError`` when the socket's timeout (or SO_RCVTIMEO) passes, a pending
+                error of the endpoint (an ICMP error such as ``ConnectionRefusedError``), EBADF once closed.
+        """
         self._check()
         view = memoryview(buffer).cast("B")
         if nbytes < 0:
@@ -220,6 +313,7 @@ class DatagramSocket(SocketBase):
         return k, self._format(src, sport)
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        """Receive the next datagram into ``buffer``; returns the byte count, as :meth:`recvfrom_into`."""
         return self.recvfrom_into(buffer, nbytes, flags)[0]
 
     def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0):
@@ -232,6 +326,17 @@ class DatagramSocket(SocketBase):
         return payload[:bufsize], [], mflags, self._format(src, sport)
 
     def recvmsg_into(self, buffers, ancbufsize: int = 0, flags: int = 0):
+        """Receive the next datagram scattered into ``buffers``, as ``socket.socket.recvmsg_into``.
+
+        Returns:
+            ``(nbytes, ancdata, msg_flags, address)``: no ancillary data; MSG_TRUNC when it did not fit.
+
+        Raises:
+            ValueError: a negative ``ancbufsize``.
+            OSError: ``BlockingIOError`` (EAGAIN) when nothing is queued on a non-blocking socket or with
+                MSG_DONTWAIT, ``TimeoutError`` when the socket's timeout (or SO_RCVTIMEO) passes, a pending
+                error of the endpoint (an ICMP error such as ``ConnectionRefusedError``), EBADF once closed.
+        """
         self._check()
         if ancbufsize < 0:
             raise ValueError("negative buffer size in recvmsg_into()")

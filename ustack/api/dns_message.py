@@ -49,6 +49,7 @@ class Reply:
 
     @property
     def truncated(self) -> bool:
+        """``True`` when the TC bit is set (the reply did not fit a UDP datagram)."""
         return bool(self.flags & FLAG_TC)
 
 

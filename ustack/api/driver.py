@@ -98,6 +98,19 @@ class Driver:
     Sockets are made on a driver (``driver.socket(...)`` or
     ``ustack.api.socket.socket(driver, ...)``); every socket of a stack
     shares its one driver.
+
+    Args:
+        stack: the :class:`~ustack.stack.Stack` to poll.
+        clock: a callable returning seconds (default: a new :class:`~ustack.api.clock.MonotonicClock`;
+            a :class:`~ustack.api.clock.ManualClock` for simulated time).
+        busy_poll: seconds to spin on the device before sleeping (default 50 µs).
+        auto_start: start the background thread when a socket hands out its readiness fd
+            (default: on).
+        anticipate: sleep only until just before the next request of a steady spaced flow.
+        push_wait: how long a round may hold the TCP flush for the rest of a split write (default 10 µs).
+
+    Raises:
+        ValueError: a negative ``busy_poll``, or ``push_wait`` outside 0..100 µs.
     """
 
     def __init__(self, stack, clock=None, *, busy_poll: float = DEFAULT_BUSY_POLL,
@@ -146,14 +159,30 @@ class Driver:
         self._rx_watch: Optional[Callable[[], object]] = watch
 
     def socket(self, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0):
-        """A stdlib-shaped socket on this driver's stack (see ``ustack.api.socket``)."""
+        """A stdlib-shaped socket on this driver's stack (see ``ustack.api.socket``).
+
+        Args:
+            family: ``AF_INET`` (default) or ``AF_INET6``.
+            type: ``SOCK_STREAM`` (default) or ``SOCK_DGRAM``, with SOCK_NONBLOCK / SOCK_CLOEXEC.
+            proto: 0 or the protocol's number.
+
+        Returns:
+            A :class:`~ustack.api.stream.StreamSocket` or :class:`~ustack.api.dgram.DatagramSocket`.
+
+        Raises:
+            OSError: EAFNOSUPPORT for another family, EPROTONOSUPPORT for another type.
+        """
         from ustack.api.socket import socket as make_socket
 
         return make_socket(self, family, type, proto)
 
     # -- one round ------------------------------------------------------------
     def poll(self) -> Optional[float]:
-        """One round of the stack (under the lock); returns its next deadline."""
+        """One round of the stack (under the lock); returns its next deadline.
+
+        Returns:
+            The next deadline on the driver's clock, or ``None`` when nothing is scheduled.
+        """
         return self._round()[0]
 
     def _round(self, hold: bool = False) -> tuple[Optional[float], bool]:
@@ -256,6 +285,11 @@ class Driver:
         return waker
 
     def release_wake_fd(self, waker: "_Waker") -> None:
+        """Give back a waker from :meth:`wake_fd`: kicks stop reaching it and its pipe is closed.
+
+        Args:
+            waker: the object ``wake_fd`` returned.
+        """
         with self._sleepers_lock:
             self._sleeping.discard(waker)
         waker.close()
@@ -346,6 +380,13 @@ class Driver:
         received frames, sleeping otherwise. With another thread leading, it
         sleeps on its own Event until the leader finds its condition true or
         hands it the lead.
+
+        Args:
+            predicate: a cheap check of the stack's state, called under the lock.
+            timeout: seconds at most; ``None`` waits without a limit.
+
+        Returns:
+            ``True`` once ``predicate()`` holds, ``False`` when the time ran out.
         """
         clock = self.clock
         me = threading.get_ident()
@@ -471,11 +512,20 @@ class Driver:
         return spin_end
 
     def run_for(self, seconds: float) -> None:
-        """Drive the stack for ``seconds`` (tools, demos)."""
+        """Drive the stack for ``seconds`` (tools, demos).
+
+        Args:
+            seconds: how long to poll (the predicate never holds).
+        """
         self.wait_until(lambda: False, seconds)
 
     # -- background thread --------------------------------------------------------
     def start(self) -> None:
+        """Start the background thread that polls the stack (``ustack-driver``, a daemon thread).
+
+        Blocking socket calls then wait on their own readiness instead of polling; calling it again
+        while the thread runs does nothing.
+        """
         if self._thread is not None:
             return
         self._stop.clear()
@@ -532,6 +582,7 @@ class Driver:
                     self._hand_off()
 
     def stop(self) -> None:
+        """Stop the background thread (waits up to 5 s for it); nothing when it is not running."""
         if self._thread is None:
             return
         self._stop.set()
@@ -542,6 +593,10 @@ class Driver:
         self._bg_ident = None
 
     def close(self) -> None:
+        """Stop the background thread and close the wake-up pipes. Idempotent.
+
+        The stack and its device are not closed: ``stack.close()`` and ``stack.device.close()`` do that.
+        """
         self.stop()
         with self._sleepers_lock:
             self._closed = True
@@ -582,6 +637,15 @@ class StackLock:
         self.waiting = 0
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take the lock, as ``threading.RLock.acquire``, counting the threads that wait.
+
+        Args:
+            blocking: wait for it (``False``: try once).
+            timeout: seconds to wait at most (-1: no limit).
+
+        Returns:
+            ``True`` when taken.
+        """
         if self._lock.acquire(False):
             return True
         if not blocking:
@@ -593,6 +657,11 @@ class StackLock:
             self.waiting -= 1
 
     def release(self) -> None:
+        """Release the lock once (it is re-entrant).
+
+        Raises:
+            RuntimeError: the calling thread does not hold it.
+        """
         self._lock.release()
 
     def __enter__(self) -> "StackLock":

@@ -255,6 +255,7 @@ class PatchedSocket(_ORIGINAL):
     # -- the stdlib's attributes -----------------------------------------------
     @property
     def family(self):
+        """The address family, as ``socket.socket.family`` (an ``AddressFamily``)."""
         if self._explicit:
             return _std._intenum_converter(self._explicit[0], _std.AddressFamily)
         return self._u.family if self._u is not None else _std.AddressFamily(self._args[0]) \
@@ -262,6 +263,7 @@ class PatchedSocket(_ORIGINAL):
 
     @property
     def type(self):
+        """The socket type without SOCK_NONBLOCK/SOCK_CLOEXEC, as ``socket.socket.type``."""
         if self._explicit:
             return _std._intenum_converter(self._explicit[1], _std.SocketKind)
         if self._u is not None:
@@ -272,10 +274,12 @@ class PatchedSocket(_ORIGINAL):
 
     @property
     def timeout(self):
+        """The timeout in seconds, or ``None``, as ``socket.socket.timeout``."""
         return self.gettimeout()
 
     @property
     def proto(self):
+        """The protocol number given at creation, as ``socket.socket.proto``."""
         if self._kernel:
             return _ORIGINAL.proto.__get__(self)
         return self._explicit[2] if self._explicit else self._args[2]
@@ -358,6 +362,17 @@ class PatchedSocket(_ORIGINAL):
 
     # -- the calls -------------------------------------------------------------------
     def sendto(self, data, *args):
+        """Send a datagram, as ``socket.socket.sendto``: through the stack that owns the destination.
+
+        ``sendto(data, address)`` or ``sendto(data, flags, address)``; a socket still undecided
+        becomes a ustack socket (or a kernel one for 127/8 without ``--loopback``).
+
+        Returns:
+            The number of bytes sent.
+
+        Raises:
+            OSError: as the ustack socket's ``sendto`` (or the kernel's).
+        """
         u = self._impl(args[-1] if args else None)
         # (a socket on both stacks sends through the one that owns the destination: WildcardDatagram._send)
         if u is None:
@@ -365,6 +380,14 @@ class PatchedSocket(_ORIGINAL):
         return u.sendto(data, *args[:-1], _numeric(self, u, args[-1])) if args else u.sendto(data)
 
     def sendmsg(self, buffers, ancdata=(), flags=0, address=None):
+        """Send from several buffers, as ``socket.socket.sendmsg``.
+
+        Returns:
+            The number of bytes sent.
+
+        Raises:
+            OSError: EOPNOTSUPP for non-empty ``ancdata`` on ustack; otherwise as ``send``/``sendto``.
+        """
         u = self._impl(address)
         if u is None:
             return _ORIGINAL.sendmsg(self, buffers, ancdata, flags, *(() if address is None else (address,)))
@@ -412,6 +435,8 @@ def _deciding(name):
         return getattr(u, name)(_numeric(self, u, address), *rest)
 
     call.__name__ = name
+    call.__doc__ = (f"As ``socket.socket.{name}``: the address decides the stack (ustack's, or the kernel's for "
+                    f"AF_UNIX and 127/8 without ``--loopback``); takes, returns and raises as that socket's {name}.")
     return call
 
 
@@ -431,6 +456,8 @@ def _recorded(name):
         return kernel(self, *args) if u is None else getattr(u, name)(*args)
 
     call.__name__ = name
+    call.__doc__ = (f"As ``socket.socket.{name}``; before the socket has picked a stack the call is recorded and "
+                    f"replayed on the chosen socket (returns None); raises as that socket's {name}.")
     return call
 
 
@@ -499,6 +526,8 @@ def _delegated(name):
         return result
 
     call.__name__ = name
+    call.__doc__ = (f"As ``socket.socket.{name}``, on the ustack socket underneath (or the kernel's); takes, "
+                    f"returns and raises as that socket's {name}.")
     return call
 
 
@@ -557,6 +586,12 @@ def patch(driver, resolver=None, loopback=None, wildcard: str = "main") -> type:
     socket bound to 0.0.0.0 or ::, or listening unbound, is on both
     stacks (``ustack.api.wildcard``); ``wildcard`` ("main" or "loopback")
     is where a socket goes that is decided with no address at all.
+
+    Returns:
+        The installed ``PatchedSocket`` subclass (a context manager too).
+
+    Raises:
+        ValueError: ``wildcard`` is neither "main" nor "loopback".
     """
     if wildcard not in ("main", "loopback"):
         raise ValueError(f"wildcard must be 'main' or 'loopback', not {wildcard!r}")

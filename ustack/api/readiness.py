@@ -60,11 +60,13 @@ class ReadinessFd:
         self.set(readable, writable)
 
     def fileno(self) -> int:
+        """The application's end of the pair: the fd select/poll/epoll watch; -1 once closed."""
         a = self._a
         return -1 if a is None else a.fileno()
 
     @property
     def closed(self) -> bool:
+        """``True`` once :meth:`close` ran."""
         return self._a is None
 
     def set_blocking(self, blocking: bool) -> None:
@@ -109,6 +111,7 @@ class ReadinessFd:
             self.writable = writable
 
     def close(self) -> None:
+        """Close both ends of the socket pair. Idempotent."""
         with self._lock:
             a, b = self._a, self._b
             self._a = self._b = None

@@ -77,6 +77,14 @@ class Config:
 
     @classmethod
     def parse(cls, text: str) -> "Config":
+        """Read resolv.conf text: ``nameserver`` (the first three), ``search``/``domain``, ``options``.
+
+        Args:
+            text: the file's contents.
+
+        Returns:
+            A :class:`Config`; lines it does not understand are skipped, as glibc does.
+        """
         conf = cls()
         for line in text.splitlines():
             words = line.split("#", 1)[0].split(";", 1)[0].split()
@@ -181,6 +189,21 @@ class Resolver:
 
     # -- the stdlib's calls -----------------------------------------------------------
     def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
+        """Answer as ``socket.getaddrinfo``: numeric hosts, the hosts file, then DNS over ustack UDP.
+
+        Args:
+            host: a name, a numeric address, bytes (IDNA) or ``None`` (the wildcard / loopback).
+            port: a number, a service name or ``None``.
+            family, type, proto, flags: as ``socket.getaddrinfo``.
+
+        Returns:
+            A list of ``(family, type, proto, canonname, sockaddr)`` tuples.
+
+        Raises:
+            socket.gaierror: EAI_NONAME (no such name), EAI_AGAIN (no nameserver answered),
+                EAI_FAIL (a truncated reply), EAI_FAMILY (AF_INET6 on a stack without IPv6,
+                or an unknown family), EAI_SERVICE (an unknown service name).
+        """
         if isinstance(host, bytes):
             host = host.decode("idna")
         if host is None:  # the wildcard or loopback: IPv4 only without IPv6 on either stack (asyncio's servers)
@@ -203,9 +226,22 @@ class Resolver:
         return out
 
     def gethostbyname(self, name):
+        """Answer as ``socket.gethostbyname``: the first IPv4 address of ``name``.
+
+        Raises:
+            socket.gaierror: as :meth:`getaddrinfo`.
+        """
         return self.gethostbyname_ex(name)[2][0]
 
     def gethostbyname_ex(self, name):
+        """Answer as ``socket.gethostbyname_ex``.
+
+        Returns:
+            ``(canonical_name, aliases, ipv4_addresses)``.
+
+        Raises:
+            socket.gaierror: as :meth:`getaddrinfo`.
+        """
         if self._numeric(name):
             try:
                 addr = _NUMERIC_GAI(name, None, _std.AF_INET, 0, 0, _std.AI_NUMERICHOST)[0][4][0]
@@ -238,6 +274,15 @@ class Resolver:
         return names[0], names[1:], [str(ip)]
 
     def getnameinfo(self, sockaddr, flags):
+        """Answer as ``socket.getnameinfo``, numerically (no PTR lookup here).
+
+        Returns:
+            ``(host, port)`` as text.
+
+        Raises:
+            socket.gaierror: EAI_NONAME when NI_NAMEREQD asks for a name.
+            TypeError: a malformed ``sockaddr``, as the stdlib.
+        """
         if flags & _std.NI_NAMEREQD:
             raise _gaierror(_std.EAI_NONAME, "Name or service not known (ustack's resolver does no PTR lookups)")
         try:

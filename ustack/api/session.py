@@ -48,7 +48,22 @@ PREFIX = "USTACK_"
 
 
 class Session:
-    """One stack for one program: opened by ``open()``, patched by ``install()``, undone by ``close()``."""
+    """One stack for one program: opened by ``open()``, patched by ``install()``, undone by ``close()``.
+
+    Args:
+        backend: "pipe", "tap", "packet" or "afxdp".
+        addr: the stack's address, "A.B.C.D/N" (or IPv6).
+        ifname: the interface (every backend but pipe).
+        gateway, pcap, mtu, busy_poll, anticipate: as the command line's options.
+        asyncio: "native" (ustack's loop) or "stock" (asyncio's own on readiness fds).
+        loopback: 127/8 and ::1 on an in-process ustack loopback interface.
+        fastpath: the TCP fast path in C (default: on unless ``USTACK_FASTPATH=0``).
+
+    Raises:
+        ValueError: an unknown backend or asyncio mode, a missing ``ifname``, or what
+            :class:`~ustack.stack.Stack` refuses.
+        ustack.device.DeviceError: the device could not be opened (the message says why).
+    """
 
     def __init__(self, backend: str, addr: str, *, ifname: Optional[str] = None, gateway: Optional[str] = None,
                  pcap: Optional[str] = None, mtu: Optional[int] = None, busy_poll: float = DEFAULT_BUSY_POLL,
@@ -151,7 +166,18 @@ def settings(environ: Mapping[str, str]) -> Optional[dict]:
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Optional[Session]:
-    """Open, install and register (atexit) a Session from the ``USTACK_*`` variables; None when unset."""
+    """Open, install and register (atexit) a Session from the ``USTACK_*`` variables; None when unset.
+
+    Args:
+        environ: the variables to read (default: ``os.environ``).
+
+    Returns:
+        The installed :class:`Session`, or ``None``.
+
+    Raises:
+        ValueError: a malformed ``USTACK_MTU`` or ``USTACK_BUSY_POLL``, or what :class:`Session` refuses.
+        ustack.device.DeviceError: the device could not be opened.
+    """
     kw = settings(os.environ if environ is None else environ)
     if kw is None:
         return None

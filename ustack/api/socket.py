@@ -25,7 +25,21 @@ __all__ = ["socket", "AF_INET", "AF_INET6", "SOCK_DGRAM", "SOCK_STREAM", "SOL_SO
 
 
 def socket(driver, family: int = AF_INET, type: int = SOCK_STREAM, proto: int = 0) -> SocketBase:
-    """A UDP or TCP socket on ``driver``'s stack."""
+    """A UDP or TCP socket on ``driver``'s stack.
+
+    Args:
+        driver: the :class:`~ustack.api.driver.Driver` of the stack the socket lives on.
+        family: ``AF_INET`` (default) or ``AF_INET6`` (dual-stack unless IPV6_V6ONLY).
+        type: ``SOCK_STREAM`` (default, TCP) or ``SOCK_DGRAM`` (UDP), optionally with SOCK_NONBLOCK
+            and SOCK_CLOEXEC.
+        proto: 0 or the protocol's number.
+
+    Returns:
+        A :class:`~ustack.api.stream.StreamSocket` or a :class:`~ustack.api.dgram.DatagramSocket`.
+
+    Raises:
+        OSError: EAFNOSUPPORT for another family, EPROTONOSUPPORT for another type.
+    """
     if family not in (AF_INET, AF_INET6):
         raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol (ustack: AF_INET, AF_INET6)")
     base_type = type & ~(_std.SOCK_NONBLOCK | _std.SOCK_CLOEXEC)

@@ -179,6 +179,15 @@ class StreamSocket(SocketBase):
 
     # -- addresses ----------------------------------------------------------------
     def bind(self, address) -> None:
+        """Bind to a local ``(host, port)`` (AF_INET6: ``(host, port[, flowinfo, scope_id])``).
+
+        Port 0 picks an ephemeral port. SO_REUSEADDR lets a port held by connections (TIME-WAIT) be
+        bound again; SO_REUSEPORT joins the listeners on exactly that address in a group.
+
+        Raises:
+            OSError: EINVAL (already bound), EADDRNOTAVAIL (not one of the stack's addresses),
+                EADDRINUSE (the port is taken), EBADF once closed; ``socket.gaierror`` for a name.
+        """
         self._check()
         if self._local is not None:
             raise OSError(errno.EINVAL, "Invalid argument (already bound)")
@@ -202,6 +211,11 @@ class StreamSocket(SocketBase):
         return overlapping == [(addr, port)] and hasattr(tcp.listeners[(addr, port)], "members")
 
     def getsockname(self) -> tuple[str, int]:
+        """Return the local address (the wildcard and port 0 before bind or connect).
+
+        Raises:
+            OSError: EBADF once closed.
+        """
         self._check()
         if self._conn is not None:
             return self._format(self._conn.local_addr, self._conn.local_port)
@@ -210,6 +224,12 @@ class StreamSocket(SocketBase):
         return self._format(*self._local)
 
     def getpeername(self) -> tuple[str, int]:
+        """Return the peer's address.
+
+        Raises:
+            OSError: ENOTCONN before the connection is established or once it is CLOSED (a reset too),
+                as Linux; EBADF once closed.
+        """
         conn = self._require_conn()
         if conn.state in (State.SYN_SENT, State.CLOSED):  # as Linux: a reset connection has no peer either
             raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
@@ -217,6 +237,15 @@ class StreamSocket(SocketBase):
 
     # -- passive open -------------------------------------------------------------------
     def listen(self, backlog: int = 128) -> None:
+        """Start listening (binding the wildcard and an ephemeral port first when unbound).
+
+        Args:
+            backlog: the accept queue's bound (at least 1); calling again on a listener changes it.
+
+        Raises:
+            OSError: EINVAL on a connected socket, EBADF once closed.
+            OverflowError: a backlog that is not a C int, as the stdlib.
+        """
         self._check()
         backlog = c_int(backlog, "listen")
         if self._conn is not None:
@@ -234,6 +263,17 @@ class StreamSocket(SocketBase):
             self._watch()
 
     def accept(self):
+        """Take the next established connection from the accept queue.
+
+        Returns:
+            ``(socket, address)``: a new :class:`StreamSocket`, blocking (or with the default timeout),
+            and the peer's address.
+
+        Raises:
+            OSError: EINVAL when not listening; ``BlockingIOError`` on a non-blocking socket with no
+                connection ready; ``TimeoutError`` after the timeout (or SO_RCVTIMEO); EBADF once the
+                listener is closed.
+        """
         self._check()
         lst = self._listener
         if lst is None:
@@ -289,6 +329,18 @@ class StreamSocket(SocketBase):
         return errno.EINPROGRESS
 
     def connect(self, address) -> None:
+        """Open a connection to ``address`` (a ``(host, port)``; names resolve through the stack).
+
+        Blocks until established (or the timeout); on a non-blocking socket it starts the handshake
+        and raises ``BlockingIOError(EINPROGRESS)``, a second call EALREADY, and the call after the
+        handshake returns once, as Linux.
+
+        Raises:
+            OSError: ``ConnectionRefusedError`` (a RST answered the SYN), ``TimeoutError`` (the SYN
+                retries ran out, or the socket's timeout passed), ENETUNREACH/EHOSTUNREACH (no route,
+                an ICMP error), EISCONN (already connected), ENOBUFS (``max_connections`` reached),
+                ``BlockingIOError`` as above; ``socket.gaierror`` for a name that does not resolve.
+        """
         if self._conn is not None and not self._connect_reported:
             pending = True  # a non-blocking connect in progress: report its outcome (0 once, like Linux)
         else:
@@ -331,6 +383,12 @@ class StreamSocket(SocketBase):
             raise OSError(result, errno.errorcode.get(result, "error"))
 
     def connect_ex(self, address) -> int:
+        """As :meth:`connect`, but return the errno instead of raising (0 when connected,
+        EINPROGRESS for a non-blocking start).
+
+        Raises:
+            socket.gaierror: a name that does not resolve (as the stdlib's ``connect_ex``).
+        """
         try:
             self.connect(address)
             return 0
@@ -345,6 +403,20 @@ class StreamSocket(SocketBase):
 
     # -- data ---------------------------------------------------------------------------------
     def send(self, data, flags: int = 0) -> int:
+        """Queue bytes for sending; blocks until some fit in the send buffer (per the timeout).
+
+        Args:
+            data: a bytes-like object.
+            flags: MSG_DONTWAIT, MSG_NOSIGNAL (others: EOPNOTSUPP).
+
+        Returns:
+            The number of bytes taken (possibly fewer than ``len(data)``; 0 for empty data).
+
+        Raises:
+            OSError: ENOTCONN; ``BlockingIOError`` (EAGAIN) when the send buffer is full on a
+                non-blocking socket; ``TimeoutError``; ``BrokenPipeError`` after shutdown(SHUT_WR) or
+                the connection's end; ``ConnectionResetError`` after a RST; EBADF once closed.
+        """
         conn = self._require_conn()
         bad_flags(flags, _SEND_FLAGS)
         view = byte_view(data)
@@ -469,6 +541,21 @@ class StreamSocket(SocketBase):
                 file.seek(offset)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        """Receive up to ``bufsize`` bytes (``b""`` at the end of the stream).
+
+        Args:
+            bufsize: the most bytes to return.
+            flags: MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL, MSG_NOSIGNAL (others, MSG_OOB too: an OSError).
+
+        Returns:
+            New ``bytes`` (one copy: frame to bytes).
+
+        Raises:
+            ValueError: a negative ``bufsize``.
+            OSError: ENOTCONN when not connected; ``BlockingIOError`` (EAGAIN) when nothing is readable on a
+                non-blocking socket or with MSG_DONTWAIT; ``TimeoutError`` after the timeout (or SO_RCVTIMEO);
+                ``ConnectionResetError`` after a RST (once the data queued before it is read); EBADF once closed.
+        """
         conn = self._require_conn()
         if bufsize < 0:
             raise ValueError("negative buffersize in recv")
@@ -480,6 +567,17 @@ class StreamSocket(SocketBase):
         return self._call(lambda now: conn.recv(bufsize, now))
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        """Receive into ``buffer`` (its first ``nbytes``, or all of it): one copy, frame to buffer.
+
+        Returns:
+            The number of bytes received (0 at the end of the stream).
+
+        Raises:
+            ValueError: a negative ``nbytes``, or one larger than the buffer.
+            OSError: ENOTCONN when not connected; ``BlockingIOError`` (EAGAIN) when nothing is readable on a
+                non-blocking socket or with MSG_DONTWAIT; ``TimeoutError`` after the timeout (or SO_RCVTIMEO);
+                ``ConnectionResetError`` after a RST (once the data queued before it is read); EBADF once closed.
+        """
         conn = self._require_conn()
         view = memoryview(buffer).cast("B")
         if nbytes < 0:
@@ -584,6 +682,7 @@ class StreamSocket(SocketBase):
         return self.recv(bufsize, flags), None
 
     def recvfrom_into(self, buffer, nbytes: int = 0, flags: int = 0):
+        """As :meth:`recv_into`; returns ``(nbytes, None)`` (a connected stream has no source address)."""
         return self.recv_into(buffer, nbytes, flags), None
 
     def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0):
@@ -610,6 +709,13 @@ class StreamSocket(SocketBase):
         return n, [], 0, None
 
     def shutdown(self, how: int) -> None:
+        """Shut the connection down for reading (SHUT_RD), writing (SHUT_WR: FIN after the queued
+        bytes) or both (SHUT_RDWR).
+
+        Raises:
+            OSError: ENOTCONN when not connected, EINVAL for another ``how``, EBADF once closed.
+            OverflowError: ``how`` is not a C int.
+        """
         how = c_int(how, "shutdown")
         conn = self._require_conn()
         self._call(lambda now: conn.shutdown(how, now))
@@ -646,6 +752,19 @@ class StreamSocket(SocketBase):
 
     # -- options ----------------------------------------------------------------------------------
     def setsockopt(self, level: int, optname: int, value, optlen: Optional[int] = None) -> None:
+        """Set a socket option, as ``socket.socket.setsockopt``.
+
+        SOL_SOCKET: SO_REUSEADDR, SO_REUSEPORT, SO_LINGER (``struct.pack("ii", onoff, seconds)``),
+        SO_OOBINLINE, SO_RCVTIMEO/SO_SNDTIMEO (``struct timeval``), SO_RCVBUF, SO_SNDBUF, SO_KEEPALIVE;
+        IPPROTO_TCP: TCP_NODELAY, TCP_CORK, TCP_QUICKACK, TCP_KEEPIDLE/INTVL/CNT, TCP_MAXSEG,
+        TCP_CONGESTION (a name as bytes); IPPROTO_IPV6: IPV6_V6ONLY before bind. The TCP ones map onto
+        the connection's knobs (:meth:`configure`).
+
+        Raises:
+            OSError: ENOPROTOOPT for an option ustack does not have, ENOENT for an unknown congestion
+                control, EINVAL for a bad value or IPV6_V6ONLY after bind, EBADF once closed.
+            TypeError: a value of the wrong type (SO_LINGER not packed).
+        """
         self._check()
         if level == SOL_SOCKET and self._timeo_opt(optname, value):
             return
@@ -696,6 +815,12 @@ class StreamSocket(SocketBase):
             self._call(lambda now: self._conn.configure(now, **{knob: v}))
 
     def getsockopt(self, level: int, optname: int, buflen: int = 0):
+        """Return a socket option's value (an int, or bytes for SO_LINGER, TCP_CONGESTION and the
+        timeouts with ``buflen``); also SO_ERROR (the pending error's errno, cleared) and SO_TYPE.
+
+        Raises:
+            OSError: ENOPROTOOPT for an option ustack does not have, EBADF once closed.
+        """
         self._check()
         if level == SOL_SOCKET and optname in (_std.SO_RCVTIMEO, _std.SO_SNDTIMEO):
             return self._timeo_get(optname)

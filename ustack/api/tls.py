@@ -37,6 +37,8 @@ def _to_sock(name):
         return getattr(sock, name)(*args, **kw)
 
     call.__name__ = name
+    call.__doc__ = (f"As ``socket.socket.{name}``, on the ustack socket underneath: takes, returns and raises as "
+                    f"its {name} (EBADF once closed).")
     return call
 
 
@@ -193,6 +195,17 @@ class TlsSocket(ssl.SSLSocket):
 
     # -- the SSLSocket calls -----------------------------------------------------------
     def do_handshake(self, block=False) -> None:
+        """Run the TLS handshake to its end, as ``ssl.SSLSocket.do_handshake``.
+
+        Args:
+            block: accepted for the stdlib's signature; the socket's own timeout decides.
+
+        Raises:
+            ValueError: on a closed or unwrapped socket.
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if self._sslobj is None:
             if self._over:
                 raise ValueError("handshake on a closed or unwrapped SSL socket")
@@ -201,6 +214,14 @@ class TlsSocket(ssl.SSLSocket):
         self._run(self._sslobj.do_handshake)
 
     def connect(self, address) -> None:
+        """Connect the ustack socket, then (with ``do_handshake_on_connect``) run the handshake.
+
+        Raises:
+            ValueError: a server-side socket, or one already connected.
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if self.server_side:
             raise ValueError("can't connect in server-side mode")
         if self._sslobj is not None:
@@ -211,6 +232,11 @@ class TlsSocket(ssl.SSLSocket):
             self.do_handshake()
 
     def connect_ex(self, address) -> int:
+        """As :meth:`connect`, returning the errno (0 on success) instead of raising ``OSError``.
+
+        Raises:
+            socket.gaierror: a name that does not resolve.
+        """
         try:
             self.connect(address)
             return 0
@@ -220,11 +246,32 @@ class TlsSocket(ssl.SSLSocket):
             return e.errno or 0
 
     def accept(self):
+        """Accept a connection and wrap it server-side with this socket's context and settings.
+
+        Returns:
+            ``(TlsSocket, address)``.
+
+        Raises:
+            OSError: as :meth:`ustack.api.stream.StreamSocket.accept`; ``ssl.SSLError`` from the
+                handshake when ``do_handshake_on_connect`` is set.
+        """
         conn, address = self._sock.accept()
         return self.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=self.do_handshake_on_connect,
                                         suppress_ragged_eofs=self.suppress_ragged_eofs), address
 
     def read(self, n=1024, buffer=None):
+        """Read up to ``n`` bytes of clear text (into ``buffer`` when given), as ``SSLSocket.read``.
+
+        Returns:
+            ``bytes``, or the count written into ``buffer``; empty/0 at a ragged EOF when
+            ``suppress_ragged_eofs``.
+
+        Raises:
+            ValueError: on a closed or unwrapped socket.
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if self._sslobj is None:
             raise ValueError("Read on closed or unwrapped SSL socket.")
         try:
@@ -237,6 +284,18 @@ class TlsSocket(ssl.SSLSocket):
             raise
 
     def write(self, data) -> int:
+        """Encrypt and send ``data``, as ``SSLSocket.write``.
+
+        Returns:
+            The number of clear-text bytes taken.
+
+        Raises:
+            ValueError: on a closed or unwrapped socket.
+            ssl.SSLWantWriteError: records of an earlier write still wait for room (nothing taken).
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if self._sslobj is None:
             raise ValueError("Write on closed or unwrapped SSL socket.")
         if self._unsent:
@@ -246,6 +305,14 @@ class TlsSocket(ssl.SSLSocket):
         return self._run(self._sslobj.write, data)
 
     def recv(self, buflen=1024, flags=0) -> bytes:
+        """Receive up to ``buflen`` bytes of clear text (after ``unwrap()``: from the plain socket).
+
+        Raises:
+            ValueError: non-zero ``flags`` (as ``SSLSocket``).
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to recv() on {self.__class__}")
         if self._sslobj is None:  # unwrapped: clear text on the socket underneath, as SSLSocket
@@ -253,6 +320,14 @@ class TlsSocket(ssl.SSLSocket):
         return self.read(buflen)
 
     def recv_into(self, buffer, nbytes=None, flags=0) -> int:
+        """Receive clear text into ``buffer``; returns the byte count.
+
+        Raises:
+            ValueError: non-zero ``flags``.
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to recv_into() on {self.__class__}")
         if self._sslobj is None:
@@ -264,6 +339,14 @@ class TlsSocket(ssl.SSLSocket):
         return self.read(n, view)
 
     def send(self, data, flags=0) -> int:
+        """Send clear text; returns the bytes taken, as ``SSLSocket.send``.
+
+        Raises:
+            ValueError: non-zero ``flags``.
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if flags:
             raise ValueError(f"non-zero flags not allowed in calls to send() on {self.__class__}")
         if self._sslobj is None:
@@ -271,6 +354,14 @@ class TlsSocket(ssl.SSLSocket):
         return self.write(data)
 
     def sendall(self, data, flags=0) -> None:
+        """Send all of ``data`` (clear text), returning ``None``.
+
+        Raises:
+            ValueError: non-zero ``flags``.
+            ssl.SSLError: a TLS failure (the alert OpenSSL produced is sent first); ``ssl.SSLWantReadError``
+                on a non-blocking socket that needs more records.
+            OSError: as the ustack socket underneath (ENOTCONN, ``TimeoutError``, ``ConnectionResetError``).
+        """
         if self._sslobj is None and not flags:
             return self._plain().sendall(data)
         view = memoryview(data).cast("B")
@@ -295,6 +386,7 @@ class TlsSocket(ssl.SSLSocket):
                 file.seek(offset + total)
 
     def pending(self) -> int:
+        """The number of decrypted bytes ready to read without I/O (0 before the TLS session)."""
         return 0 if self._sslobj is None else self._sslobj.pending()
 
     def unwrap(self):
@@ -313,35 +405,55 @@ class TlsSocket(ssl.SSLSocket):
         return sock
 
     def getpeercert(self, binary_form=False):
+        """The peer's certificate, as ``SSLSocket.getpeercert`` (a dict, DER bytes with
+        ``binary_form``, or ``None`` before the handshake).
+
+        Raises:
+            OSError: ENOTCONN on an unconnected socket.
+            ValueError: no handshake done yet, as the stdlib.
+        """
         if self._sslobj is None:
             self._plain().getpeername()  # unconnected: ENOTCONN, as SSLSocket
             return None
         return self._sslobj.getpeercert(binary_form)
 
     def cipher(self):
+        """``(name, protocol, bits)`` of the session's cipher, or ``None`` before the session."""
         return None if self._sslobj is None else self._sslobj.cipher()
 
     def version(self):
+        """The negotiated protocol (``'TLSv1.3'``...), or ``None`` before the handshake."""
         return None if self._sslobj is None else self._sslobj.version()
 
     def selected_alpn_protocol(self):
+        """The ALPN protocol agreed on, or ``None``."""
         return None if self._sslobj is None else self._sslobj.selected_alpn_protocol()
 
     def shared_ciphers(self):
+        """The ciphers both ends offered (server side), or ``None``."""
         return None if self._sslobj is None else self._sslobj.shared_ciphers()
 
     def compression(self):
+        """The compression in use, or ``None`` (always, with OpenSSL's defaults)."""
         return None if self._sslobj is None else self._sslobj.compression()
 
     def get_channel_binding(self, cb_type="tls-unique"):
+        """Channel-binding data (``tls-unique``), as ``SSLSocket.get_channel_binding``;
+        ``None`` before the session.
+
+        Raises:
+            ValueError: an unsupported ``cb_type``.
+        """
         return None if self._sslobj is None else self._sslobj.get_channel_binding(cb_type)
 
     @property
     def server_hostname(self):
+        """The host name given for SNI and certificate checks, or ``None``."""
         return self._server_hostname if self._sslobj is None else self._sslobj.server_hostname
 
     @property
     def session(self):
+        """The ``ssl.SSLSession`` to resume, or the one negotiated."""
         return self._session if self._sslobj is None else self._sslobj.session
 
     @session.setter
@@ -352,6 +464,7 @@ class TlsSocket(ssl.SSLSocket):
 
     @property
     def session_reused(self):
+        """``True`` when the session was resumed; ``None`` before the session."""
         return None if self._sslobj is None else self._sslobj.session_reused
 
     # -- files and closing (the stdlib's makefile and its reference counting) ------------
@@ -359,6 +472,10 @@ class TlsSocket(ssl.SSLSocket):
     _decref_socketios = _std.socket._decref_socketios
 
     def close(self) -> None:
+        """Close the ustack socket underneath once no ``makefile`` object uses it; records a
+        non-blocking write left are sent first when the socket blocks. Later reads and writes raise
+        ``ValueError``, as ``SSLSocket``.
+        """
         self._closed = True
         if self._io_refs <= 0 and self._sock is not None:
             if self._unsent and self._sock.gettimeout() != 0:
@@ -412,9 +529,19 @@ class TlsSocket(ssl.SSLSocket):
     timeout = property(lambda self: self._sock.gettimeout())
 
     def detach(self):
+        """Not possible here.
+
+        Raises:
+            OSError: EOPNOTSUPP always (a TLS socket over ustack has no kernel fd to hand over).
+        """
         raise OSError(95, "a TLS socket over ustack has no kernel fd to hand over")
 
     def dup(self):
+        """Not possible, as for ``SSLSocket``.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError(f"Can't dup() {self.__class__.__name__} instances")
 
     def __getattr__(self, name):

@@ -173,6 +173,11 @@ class WildcardStream(_Twinned, StreamSocket):
             rfd.set(either(), False)
 
     def listen(self, backlog: int = 128) -> None:
+        """Listen on both stacks (the main one and the loopback one), as ``socket.listen``.
+
+        Raises:
+            OSError: as :meth:`ustack.api.stream.StreamSocket.listen`.
+        """
         twin = self._twin
         first = self._listener is None
         super().listen(backlog)
@@ -187,6 +192,15 @@ class WildcardStream(_Twinned, StreamSocket):
             self._watch()
 
     def accept(self):
+        """Accept the next connection from either stack, as ``socket.accept``.
+
+        Returns:
+            ``(socket, address)``.
+
+        Raises:
+            OSError: ``BlockingIOError`` on a non-blocking socket with nothing pending,
+                ``TimeoutError`` after the timeout, EINVAL when not listening.
+        """
         twin = self._twin
         if twin is None or self._listener is None:
             return super().accept()

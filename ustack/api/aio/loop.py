@@ -92,21 +92,31 @@ class StackSelector(selectors.BaseSelector):
         self._inner = inner or selectors.DefaultSelector()
 
     def register(self, fileobj, events, data=None):
+        """Watch ``fileobj`` for ``events``, as ``selectors.BaseSelector.register``; returns the SelectorKey."""
         return self._inner.register(fileobj, events, data)
 
     def unregister(self, fileobj):
+        """Stop watching ``fileobj``; returns its SelectorKey (KeyError when not registered)."""
         return self._inner.unregister(fileobj)
 
     def modify(self, fileobj, events, data=None):
+        """Change the events or data watched for ``fileobj``; returns the new SelectorKey."""
         return self._inner.modify(fileobj, events, data)
 
     def get_map(self):
+        """The mapping of file objects to SelectorKeys, as ``selectors.BaseSelector.get_map``."""
         return self._inner.get_map()
 
     def close(self):
+        """Close the selector underneath."""
         self._inner.close()
 
     def select(self, timeout=None):
+        """Poll the stack, wait for the fds (and the device) up to ``timeout`` seconds, poll again.
+
+        Returns:
+            A list of ``(key, events)``, as ``selectors.BaseSelector.select``.
+        """
         return self._loop._select_with_stack(self._inner, timeout)
 
 
@@ -142,9 +152,11 @@ class EventLoop(asyncio.SelectorEventLoop):
 
     @property
     def driver(self):
+        """The :class:`~ustack.api.driver.Driver` of the main stack this loop polls."""
         return self._driver
 
     def close(self):
+        """Close the loop and give its wake-up pipes back to the drivers."""
         super().close()
         wakers, self._wakers = self._wakers, {}
         for driver, waker in wakers.values():
@@ -229,6 +241,9 @@ class EventLoop(asyncio.SelectorEventLoop):
         return out
 
     def run_forever(self):
+        """Run the loop, as ``asyncio`` does; while it runs the drivers' background threads are
+        stopped (the loop polls the stacks itself) and they are restarted afterwards if they ran.
+        """
         saved = []
         for driver in self._drivers:
             saved.append((driver, driver._thread is not None, driver.auto_start))
@@ -344,6 +359,11 @@ class EventLoop(asyncio.SelectorEventLoop):
             await self._event(obj, "on_event", *more)
 
     async def sock_recv(self, sock, n):
+        """Receive up to ``n`` bytes from ``sock``, as ``loop.sock_recv``.
+
+        On a ustack socket the call waits for the socket's readiness on this loop; a kernel socket gets
+        asyncio's own.
+        """
         u = ustack_socket(sock)
         if u is None:
             return await super().sock_recv(sock, n)
@@ -351,6 +371,11 @@ class EventLoop(asyncio.SelectorEventLoop):
         return u.recv(n, MSG_DONTWAIT)
 
     async def sock_recv_into(self, sock, buf):
+        """Receive into ``buf``; returns the byte count, as ``loop.sock_recv_into``.
+
+        On a ustack socket the call waits for the socket's readiness on this loop; a kernel socket gets
+        asyncio's own.
+        """
         u = ustack_socket(sock)
         if u is None:
             return await super().sock_recv_into(sock, buf)
@@ -358,6 +383,11 @@ class EventLoop(asyncio.SelectorEventLoop):
         return u.recv_into(buf, 0, MSG_DONTWAIT)
 
     async def sock_recvfrom(self, sock, bufsize):
+        """Receive a datagram: ``(data, address)``, as ``loop.sock_recvfrom``.
+
+        On a ustack socket the call waits for the socket's readiness on this loop; a kernel socket gets
+        asyncio's own.
+        """
         u = ustack_socket(sock)
         if u is None:
             return await super().sock_recvfrom(sock, bufsize)
@@ -365,6 +395,11 @@ class EventLoop(asyncio.SelectorEventLoop):
         return u.recvfrom(bufsize, MSG_DONTWAIT)
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
+        """Receive a datagram into ``buf``: ``(nbytes, address)``.
+
+        On a ustack socket the call waits for the socket's readiness on this loop; a kernel socket gets
+        asyncio's own.
+        """
         u = ustack_socket(sock)
         if u is None:
             return await super().sock_recvfrom_into(sock, buf, nbytes)
@@ -372,6 +407,11 @@ class EventLoop(asyncio.SelectorEventLoop):
         return u.recvfrom_into(buf, nbytes, MSG_DONTWAIT)
 
     async def sock_sendall(self, sock, data):
+        """Send all of ``data``, waiting for room as needed, as ``loop.sock_sendall``.
+
+        On a ustack socket the call waits for the socket's readiness on this loop; a kernel socket gets
+        asyncio's own.
+        """
         u = ustack_socket(sock)
         if u is None:
             return await super().sock_sendall(sock, data)
@@ -387,12 +427,21 @@ class EventLoop(asyncio.SelectorEventLoop):
                 return None
 
     async def sock_sendto(self, sock, data, address):
+        """Send one datagram to ``address``; returns the byte count (raises as ``socket.sendto``)."""
         u = ustack_socket(sock, address)
         if u is None:
             return await super().sock_sendto(sock, data, address)
         return u.sendto(data, MSG_DONTWAIT, address)
 
     async def sock_connect(self, sock, address):
+        """Connect ``sock`` to ``address``, as ``loop.sock_connect``.
+
+        On a ustack socket the call waits for the socket's readiness on this loop; a kernel socket gets
+        asyncio's own.
+
+        Raises:
+            OSError: the connection's failure (``ConnectionRefusedError``, ``TimeoutError``...).
+        """
         u = ustack_socket(sock, address)
         if u is None:
             return await super().sock_connect(sock, address)
@@ -412,6 +461,14 @@ class EventLoop(asyncio.SelectorEventLoop):
         raise OSError(err, f"Connect call failed {address}")
 
     async def sock_accept(self, sock):
+        """Accept a connection: ``(socket, address)``, the new socket non-blocking.
+
+        On a ustack socket the call waits for the socket's readiness on this loop; a kernel socket gets
+        asyncio's own.
+
+        Raises:
+            OSError: EINVAL when ``sock`` is not listening.
+        """
         u = ustack_socket(sock)
         if u is None:
             return await super().sock_accept(sock)
@@ -437,6 +494,14 @@ class EventLoop(asyncio.SelectorEventLoop):
     async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
         # the resolver blocks on its UDP socket: in the default executor, whose thread polls the stack
         # through the driver's lock as any blocking thread does (module docstring)
+        """Resolve with ustack's resolver (:class:`ustack.api.resolver.Resolver`) in the default executor.
+
+        Returns:
+            As ``socket.getaddrinfo``.
+
+        Raises:
+            socket.gaierror: as :meth:`ustack.api.resolver.Resolver.getaddrinfo`.
+        """
         return await self.run_in_executor(None, self.resolver().getaddrinfo, host, port, family, type, proto,
                                           flags)
 
@@ -455,4 +520,5 @@ class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
         self._more = more
 
     def new_event_loop(self):
+        """A new :class:`EventLoop` on this policy's drivers."""
         return EventLoop(self._driver, *self._more)

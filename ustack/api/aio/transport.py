@@ -93,6 +93,13 @@ def hook(loop, obj, attr: str) -> Hook:
 
 
 def unhook(obj, attr: str, fn) -> None:
+    """Remove ``fn`` from the Hook in ``obj.attr``; when no callback is left, put back what was there.
+
+    Args:
+        obj: the connection or endpoint.
+        attr: the callback attribute's name.
+        fn: the callback :func:`hook` subscribed.
+    """
     h = getattr(obj, attr)
     if isinstance(h, Hook):
         if fn in h.subs:
@@ -148,14 +155,17 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
 
     # -- the protocol -------------------------------------------------------------
     def set_protocol(self, protocol):
+        """Replace the protocol, as ``asyncio.Transport.set_protocol``."""
         self._protocol_buffered = isinstance(protocol, protocols.BufferedProtocol)
         self._protocol = protocol
         self._protocol_connected = True
 
     def get_protocol(self):
+        """Return the current protocol."""
         return self._protocol
 
     def is_closing(self):
+        """``True`` once the transport is closing or closed."""
         return self._closing
 
     # -- events from the stack ----------------------------------------------------------
@@ -229,15 +239,18 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
 
     # -- reading ------------------------------------------------------------------------
     def is_reading(self):
+        """``True`` unless reading is paused or the transport is closing."""
         return not self._paused and not self._closing
 
     def pause_reading(self):
+        """Stop delivering data to the protocol (the receive window then closes as the buffer fills)."""
         if self._closing or self._paused:
             return
         self._paused = True
         self._conn.reader_waiting = False
 
     def resume_reading(self):
+        """Deliver data again, starting with what waited."""
         if self._closing or not self._paused:
             return
         self._paused = False
@@ -246,9 +259,16 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
 
     # -- writing ------------------------------------------------------------------------
     def get_write_buffer_size(self):
+        """The bytes waiting in the transport, not yet in the connection's send buffer."""
         return len(self._buffer)
 
     def write(self, data):
+        """Queue ``data`` for sending (never blocks; ``pause_writing`` is called above the high-water mark).
+
+        Raises:
+            TypeError: data that is not bytes-like.
+            RuntimeError: after :meth:`write_eof`.
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
         if self._eof:
@@ -276,6 +296,7 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
         self._maybe_pause_protocol()
 
     def writelines(self, list_of_data):
+        """Write the concatenation of ``list_of_data``, as :meth:`write`."""
         self.write(b"".join(list_of_data))
 
     def _push(self):
@@ -299,9 +320,11 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
                 self._shutdown_write()
 
     def can_write_eof(self):
+        """``True``: a TCP transport can half-close."""
         return True
 
     def write_eof(self):
+        """Send a FIN once the buffered data has gone (shutdown SHUT_WR); reading goes on."""
         if self._closing or self._eof:
             return
         self._eof = True
@@ -315,6 +338,9 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
 
     # -- the end ----------------------------------------------------------------------------
     def close(self):
+        """Close after the buffered data is sent (FIN; RST only for unread data or SO_LINGER 0);
+        ``connection_lost(None)`` follows.
+        """
         if self._closing:
             return
         self._closing = True
@@ -324,6 +350,7 @@ class StreamTransport(transports._FlowControlMixin, transports.Transport):
             self._loop.call_soon(self._call_connection_lost, None)
 
     def abort(self):
+        """Close at once, dropping buffered data, as asyncio's selector transport does."""
         self._force_close(None)
 
     def _fatal_error(self, exc, message="Fatal error on transport"):
@@ -405,15 +432,19 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
         return f"<ustack DatagramTransport {'closed' if self._conn_lost else 'open'} {self._extra['sockname']}>"
 
     def get_protocol(self):
+        """Return the current protocol."""
         return self._protocol
 
     def set_protocol(self, protocol):
+        """Replace the protocol."""
         self._protocol = protocol
 
     def is_closing(self):
+        """``True`` once the transport is closing or closed."""
         return self._closing
 
     def get_write_buffer_size(self):
+        """Always 0: a datagram leaves at once or fails (no queue to fill)."""
         return 0  # a datagram leaves at once or is dropped with an error (no queue to fill)
 
     def _kick(self):
@@ -439,6 +470,13 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
                     break
 
     def sendto(self, data, addr=None):
+        """Send one datagram to ``addr`` (the connected address when ``None``).
+
+        Raises:
+            TypeError: data that is not bytes-like.
+            ValueError: an address other than the connected one.
+            OSError: EDESTADDRREQ when there is no address; a send error goes to the protocol's ``error_received``.
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, not {type(data).__name__!r}")
         if self._address is not None:
@@ -462,6 +500,7 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
             self._fatal_error(exc, "Fatal write error on ustack datagram transport")
 
     def close(self):
+        """Close the endpoint; ``connection_lost(None)`` follows."""
         if self._closing:
             return
         self._closing = True
@@ -469,6 +508,7 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
         self._loop.call_soon(self._call_connection_lost, None)
 
     def abort(self):
+        """Close at once (as :meth:`close`: nothing is buffered)."""
         self.close()
 
     def _fatal_error(self, exc, message="Fatal error on transport"):
