@@ -95,3 +95,11 @@ def test_one_tiny_row_on_the_kernel_and_packet(privileged):
     assert row["ratio"]["packet"]["rps"] > 0
     source = open(bench_matrix.SERVERS_SCRIPT).read()
     assert "import ustack" not in source and "from ustack" not in source  # the servers are plain stdlib programs
+
+
+def test_the_ab_tool_refuses_a_row_that_does_not_exist(capsys):
+    from ustack.tools import bench_matrix_ab
+
+    with pytest.raises(SystemExit) as exc:
+        bench_matrix_ab.main(["no such row", "1", "packet"])
+    assert exc.value.code == 2 and "no matrix row matches" in capsys.readouterr().err
