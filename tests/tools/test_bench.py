@@ -99,7 +99,14 @@ def test_quick_run_on_packet_measures_every_metric(tmp_path):
     assert proc.returncode == 0, table + log
     result = json.loads(out_json.read_text())
     rows = {r["name"]: r for r in result["rows"]}
-    assert list(rows) == ["kernel", "ustack/packet", "kernel v6", "ustack/packet v6"]
+    assert list(rows) == ["kernel", "ustack/packet", "kernel v6", "ustack/packet v6",
+                          "kernel +offloads", "ustack/packet +offloads"]
+    for name in ("kernel +offloads", "ustack/packet +offloads"):  # a veth at the kernel's default offloads
+        row = rows.pop(name)
+        assert row["status"] == "ok" and row["offloads"] == "default", row
+        assert all(row["metrics"][key] > 0 for key, _, _ in bench_config.METRICS), row["metrics"]
+        assert all(s["complete"] for s in row["samples"]["pull"]) and "latency" not in row
+    assert rows["ustack/packet"]["offloads"] == "off"
     for name in ("kernel v6", "ustack/packet v6"):  # the same services over IPv6 (no latency suite there)
         six = rows.pop(name)
         assert six["status"] == "ok" and six["family"] == 6, six
