@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ustack.tools.bench_program import wait_serving
+
 ECHO_SOURCE = Path(__file__).with_name("echo_client.c")
 SERVERS_SCRIPT = Path(__file__).with_name("program_servers.py")
 PORT = 8000
@@ -176,21 +178,6 @@ def server_argv(program: Program, stack: str, topo, folder: str, xdp_mode: Optio
     return [*run, *prog]
 
 
-def _wait_serving(topo, proc, log_path: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    with topo.in_peer_ns():
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with status {proc.returncode}: {_tail(log_path)}")
-            try:
-                socket.create_connection((topo.stack_addr, PORT), 1.0).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the server did not accept within {timeout:.0f} s: {_tail(log_path)}") from None
-                time.sleep(0.02)
-
-
 def _tail(path: str) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -227,7 +214,7 @@ def run_cell(program: Program, stack: str, conns: int, cfg: MatrixConfig, placem
         proc = topo.stack_popen(server_argv(program, stack, topo, folder, cfg.xdp_mode),
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
-            _wait_serving(topo, proc, log.name)
+            wait_serving(topo, proc, port=PORT, detail=lambda: f": {_tail(log.name)}")
             if program.load == "wrk" and program.path == "/" + FILE_NAME:
                 with topo.in_peer_ns():
                     check_page(topo.stack_addr, body)  # the answer, byte for byte, once

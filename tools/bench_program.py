@@ -105,19 +105,24 @@ def _add_stack_address(topo) -> None:
         ipr.addr("add", index=index, address=topo.stack_addr, prefixlen=topo.prefixlen)
 
 
-def _wait_serving(topo, proc, timeout: float = 30.0) -> None:
-    """Until a connection to the server succeeds from the peer namespace (bounded)."""
+def wait_serving(topo, proc, timeout: float = 30.0, port: int = HTTP_PORT,
+                 detail: Callable[[], str] = lambda: "") -> None:
+    """Until a connection to the server on ``port`` succeeds from the peer namespace (bounded by ``timeout``).
+
+    Raises RuntimeError when the server exits first or does not accept in time; ``detail()`` (say, the
+    tail of its log) is added to the message."""
     deadline = time.monotonic() + timeout
     with topo.in_peer_ns():
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with status {proc.returncode}")
+                raise RuntimeError(f"the server exited with status {proc.returncode}{detail()}")
             try:
-                socket.create_connection((topo.stack_addr, HTTP_PORT), 1.0).close()
+                socket.create_connection((topo.stack_addr, port), 1.0).close()
                 return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError("the server did not accept connections within 30 s") from None
+                    raise RuntimeError(f"the server did not accept connections within {timeout:.0f} s"
+                                       f"{detail()}") from None
                 time.sleep(0.02)
 
 
@@ -142,7 +147,7 @@ def run_program_row(kind: str, seconds: float, reps: int, placement, xdp_mode: O
             proc = topo.stack_popen(server_argv(kind, topo, folder, xdp_mode), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
             try:
-                _wait_serving(topo, proc)
+                wait_serving(topo, proc)
                 with topo.in_peer_ns():
                     for rep in range(reps):
                         sample = load(topo.stack_addr, HTTP_PORT, "/" + FILE_NAME, body, seconds)

@@ -78,6 +78,26 @@ def _sent(stack) -> int:
     return stack.stats["eth.frames_sent"]
 
 
+def _collected_inside_poll(net, holder: list, conn) -> tuple[list, object]:
+    """Collect the socket in ``holder`` from a timer inside A's Stack.poll; then B's poll and one more round.
+
+    Returns what the timer saw right after the finalizer ran ([(nothing sent, state, orphaned)]) and the
+    connection's state when that poll round ended."""
+    inside = []
+
+    def collect_now(now):  # a timer callback: runs inside A's Stack.poll
+        sent = _sent(net.a)
+        _collect(holder)
+        inside.append((_sent(net.a) == sent, conn.state, conn.orphaned))
+
+    net.a.timers.timer(collect_now).arm(net.clock.now)
+    net.da.poll()
+    after = conn.state
+    net.b.poll(net.clock.now)
+    net.round()
+    return inside, after
+
+
 @pytest.mark.parametrize("linger0", [False, True], ids=["fin", "rst"])
 def test_dropped_socket_sends_nothing_until_the_next_round(net, linger0):
     s, server = net.connect(linger0)
@@ -103,19 +123,8 @@ def test_finalizer_inside_the_stacks_poll_defers_to_the_next_round(net):
     conn = s.connection
     holder = [s]
     del s
-    inside = []
-
-    def collect_now(now):  # a timer callback: runs inside A's Stack.poll
-        sent = _sent(net.a)
-        _collect(holder)
-        inside.append((_sent(net.a) == sent, conn.state, conn.orphaned))
-
-    net.a.timers.timer(collect_now).arm(net.clock.now)
-    net.da.poll()
-    assert inside == [(True, State.ESTABLISHED, False)]  # the finalizer neither sent nor closed mid-poll
-    assert conn.state == State.ESTABLISHED  # nor did the rest of that round: it was already past its start
-    net.b.poll(net.clock.now)
-    net.round()
+    # the finalizer neither sent nor closed mid-poll, nor did the rest of that round (already past its start)
+    assert _collected_inside_poll(net, holder, conn) == ([(True, State.ESTABLISHED, False)], State.ESTABLISHED)
     assert conn.orphaned and conn.state == State.FIN_WAIT_1 and server.state == State.CLOSE_WAIT
 
 
@@ -175,17 +184,8 @@ def test_tls_socket_finalizer_inside_the_stacks_poll_defers_to_the_next_round(ne
             depth[0] -= 1
 
     net.a.poll = counting_poll
-
-    def collect_now(now):  # a timer callback: runs inside A's Stack.poll
-        sent = _sent(net.a)
-        _collect(holder)
-        inside.append((_sent(net.a) == sent, conn.state, conn.orphaned))
-
-    net.a.timers.timer(collect_now).arm(net.clock.now)
-    net.da.poll()
-    assert inside == [(True, State.ESTABLISHED, False)]  # neither sent, closed nor polled from the finalizer
-    net.b.poll(net.clock.now)
-    net.round()
+    seen, _ = _collected_inside_poll(net, holder, conn)
+    assert inside + seen == [(True, State.ESTABLISHED, False)]  # neither sent, closed nor polled from the finalizer
     assert conn.orphaned and conn.state == State.FIN_WAIT_1 and server.state == State.CLOSE_WAIT
 
 
@@ -208,18 +208,7 @@ def test_patched_socket_finalizer_inside_the_stacks_poll_defers_to_the_next_roun
         net.round()
         holder = [s]
         del s
-        inside = []
-
-        def collect_now(now):  # a timer callback: runs inside A's Stack.poll
-            sent = _sent(net.a)
-            _collect(holder)
-            inside.append((_sent(net.a) == sent, conn.state, conn.orphaned))
-
-        net.a.timers.timer(collect_now).arm(net.clock.now)
-        net.da.poll()
-        assert inside == [(True, State.ESTABLISHED, False)]
-        net.b.poll(net.clock.now)
-        net.round()
+        assert _collected_inside_poll(net, holder, conn)[0] == [(True, State.ESTABLISHED, False)]
         assert conn.orphaned and conn.state == State.FIN_WAIT_1 and server.state == State.CLOSE_WAIT
     finally:
         ustack.unpatch()
