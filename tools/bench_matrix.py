@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ustack.tools.bench_program import wait_serving
+from ustack.tools.bench_servers import stop_process
 
 ECHO_SOURCE = Path(__file__).with_name("echo_client.c")
 SERVERS_SCRIPT = Path(__file__).with_name("program_servers.py")
@@ -237,12 +238,7 @@ def run_cell(program: Program, stack: str, conns: int, cfg: MatrixConfig, placem
             if proc.poll() is not None:
                 raise RuntimeError(f"the server died (status {proc.returncode}): {_tail(log.name)}")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process(proc, 10)
     return cell
 
 

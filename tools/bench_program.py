@@ -31,6 +31,7 @@ import time
 from typing import Callable, Optional
 
 from ustack.tools.bench_clients import widen_port_range
+from ustack.tools.bench_servers import stop_process
 from ustack.tools.host_programs import MissingProgram
 
 HTTP_PORT = 8000
@@ -155,12 +156,7 @@ def run_program_row(kind: str, seconds: float, reps: int, placement, xdp_mode: O
                         log(f"    rep {rep + 1}/{reps}: {sample['rps']:.0f} req/s, p50 {sample['p50_us']:.0f} µs, "
                             f"p99 {sample['p99_us']:.0f} µs")
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+                stop_process(proc, 10)
         row["metrics"] = {k: statistics.median(s[k] for s in row["samples"]) for k, _, _ in PROGRAM_METRICS}
     except KeyboardInterrupt:
         raise

@@ -258,14 +258,18 @@ class Server:
             return []
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait(5)
-        return rc
+        return stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> int:
+    """SIGTERM a server we started (unless it has exited), wait up to ``timeout``, then SIGKILL; its status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(5)
 
 
 def ustack_server(topo, backend: str, source_bytes: int, xdp_mode: Optional[str],
